@@ -1,0 +1,126 @@
+//! Connecting to PostgreSQL and applying migrations. A missing database is created (the embedded
+//! default must work on a fresh machine); an unreachable server is an error that names the URL
+//! and says what to do, never a panic.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{ConnectOptions, Connection, PgPool};
+
+/// The migrations of `migrations/`, embedded in the binary so `tokenfactory migrate` needs no files.
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
+
+/// Why the database could not be reached, phrased for the person starting the binary.
+#[derive(Debug, thiserror::Error)]
+pub enum DbError {
+    /// The URL does not parse.
+    #[error("DATABASE_URL {url} is not a valid PostgreSQL URL: {source}")]
+    BadUrl { url: String, source: sqlx::Error },
+    /// The server did not answer or refused us.
+    #[error(
+        "cannot reach PostgreSQL at {url}: {source}. Start PostgreSQL or set DATABASE_URL (or --database-url) to a reachable server"
+    )]
+    Unreachable { url: String, source: sqlx::Error },
+    /// A migration failed.
+    #[error("migrating {url} failed: {source}")]
+    Migrate {
+        url: String,
+        source: sqlx::migrate::MigrateError,
+    },
+}
+
+/// Strips the password from a URL so it can be shown in errors and logs.
+pub fn redact_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let userinfo = &url[scheme + 3..at];
+            match userinfo.split_once(':') {
+                Some((user, _)) => format!("{}{}:*****{}", &url[..scheme + 3], user, &url[at..]),
+                None => url.to_owned(),
+            }
+        }
+        _ => url.to_owned(),
+    }
+}
+
+/// Connects a pool to `url`, creating the database first if it does not exist.
+pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool, DbError> {
+    let shown = redact_url(url);
+    let options = PgConnectOptions::from_str(url).map_err(|source| DbError::BadUrl {
+        url: shown.clone(),
+        source,
+    })?;
+    create_database_if_missing(&options)
+        .await
+        .map_err(|source| DbError::Unreachable {
+            url: shown.clone(),
+            source,
+        })?;
+    PgPoolOptions::new()
+        .max_connections(max_connections)
+        .acquire_timeout(Duration::from_secs(5))
+        .connect_with(options)
+        .await
+        .map_err(|source| DbError::Unreachable { url: shown, source })
+}
+
+/// Applies pending migrations.
+pub async fn migrate(pool: &PgPool, url: &str) -> Result<(), DbError> {
+    MIGRATOR.run(pool).await.map_err(|source| DbError::Migrate {
+        url: redact_url(url),
+        source,
+    })
+}
+
+async fn create_database_if_missing(options: &PgConnectOptions) -> Result<(), sqlx::Error> {
+    let Some(name) = options.get_database().map(str::to_owned) else {
+        return Ok(());
+    };
+    let maintenance = options
+        .clone()
+        .database("postgres")
+        .log_statements(tracing::log::LevelFilter::Trace);
+    let mut conn = tokio::time::timeout(Duration::from_secs(5), maintenance.connect())
+        .await
+        .map_err(|_| sqlx::Error::PoolTimedOut)??;
+    let exists: bool =
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
+            .bind(&name)
+            .fetch_one(&mut conn)
+            .await?;
+    if !exists {
+        let quoted = format!("\"{}\"", name.replace('"', "\"\""));
+        // A concurrent creator may win the race; that is fine.
+        if let Err(e) = sqlx::query(&format!("CREATE DATABASE {quoted}"))
+            .execute(&mut conn)
+            .await
+        {
+            let duplicate = e
+                .as_database_error()
+                .and_then(|d| d.code())
+                .is_some_and(|c| c == "42P04" || c == "23505");
+            if !duplicate {
+                return Err(e);
+            }
+        }
+    }
+    conn.close().await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact_url;
+
+    #[test]
+    fn redacts_password_only() {
+        assert_eq!(
+            redact_url("postgres://u:secret@h:5432/db"),
+            "postgres://u:*****@h:5432/db"
+        );
+        assert_eq!(
+            redact_url("postgres://postgres@127.0.0.1/db"),
+            "postgres://postgres@127.0.0.1/db"
+        );
+    }
+}

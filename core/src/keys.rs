@@ -1,0 +1,125 @@
+//! API keys: `tf-` followed by 32 random bytes in URL-safe base64. Only the SHA-256 of the whole
+//! key is stored; the first characters are kept as a visible prefix so people can tell keys apart.
+
+use base64::Engine;
+use rand::RngCore;
+use sha2::{Digest, Sha256};
+use sqlx::PgPool;
+use uuid::Uuid;
+
+/// Every key starts with this, so a leaked key is recognisable by secret scanners.
+pub const KEY_PREFIX: &str = "tf-";
+/// How many characters of the key (after `tf-`) are kept in clear as its visible prefix.
+const VISIBLE_CHARS: usize = 8;
+
+/// A freshly generated key. `secret` is shown to the person once and never stored.
+pub struct NewKey {
+    pub secret: String,
+    pub prefix: String,
+    pub sha256: [u8; 32],
+}
+
+impl std::fmt::Debug for NewKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NewKey")
+            .field("prefix", &self.prefix)
+            .field("secret", &"*****")
+            .finish()
+    }
+}
+
+/// SHA-256 of a presented key: the lookup key of the `api_keys` table.
+pub fn hash_secret(secret: &str) -> [u8; 32] {
+    Sha256::digest(secret.as_bytes()).into()
+}
+
+/// Generates a new random key.
+pub fn generate() -> NewKey {
+    let mut bytes = [0u8; 32];
+    rand::rngs::OsRng.fill_bytes(&mut bytes);
+    let body = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes);
+    let secret = format!("{KEY_PREFIX}{body}");
+    let prefix = secret[..KEY_PREFIX.len() + VISIBLE_CHARS].to_owned();
+    NewKey {
+        sha256: hash_secret(&secret),
+        prefix,
+        secret,
+    }
+}
+
+/// A key as stored, without its secret.
+#[derive(Debug, Clone, sqlx::FromRow, serde::Serialize)]
+pub struct ApiKey {
+    pub id: Uuid,
+    pub tenant_id: Uuid,
+    pub name: String,
+    pub prefix: String,
+    pub created_at: time::OffsetDateTime,
+    pub last_used_at: Option<time::OffsetDateTime>,
+    pub revoked_at: Option<time::OffsetDateTime>,
+}
+
+/// Issues a key for `tenant_id`; returns the stored row and the secret to show once.
+pub async fn issue(pool: &PgPool, tenant_id: Uuid, name: &str) -> sqlx::Result<(ApiKey, String)> {
+    let key = generate();
+    let row = sqlx::query_as::<_, ApiKey>(
+        "INSERT INTO api_keys (id, tenant_id, name, prefix, secret_sha256)
+         VALUES ($1, $2, $3, $4, $5)
+         RETURNING id, tenant_id, name, prefix, created_at, last_used_at, revoked_at",
+    )
+    .bind(Uuid::now_v7())
+    .bind(tenant_id)
+    .bind(name)
+    .bind(&key.prefix)
+    .bind(&key.sha256[..])
+    .fetch_one(pool)
+    .await?;
+    Ok((row, key.secret))
+}
+
+/// Revokes the key with this visible prefix (or whole secret) within `tenant_id`'s keys, or any
+/// tenant's when `tenant_id` is `None` (operators only). Returns whether a key was revoked.
+pub async fn revoke(
+    pool: &PgPool,
+    tenant_id: Option<Uuid>,
+    prefix_or_key: &str,
+) -> sqlx::Result<bool> {
+    let prefix = visible_prefix(prefix_or_key);
+    let done = sqlx::query(
+        "UPDATE api_keys SET revoked_at = now()
+         WHERE prefix = $1 AND revoked_at IS NULL AND ($2::uuid IS NULL OR tenant_id = $2)",
+    )
+    .bind(prefix)
+    .bind(tenant_id)
+    .execute(pool)
+    .await?;
+    Ok(done.rows_affected() > 0)
+}
+
+/// The visible prefix of a whole key, or the argument itself when it already is a prefix.
+pub fn visible_prefix(prefix_or_key: &str) -> &str {
+    let n = KEY_PREFIX.len() + VISIBLE_CHARS;
+    if prefix_or_key.starts_with(KEY_PREFIX) && prefix_or_key.len() > n {
+        &prefix_or_key[..n]
+    } else {
+        prefix_or_key
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_unique_prefixed_and_hash_matches() {
+        let a = generate();
+        let b = generate();
+        assert_ne!(a.secret, b.secret);
+        assert!(a.secret.starts_with("tf-"));
+        assert_eq!(a.secret.len(), 3 + 43);
+        assert_eq!(a.prefix, &a.secret[..11]);
+        assert_eq!(a.sha256, hash_secret(&a.secret));
+        assert_eq!(visible_prefix(&a.secret), a.prefix);
+        assert!(!format!("{a:?}").contains(&a.secret));
+    }
+}
