@@ -1,0 +1,104 @@
+//! Assembling the server: state, routes and background workers, independent of how it is
+//! started (the `serve` command, or a test binding port 0).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::cli::GatewayArgs;
+use crate::gateway::auth::KeyCache;
+use crate::gateway::resolve::RouteTable;
+use crate::gateway::{self, Gateway, GatewayInner};
+use crate::metering::usage::{PgSink, UsageSink};
+
+/// How often batched `last_used_at` updates are written.
+const LAST_USED_FLUSH: Duration = Duration::from_secs(5);
+
+/// What `build` needs besides the database.
+#[derive(Clone)]
+pub struct AppOptions {
+    pub redis: Option<redis::aio::ConnectionManager>,
+    pub redis_prefix: String,
+    pub secure_cookies: bool,
+    pub gateway: GatewayArgs,
+    /// Where usage events go; PostgreSQL directly when `None`.
+    pub sink: Option<Arc<dyn UsageSink>>,
+}
+
+impl Default for AppOptions {
+    fn default() -> Self {
+        Self {
+            redis: None,
+            redis_prefix: "tf:".into(),
+            secure_cookies: false,
+            gateway: GatewayArgs::default(),
+            sink: None,
+        }
+    }
+}
+
+/// A built server: its router and the handles to stop it.
+pub struct App {
+    pub router: Router,
+    pub gateway: Gateway,
+    /// Background workers and metering tasks.
+    pub tracker: TaskTracker,
+    /// Cancelled to stop the background workers.
+    pub cancel: CancellationToken,
+}
+
+/// Builds state, loads the resolution table and starts the background workers.
+pub async fn build(pool: PgPool, options: AppOptions) -> anyhow::Result<App> {
+    let tracker = TaskTracker::new();
+    let cancel = CancellationToken::new();
+    let keys = Arc::new(KeyCache::new(pool.clone()));
+    let routes = Arc::new(RouteTable::new(pool.clone(), (&options.gateway).into()));
+    routes.reload().await?;
+    let sink = options
+        .sink
+        .clone()
+        .unwrap_or_else(|| Arc::new(PgSink::new(pool.clone())));
+    let gateway = Gateway::new(GatewayInner {
+        keys: keys.clone(),
+        routes: routes.clone(),
+        sink,
+        tracker: tracker.clone(),
+        max_body_bytes: options.gateway.max_body_bytes,
+    });
+
+    tracker.spawn(crate::notify::listen(pool.clone(), keys.clone(), routes, cancel.clone()));
+    tracker.spawn(flush_last_used(keys, cancel.clone()));
+
+    let portal = crate::portal::router(tf_app::ssr::PortalDeps {
+        pool,
+        redis: options.redis.clone(),
+        redis_prefix: options.redis_prefix.clone(),
+        secure_cookies: options.secure_cookies,
+    })
+    .await?;
+    let router = gateway::router(gateway.clone()).merge(portal);
+    Ok(App {
+        router,
+        gateway,
+        tracker,
+        cancel,
+    })
+}
+
+async fn flush_last_used(keys: Arc<KeyCache>, cancel: CancellationToken) {
+    let mut tick = tokio::time::interval(LAST_USED_FLUSH);
+    loop {
+        tokio::select! {
+            () = cancel.cancelled() => break,
+            _ = tick.tick() => {}
+        }
+        if let Err(e) = keys.flush_last_used().await {
+            tracing::warn!(error = %e, "could not record key last-use times");
+        }
+    }
+    let _ = keys.flush_last_used().await;
+}

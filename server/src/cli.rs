@@ -1,0 +1,200 @@
+//! Command line of the `tokenfactory` binary. Every flag is also an environment variable, and
+//! every field's doc comment is its `--help` text.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::secret::Secret;
+
+#[derive(Debug, Parser)]
+#[command(name = "tokenfactory", version, about = "Token Factory: metered multi-tenant LLM gateway and portal")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run migrations, then serve the portal and the OpenAI-compatible /v1 API (the default).
+    Serve(ServeArgs),
+    /// Apply pending database migrations and exit.
+    Migrate(DbArgs),
+    /// Operator commands: accounts, keys, usage.
+    #[command(subcommand)]
+    Admin(AdminCommand),
+    /// Run the simulated engine (vLLM/Dynamo protocol) on its own port.
+    EngineSim(SimArgs),
+}
+
+/// Where PostgreSQL is.
+#[derive(Debug, Clone, Args)]
+pub struct DbArgs {
+    /// PostgreSQL URL; the database is created if missing.
+    #[arg(long, env = "DATABASE_URL", default_value = "postgres://postgres@127.0.0.1:5432/tokenfactory")]
+    pub database_url: Secret,
+}
+
+#[derive(Debug, Clone, Parser)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub db: DbArgs,
+    /// Address the portal and /v1 listen on.
+    #[arg(long, env = "TF_LISTEN", default_value = "127.0.0.1:3000")]
+    pub listen: SocketAddr,
+    /// Redis URL for shared rate counters and login throttling.
+    #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1:6379")]
+    pub redis_url: Secret,
+    /// Prefix of every Redis key this deployment writes.
+    #[arg(long, env = "TF_REDIS_PREFIX", default_value = "tf:")]
+    pub redis_prefix: String,
+    /// Fleet backend: `local-sim` (simulated engines on loopback) or `static:FILE` (a TOML list
+    /// of engines that already run).
+    #[arg(long, env = "TF_FLEET", default_value = "local-sim")]
+    pub fleet: String,
+    /// Create the demo tenant and print a fresh demo login and API key at start-up.
+    #[arg(long, env = "TF_DEMO", default_value_t = true, action = clap::ArgAction::Set)]
+    pub demo: bool,
+    /// Mark session cookies Secure (set when serving behind TLS).
+    #[arg(long, env = "TF_SECURE_COOKIES", default_value_t = false, action = clap::ArgAction::Set)]
+    pub secure_cookies: bool,
+    #[command(flatten)]
+    pub gateway: GatewayArgs,
+}
+
+/// Request-path limits and timeouts.
+#[derive(Debug, Clone, Args)]
+pub struct GatewayArgs {
+    /// Largest accepted request body, in bytes (larger: 413).
+    #[arg(long, env = "TF_MAX_BODY_BYTES", default_value_t = 8 * 1024 * 1024)]
+    pub max_body_bytes: usize,
+    /// Time allowed to open a connection to an upstream, in milliseconds.
+    #[arg(long, env = "TF_UPSTREAM_CONNECT_TIMEOUT_MS", default_value_t = 2_000)]
+    pub upstream_connect_timeout_ms: u64,
+    /// Time allowed for an upstream to start answering (response headers), in milliseconds.
+    #[arg(long, env = "TF_UPSTREAM_FIRST_BYTE_TIMEOUT_MS", default_value_t = 300_000)]
+    pub upstream_first_byte_timeout_ms: u64,
+    /// Idle keep-alive connections kept per upstream.
+    #[arg(long, env = "TF_UPSTREAM_POOL_IDLE", default_value_t = 256)]
+    pub upstream_pool_idle: usize,
+}
+
+impl Default for GatewayArgs {
+    fn default() -> Self {
+        Self {
+            max_body_bytes: 8 * 1024 * 1024,
+            upstream_connect_timeout_ms: 2_000,
+            upstream_first_byte_timeout_ms: 300_000,
+            upstream_pool_idle: 256,
+        }
+    }
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AdminCommand {
+    /// Create a platform administrator (prints a generated password if none is given).
+    CreateAdmin {
+        #[command(flatten)]
+        db: DbArgs,
+        /// Login email.
+        #[arg(long, env = "TF_ADMIN_EMAIL")]
+        email: String,
+        /// Password (at least 10 characters); generated and printed when absent.
+        #[arg(long, env = "TF_ADMIN_PASSWORD")]
+        password: Option<Secret>,
+    },
+    /// Create a tenant, optionally with a first portal user.
+    CreateTenant {
+        #[command(flatten)]
+        db: DbArgs,
+        /// Short handle: lower-case letters, digits, '-' and '_'.
+        #[arg(long)]
+        name: String,
+        /// Name shown in the portal (defaults to the handle).
+        #[arg(long)]
+        display_name: Option<String>,
+        /// Email of a first member to create.
+        #[arg(long)]
+        member_email: Option<String>,
+        /// That member's password; generated and printed when absent.
+        #[arg(long, env = "TF_MEMBER_PASSWORD")]
+        member_password: Option<Secret>,
+    },
+    /// Issue an API key for a tenant; the key is printed once and never stored.
+    IssueKey {
+        #[command(flatten)]
+        db: DbArgs,
+        /// Tenant handle.
+        #[arg(long)]
+        tenant: String,
+        /// A label for the key.
+        #[arg(long, default_value = "")]
+        name: String,
+    },
+    /// Set a new password for a portal user (prints a generated one if none is given).
+    ResetPassword {
+        #[command(flatten)]
+        db: DbArgs,
+        /// The user's email.
+        #[arg(long)]
+        email: String,
+        /// New password; generated and printed when absent.
+        #[arg(long, env = "TF_NEW_PASSWORD")]
+        password: Option<Secret>,
+    },
+    /// Print stored usage events as JSON lines, oldest first.
+    Usage {
+        #[command(flatten)]
+        db: DbArgs,
+        /// Only this tenant (handle).
+        #[arg(long)]
+        tenant: Option<String>,
+        /// Only events that started at or after this RFC 3339 time.
+        #[arg(long)]
+        since: Option<String>,
+        /// Only events that started before this RFC 3339 time.
+        #[arg(long)]
+        until: Option<String>,
+    },
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct SimArgs {
+    /// Address to listen on.
+    #[arg(long, env = "TF_SIM_LISTEN", default_value = "127.0.0.1:8100")]
+    pub listen: SocketAddr,
+    /// Base model names served (comma separated).
+    #[arg(long, env = "TF_SIM_MODELS", value_delimiter = ',', default_value = "sim-base")]
+    pub models: Vec<String>,
+    /// LoRA adapters loaded at start, as name=path (comma separated).
+    #[arg(long, env = "TF_SIM_LORAS", value_delimiter = ',')]
+    pub loras: Vec<String>,
+    /// Fixed time before the first token, in milliseconds.
+    #[arg(long, env = "TF_SIM_TTFT_MS", default_value_t = 0)]
+    pub ttft_ms: u64,
+    /// Prefill speed for uncached prompt tokens (0: free).
+    #[arg(long, env = "TF_SIM_PREFILL_TPS", default_value_t = 0)]
+    pub prefill_tokens_per_sec: u64,
+    /// Decode speed per request (0: no delay).
+    #[arg(long, env = "TF_SIM_DECODE_TPS", default_value_t = 0)]
+    pub decode_tokens_per_sec: u64,
+    /// Completion length when a request sets no max_tokens.
+    #[arg(long, env = "TF_SIM_DEFAULT_MAX_TOKENS", default_value_t = 16)]
+    pub default_max_tokens: u32,
+    /// Answer errors in Dynamo's flat shape instead of OpenAI's envelope.
+    #[arg(long, env = "TF_SIM_FLAT_ERRORS", default_value_t = false)]
+    pub flat_errors: bool,
+    /// Put streamed usage on the last content chunk instead of a separate chunk.
+    #[arg(long, env = "TF_SIM_USAGE_ON_LAST_CHUNK", default_value_t = false)]
+    pub usage_on_last_chunk: bool,
+}
+
+/// Parses `--fleet`.
+pub fn parse_fleet(spec: &str) -> Result<crate::fleet::FleetSpec, String> {
+    match spec.split_once(':') {
+        None if spec == "local-sim" => Ok(crate::fleet::FleetSpec::LocalSim),
+        Some(("static", path)) if !path.is_empty() => Ok(crate::fleet::FleetSpec::Static(PathBuf::from(path))),
+        _ => Err(format!("unknown fleet {spec:?}: use `local-sim` or `static:FILE`")),
+    }
+}

@@ -1,0 +1,126 @@
+//! Every error the `/v1` routes return, serialised as OpenAI's envelope
+//! `{"error":{"message","type","param","code"}}`. Internal causes are logged, never shown.
+
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    /// 401: no `Authorization: Bearer` header.
+    #[error("You didn't provide an API key. Send it as `Authorization: Bearer tf-...`.")]
+    MissingKey,
+    /// 401: the key is unknown or revoked.
+    #[error("Incorrect API key provided.")]
+    InvalidKey,
+    /// 403: the key's tenant is suspended.
+    #[error("This tenant is suspended.")]
+    TenantSuspended,
+    /// 404: unknown model, or one this tenant may not use (same answer, so names do not leak).
+    #[error("The model `{0}` does not exist or you do not have access to it.")]
+    ModelNotFound(String),
+    /// 400: the request is not what the API accepts.
+    #[error("{message}")]
+    BadRequest { message: String, param: Option<&'static str> },
+    /// 413: body over the configured limit.
+    #[error("Request body too large (limit {0} bytes).")]
+    PayloadTooLarge(usize),
+    /// The upstream answered with an error; status and body are re-shaped, not invented.
+    #[error("{message}")]
+    Upstream {
+        status: StatusCode,
+        message: String,
+        kind: String,
+        code: Option<serde_json::Value>,
+    },
+    /// 502: the upstream could not be reached or broke the protocol.
+    #[error("The model backend is unavailable.")]
+    UpstreamUnavailable,
+    /// 504: the upstream did not start answering in time.
+    #[error("The model backend did not answer in time.")]
+    UpstreamTimeout,
+    /// 503: a dependency we need for this request (the database, for an uncached key) is down.
+    #[error("The service is temporarily unavailable. Please retry.")]
+    ServiceUnavailable,
+}
+
+impl GatewayError {
+    /// Low-cardinality label for metrics.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Self::MissingKey => "missing_key",
+            Self::InvalidKey => "invalid_key",
+            Self::TenantSuspended => "tenant_suspended",
+            Self::ModelNotFound(_) => "model_not_found",
+            Self::BadRequest { .. } => "bad_request",
+            Self::PayloadTooLarge(_) => "payload_too_large",
+            Self::Upstream { .. } => "upstream_error",
+            Self::UpstreamUnavailable => "upstream_unavailable",
+            Self::UpstreamTimeout => "upstream_timeout",
+            Self::ServiceUnavailable => "service_unavailable",
+        }
+    }
+
+    pub fn bad_request(message: impl Into<String>, param: Option<&'static str>) -> Self {
+        Self::BadRequest {
+            message: message.into(),
+            param,
+        }
+    }
+
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Self::MissingKey | Self::InvalidKey => StatusCode::UNAUTHORIZED,
+            Self::TenantSuspended => StatusCode::FORBIDDEN,
+            Self::ModelNotFound(_) => StatusCode::NOT_FOUND,
+            Self::BadRequest { .. } => StatusCode::BAD_REQUEST,
+            Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::Upstream { status, .. } => *status,
+            Self::UpstreamUnavailable => StatusCode::BAD_GATEWAY,
+            Self::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
+            Self::ServiceUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+
+    /// The envelope's `error` object.
+    pub fn body(&self) -> serde_json::Value {
+        let (kind, code, param): (String, serde_json::Value, Option<&str>) = match self {
+            Self::MissingKey | Self::InvalidKey => ("authentication_error".into(), json!("invalid_api_key"), None),
+            Self::TenantSuspended => ("permission_error".into(), json!("tenant_suspended"), None),
+            Self::ModelNotFound(_) => ("invalid_request_error".into(), json!("model_not_found"), Some("model")),
+            Self::BadRequest { param, .. } => ("invalid_request_error".into(), serde_json::Value::Null, *param),
+            Self::PayloadTooLarge(_) => ("invalid_request_error".into(), json!("request_too_large"), None),
+            Self::Upstream { kind, code, .. } => (kind.clone(), code.clone().unwrap_or_default(), None),
+            Self::UpstreamUnavailable | Self::UpstreamTimeout => ("api_error".into(), serde_json::Value::Null, None),
+            Self::ServiceUnavailable => ("service_unavailable".into(), serde_json::Value::Null, None),
+        };
+        json!({"error": {"message": self.to_string(), "type": kind, "param": param, "code": code}})
+    }
+}
+
+/// OpenAI's `type` for a status, used when an upstream error body does not say.
+pub fn type_for_status(status: StatusCode) -> &'static str {
+    match status.as_u16() {
+        400 | 404 | 409 | 413 | 422 => "invalid_request_error",
+        401 => "authentication_error",
+        403 => "permission_error",
+        429 => "rate_limit_error",
+        503 => "service_unavailable",
+        _ => "api_error",
+    }
+}
+
+impl IntoResponse for GatewayError {
+    fn into_response(self) -> Response {
+        if matches!(self, Self::ServiceUnavailable | Self::UpstreamUnavailable) {
+            tracing::warn!(error = self.metric_label(), "request failed");
+        }
+        let mut response = (self.status(), axum::Json(self.body())).into_response();
+        if self.status() == StatusCode::UNAUTHORIZED {
+            response
+                .headers_mut()
+                .insert("www-authenticate", HeaderValue::from_static("Bearer"));
+        }
+        response
+    }
+}

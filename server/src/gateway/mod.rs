@@ -1,0 +1,61 @@
+//! The OpenAI-compatible request path: auth -> resolve -> (admit) -> forward -> meter.
+
+pub mod auth;
+pub mod error;
+mod handlers;
+pub mod request;
+pub mod resolve;
+pub mod upstream;
+mod upstream_error;
+
+use std::sync::Arc;
+
+use axum::routing::{get, post};
+use axum::Router;
+use tokio_util::task::TaskTracker;
+
+use crate::metering::usage::UsageSink;
+use auth::KeyCache;
+use resolve::RouteTable;
+
+/// Shared state of the request path, cheap to clone.
+#[derive(Clone)]
+pub struct Gateway(Arc<GatewayInner>);
+
+pub struct GatewayInner {
+    /// API key -> tenant, cached.
+    pub keys: Arc<KeyCache>,
+    /// Served name -> upstream, as an atomically swapped snapshot.
+    pub routes: Arc<RouteTable>,
+    /// Where finished usage events go.
+    pub sink: Arc<dyn UsageSink>,
+    /// Metering tasks run here so shutdown can wait for them.
+    pub tracker: TaskTracker,
+    /// Largest request body accepted, and largest non-streamed response read.
+    pub max_body_bytes: usize,
+}
+
+impl Gateway {
+    pub fn new(inner: GatewayInner) -> Self {
+        Self(Arc::new(inner))
+    }
+}
+
+impl std::ops::Deref for Gateway {
+    type Target = GatewayInner;
+    fn deref(&self) -> &GatewayInner {
+        &self.0
+    }
+}
+
+/// The `/v1` routes.
+pub fn router(gateway: Gateway) -> Router {
+    let limit = gateway.max_body_bytes;
+    Router::new()
+        .route("/v1/chat/completions", post(handlers::chat_completions))
+        .route("/v1/completions", post(handlers::completions))
+        .route("/v1/models", get(handlers::models))
+        .route("/v1/{*rest}", axum::routing::any(handlers::unknown_route))
+        .layer(axum::extract::DefaultBodyLimit::max(limit))
+        .with_state(gateway)
+}

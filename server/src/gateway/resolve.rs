@@ -1,0 +1,186 @@
+//! The resolution table: every served name -> where and how it is served. An immutable snapshot
+//! behind an `ArcSwap`, rebuilt from PostgreSQL when it notifies `tf_catalog_changed`; a lookup is
+//! two hash probes and no I/O. A name the tenant may not use is simply absent from its view, so it
+//! answers exactly like a name that does not exist.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use arc_swap::ArcSwap;
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use super::upstream::{Upstream, UpstreamOptions};
+
+/// How the request's `cache_salt` is set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SaltPolicy {
+    /// Salt with the tenant id (default): tenants never share prefix-cache blocks.
+    PerTenant,
+    /// An admin opted this model into a shared cache: the client's salt passes through.
+    Shared,
+}
+
+/// Everything the request path needs to serve one name.
+#[derive(Debug)]
+pub struct Route {
+    pub served_name: String,
+    /// `None` for a public bare base.
+    pub owner: Option<Uuid>,
+    pub base: String,
+    /// Adapter id and version for a tenant's model.
+    pub adapter: Option<(Uuid, i32)>,
+    pub graph: String,
+    pub upstream: Arc<Upstream>,
+    pub upstream_model: String,
+    pub price_key: String,
+    pub salt: SaltPolicy,
+    pub continuous_usage: bool,
+    /// Unix seconds the name was registered (for `/v1/models`).
+    pub created: i64,
+}
+
+/// One immutable snapshot.
+#[derive(Default)]
+pub struct RouteSnapshot {
+    public: HashMap<String, Arc<Route>>,
+    owned: HashMap<Uuid, HashMap<String, Arc<Route>>>,
+}
+
+impl RouteSnapshot {
+    /// The route for `name` as `tenant` sees it: its own models first, then public bases.
+    pub fn get(&self, tenant: Uuid, name: &str) -> Option<&Arc<Route>> {
+        self.owned
+            .get(&tenant)
+            .and_then(|m| m.get(name))
+            .or_else(|| self.public.get(name))
+    }
+
+    /// Every route `tenant` may use, public bases first, each sorted by name.
+    pub fn visible(&self, tenant: Uuid) -> Vec<&Arc<Route>> {
+        let mut public: Vec<_> = self.public.values().collect();
+        public.sort_by(|a, b| a.served_name.cmp(&b.served_name));
+        let mut own: Vec<_> = self.owned.get(&tenant).map(|m| m.values().collect()).unwrap_or_default();
+        own.sort_by(|a, b| a.served_name.cmp(&b.served_name));
+        public.extend(own);
+        public
+    }
+}
+
+/// The live table plus the pooled clients it hands out (kept across rebuilds so warm
+/// connections survive a catalog change).
+pub struct RouteTable {
+    pool: PgPool,
+    current: ArcSwap<RouteSnapshot>,
+    upstreams: Mutex<HashMap<String, Arc<Upstream>>>,
+    options: UpstreamOptions,
+    /// Serialises rebuilds so an older read never overwrites a newer one.
+    reload_lock: tokio::sync::Mutex<()>,
+}
+
+#[derive(sqlx::FromRow)]
+struct Row {
+    served_name: String,
+    owner: Option<Uuid>,
+    base: String,
+    adapter_id: Option<Uuid>,
+    adapter_version: Option<i32>,
+    graph: String,
+    upstream_url: String,
+    upstream_model: String,
+    price_key: String,
+    shared_cache: bool,
+    continuous_usage: bool,
+    created: i64,
+}
+
+impl RouteTable {
+    pub fn new(pool: PgPool, options: UpstreamOptions) -> Self {
+        Self {
+            pool,
+            current: ArcSwap::from_pointee(RouteSnapshot::default()),
+            upstreams: Mutex::new(HashMap::new()),
+            options,
+            reload_lock: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// The current snapshot; hold it for the whole request so one request sees one table.
+    pub fn snapshot(&self) -> arc_swap::Guard<Arc<RouteSnapshot>> {
+        self.current.load()
+    }
+
+    /// Rebuilds the snapshot from PostgreSQL and swaps it in.
+    pub async fn reload(&self) -> anyhow::Result<()> {
+        let _serial = self.reload_lock.lock().await;
+        let rows = sqlx::query_as::<_, Row>(
+            "SELECT b.name AS served_name, NULL::uuid AS owner, b.name AS base, NULL::uuid AS adapter_id,
+                    NULL::int AS adapter_version, b.graph, b.upstream_url, b.upstream_model, b.price_key,
+                    b.shared_cache, b.continuous_usage, extract(epoch FROM b.created_at)::bigint AS created
+             FROM base_models b WHERE b.offered
+             UNION ALL
+             SELECT a.name, a.tenant_id, b.name, a.id, a.version, b.graph, b.upstream_url, a.upstream_model,
+                    a.price_key, a.shared_cache, b.continuous_usage, extract(epoch FROM a.created_at)::bigint
+             FROM adapters a JOIN base_models b ON b.id = a.base_model_id
+                  JOIN tenants t ON t.id = a.tenant_id
+             WHERE a.state = 'ready' AND t.status = 'active'",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        let mut next = RouteSnapshot::default();
+        for row in rows {
+            let route = Arc::new(Route {
+                upstream: self.upstream(&row.upstream_url)?,
+                served_name: row.served_name.clone(),
+                owner: row.owner,
+                base: row.base,
+                adapter: row.adapter_id.zip(row.adapter_version),
+                graph: row.graph,
+                upstream_model: row.upstream_model,
+                price_key: row.price_key,
+                salt: if row.shared_cache {
+                    SaltPolicy::Shared
+                } else {
+                    SaltPolicy::PerTenant
+                },
+                continuous_usage: row.continuous_usage,
+                created: row.created,
+            });
+            match row.owner {
+                None => {
+                    next.public.insert(row.served_name, route);
+                }
+                Some(owner) => {
+                    next.owned.entry(owner).or_default().insert(row.served_name, route);
+                }
+            }
+        }
+        self.current.store(Arc::new(next));
+        Ok(())
+    }
+
+    fn upstream(&self, url: &str) -> anyhow::Result<Arc<Upstream>> {
+        let mut map = self
+            .upstreams
+            .lock()
+            .map_err(|_| anyhow::anyhow!("upstream registry poisoned"))?;
+        if let Some(u) = map.get(url) {
+            return Ok(u.clone());
+        }
+        let u = Arc::new(Upstream::new(url, &self.options)?);
+        map.insert(url.to_owned(), u.clone());
+        Ok(u)
+    }
+}
+
+/// Deletes a tenant's model and removes its route from this replica before returning (other
+/// replicas follow on NOTIFY). Returns whether it existed.
+pub async fn delete_adapter(pool: &PgPool, table: &RouteTable, tenant: Uuid, name: &str) -> anyhow::Result<bool> {
+    let done = sqlx::query("DELETE FROM adapters WHERE tenant_id = $1 AND name = $2")
+        .bind(tenant)
+        .bind(name)
+        .execute(pool)
+        .await?;
+    table.reload().await?;
+    Ok(done.rows_affected() > 0)
+}

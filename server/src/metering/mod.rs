@@ -1,0 +1,6 @@
+//! Metering: reading every response to its end to capture usage, and the usage event itself.
+
+pub mod meter;
+pub mod relay;
+pub mod sse;
+pub mod usage;

@@ -1,0 +1,212 @@
+//! The metering task: it owns the upstream response and the accounting; the client is only the
+//! consumer of a channel. When the client goes away the task notices at once (the channel
+//! closes), drops the upstream response (which cancels the engine's work) and still records what
+//! the engine produced. The event is recorded before the response's final bytes are released.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use tokio::sync::{mpsc, oneshot};
+
+use super::meter::{Outgoing, StreamMeter};
+use super::sse::SseParser;
+use super::usage::{Provenance, Usage, UsageEvent, UsageSink, UsageStatus};
+
+/// Everything needed to finish the usage event of one request.
+pub struct MeterContext {
+    /// The event with identity fields filled and zero tokens.
+    pub event: UsageEvent,
+    pub started: Instant,
+    /// Prompt tokens by the base's tokenizer, computed only if the engine never reported usage.
+    pub estimate_prompt: Box<dyn FnOnce() -> u64 + Send>,
+    pub sink: Arc<dyn UsageSink>,
+}
+
+impl MeterContext {
+    /// Fills in counts and outcome and hands the event to the sink.
+    pub async fn settle(
+        self,
+        usage: Option<Usage>,
+        completed: bool,
+        generated_chunks: u64,
+        status: UsageStatus,
+        ttft_ms: Option<i32>,
+    ) -> UsageEvent {
+        let mut event = self.event;
+        let (prompt, cached, completion, provenance) = match usage {
+            Some(u) => (
+                u.prompt_tokens,
+                u.cached_tokens(),
+                u.completion_tokens,
+                if completed { Provenance::Engine } else { Provenance::Partial },
+            ),
+            None => ((self.estimate_prompt)(), 0, generated_chunks, Provenance::Estimated),
+        };
+        event.prompt_tokens = clamp_i64(prompt);
+        event.cached_tokens = clamp_i64(cached);
+        event.completion_tokens = clamp_i64(completion);
+        event.provenance = provenance;
+        event.status = status;
+        event.ttft_ms = ttft_ms;
+        event.duration_ms = i32::try_from(self.started.elapsed().as_millis()).unwrap_or(i32::MAX);
+        if let Err(e) = self.sink.record(&event).await {
+            tracing::error!(request_id = %event.request_id, error = %e, "usage event not recorded");
+        }
+        event
+    }
+}
+
+fn clamp_i64(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+fn ms_since(start: Instant) -> i32 {
+    i32::try_from(start.elapsed().as_millis()).unwrap_or(i32::MAX)
+}
+
+/// The SSE event a client receives when the upstream breaks mid-stream.
+fn error_event() -> Bytes {
+    Bytes::from_static(
+        b"data: {\"error\":{\"message\":\"The model backend failed during generation.\",\"type\":\"api_error\",\"param\":null,\"code\":\"upstream_error\"}}\n\n",
+    )
+}
+
+enum End {
+    Complete(Option<Bytes>),
+    ClientGone,
+    UpstreamBroken,
+}
+
+/// Relays a streamed response chunk by chunk.
+pub async fn relay_stream(
+    upstream: reqwest::Response,
+    tx: mpsc::Sender<Result<Bytes, std::io::Error>>,
+    mut meter: StreamMeter,
+    ctx: MeterContext,
+) -> UsageEvent {
+    let mut body = upstream.bytes_stream();
+    let mut parser = SseParser::default();
+    let mut out = Vec::with_capacity(4);
+    let mut ttft = None;
+    let end = 'read: loop {
+        let next = tokio::select! {
+            biased;
+            () = tx.closed() => break 'read End::ClientGone,
+            next = body.next() => next,
+        };
+        let bytes = match next {
+            Some(Ok(bytes)) => bytes,
+            Some(Err(e)) => {
+                tracing::warn!(error = %e, "upstream stream broke");
+                break 'read End::UpstreamBroken;
+            }
+            None if meter.completed() => break 'read End::Complete(None),
+            None => break 'read End::UpstreamBroken,
+        };
+        parser.push(&bytes);
+        while let Some(event) = parser.next_event() {
+            meter.on_event(event, &mut out);
+        }
+        if ttft.is_none() && meter.generated_chunks() > 0 {
+            ttft = Some(ms_since(ctx.started));
+        }
+        for o in out.drain(..) {
+            match o {
+                Outgoing::Send(b) => {
+                    if tx.send(Ok(b)).await.is_err() {
+                        break 'read End::ClientGone;
+                    }
+                }
+                Outgoing::Done(b) => break 'read End::Complete(Some(b)),
+            }
+        }
+    };
+    // Dropping the body closes the upstream connection: the engine stops generating.
+    drop(body);
+    let status = match (&end, meter.saw_error()) {
+        (End::ClientGone, _) => UsageStatus::ClientAbort,
+        (End::UpstreamBroken, _) | (_, true) => UsageStatus::UpstreamError,
+        (End::Complete(_), false) => UsageStatus::Ok,
+    };
+    let completed = matches!(end, End::Complete(_));
+    if !completed {
+        meter.on_cut(&mut out);
+    }
+    let event = ctx
+        .settle(meter.last_usage(), completed, meter.generated_chunks(), status, ttft)
+        .await;
+    // INVARIANT: recorded before the final bytes leave (test: gateway_ledger reconciliation).
+    match end {
+        End::Complete(done) => {
+            for o in out.drain(..) {
+                if let Outgoing::Send(b) = o {
+                    let _ = tx.send(Ok(b)).await;
+                }
+            }
+            if let Some(done) = done {
+                let _ = tx.send(Ok(done)).await;
+            }
+        }
+        End::UpstreamBroken => {
+            let _ = tx.send(Ok(error_event())).await;
+        }
+        End::ClientGone => {}
+    }
+    event
+}
+
+/// A non-streamed upstream answer, relayed whole once metered.
+pub struct WholeResponse {
+    pub status: reqwest::StatusCode,
+    pub content_type: Option<reqwest::header::HeaderValue>,
+    pub body: Bytes,
+}
+
+#[derive(serde::Deserialize)]
+struct UsageProbe {
+    #[serde(default)]
+    usage: Option<Usage>,
+}
+
+/// Reads a non-streamed response, meters it, then hands it to the waiting handler. Returns
+/// `None` to the handler (via a dropped sender) when the upstream broke.
+pub async fn relay_whole(
+    upstream: reqwest::Response,
+    reply: oneshot::Sender<WholeResponse>,
+    ctx: MeterContext,
+    max_bytes: usize,
+) -> UsageEvent {
+    let status = upstream.status();
+    let content_type = upstream.headers().get(reqwest::header::CONTENT_TYPE).cloned();
+    let mut body = upstream.bytes_stream();
+    let mut buf = Vec::new();
+    let mut reply = reply;
+    let outcome: Result<(), UsageStatus> = loop {
+        let next = tokio::select! {
+            biased;
+            () = reply.closed() => break Err(UsageStatus::ClientAbort),
+            next = body.next() => next,
+        };
+        match next {
+            Some(Ok(b)) if buf.len() + b.len() <= max_bytes => buf.extend_from_slice(&b),
+            Some(Ok(_)) | Some(Err(_)) => break Err(UsageStatus::UpstreamError),
+            None => break Ok(()),
+        }
+    };
+    drop(body);
+    match outcome {
+        Ok(()) => {
+            let usage = serde_json::from_slice::<UsageProbe>(&buf).ok().and_then(|p| p.usage);
+            let event = ctx.settle(usage, true, 0, UsageStatus::Ok, None).await;
+            let _ = reply.send(WholeResponse {
+                status,
+                content_type,
+                body: Bytes::from(buf),
+            });
+            event
+        }
+        Err(status) => ctx.settle(None, false, 0, status, None).await,
+    }
+}

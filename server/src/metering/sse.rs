@@ -1,0 +1,136 @@
+//! Incremental Server-Sent Events parser. Bytes arrive split anywhere (inside a UTF-8 sequence,
+//! between `\r` and `\n`); the parser yields each complete event with its exact raw bytes, so an
+//! event that needs no change is forwarded byte-identical.
+
+use bytes::{Bytes, BytesMut};
+
+/// One complete event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SseEvent {
+    /// The event exactly as received, including its terminating blank line.
+    pub raw: Bytes,
+    /// The `data:` lines joined with `\n` (None for comment-only or field-less events).
+    pub data: Option<Bytes>,
+}
+
+/// Buffers partial input until an event is complete.
+#[derive(Debug, Default)]
+pub struct SseParser {
+    buf: BytesMut,
+    /// Where the next line starts (everything before is part of the current, unfinished event).
+    line_start: usize,
+    /// Data lines of the current event, as ranges into `buf`.
+    data: Vec<(usize, usize)>,
+}
+
+impl SseParser {
+    pub fn push(&mut self, bytes: &[u8]) {
+        self.buf.extend_from_slice(bytes);
+    }
+
+    /// Bytes received that do not yet form a complete event.
+    pub fn pending(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// The next complete event, if one is buffered.
+    pub fn next_event(&mut self) -> Option<SseEvent> {
+        loop {
+            let rel = memchr::memchr(b'\n', &self.buf[self.line_start..])?;
+            let nl = self.line_start + rel;
+            let mut end = nl;
+            if end > self.line_start && self.buf[end - 1] == b'\r' {
+                end -= 1;
+            }
+            let (start, next) = (self.line_start, nl + 1);
+            self.line_start = next;
+            if start == end {
+                // Blank line: the event is complete.
+                let data = self.take_data();
+                let raw = self.buf.split_to(next).freeze();
+                self.line_start = 0;
+                if raw.len() == next && data.is_none() && raw.iter().all(|b| *b == b'\n' || *b == b'\r') {
+                    // Stray blank lines between events carry nothing; forward them anyway.
+                    return Some(SseEvent { raw, data: None });
+                }
+                return Some(SseEvent { raw, data });
+            }
+            let line = &self.buf[start..end];
+            if let Some(rest) = line.strip_prefix(b"data:") {
+                let skip = usize::from(rest.first() == Some(&b' '));
+                self.data.push((start + 5 + skip, end));
+            } else if line == b"data" {
+                self.data.push((end, end));
+            }
+        }
+    }
+
+    fn take_data(&mut self) -> Option<Bytes> {
+        match self.data.len() {
+            0 => None,
+            1 => {
+                let (s, e) = self.data[0];
+                self.data.clear();
+                Some(Bytes::copy_from_slice(&self.buf[s..e]))
+            }
+            _ => {
+                let mut joined = Vec::new();
+                for (i, (s, e)) in self.data.drain(..).enumerate() {
+                    if i > 0 {
+                        joined.push(b'\n');
+                    }
+                    joined.extend_from_slice(&self.buf[s..e]);
+                }
+                Some(Bytes::from(joined))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn all_events(input: &[u8], split: &[usize]) -> Vec<SseEvent> {
+        let mut p = SseParser::default();
+        let mut out = Vec::new();
+        let mut last = 0;
+        for &s in split.iter().chain(std::iter::once(&input.len())) {
+            p.push(&input[last..s]);
+            last = s;
+            while let Some(e) = p.next_event() {
+                out.push(e);
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn splits_anywhere_give_the_same_events() {
+        let input = "data: {\"a\":\"é\"}\n\n: keep-alive\n\ndata: x\r\ndata: y\r\n\r\ndata: [DONE]\n\n".as_bytes();
+        let whole = all_events(input, &[]);
+        assert_eq!(whole.len(), 4);
+        assert_eq!(whole[0].data.as_deref(), Some("{\"a\":\"é\"}".as_bytes()));
+        assert_eq!(whole[1].data, None);
+        assert_eq!(&whole[1].raw[..], b": keep-alive\n\n");
+        assert_eq!(whole[2].data.as_deref(), Some(&b"x\ny"[..]));
+        assert_eq!(whole[3].data.as_deref(), Some(&b"[DONE]"[..]));
+        let joined: Vec<u8> = whole.iter().flat_map(|e| e.raw.to_vec()).collect();
+        assert_eq!(joined, input);
+        for i in 0..input.len() {
+            for j in i..input.len() {
+                assert_eq!(all_events(input, &[i, j]), whole, "split at {i},{j}");
+            }
+        }
+    }
+
+    #[test]
+    fn incomplete_event_waits() {
+        let mut p = SseParser::default();
+        p.push(b"data: {\"x\":1}\n");
+        assert_eq!(p.next_event(), None);
+        p.push(b"\n");
+        assert_eq!(p.next_event().and_then(|e| e.data).as_deref(), Some(&b"{\"x\":1}"[..]));
+        assert_eq!(p.pending(), 0);
+    }
+}

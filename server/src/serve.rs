@@ -1,0 +1,138 @@
+//! The `serve` command: migrate, start the fleet, build the app, print how to use it, serve until
+//! SIGINT/SIGTERM, then drain.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio_util::sync::CancellationToken;
+
+use crate::app::{self, AppOptions};
+use crate::cli::ServeArgs;
+use crate::fleet::{self, FleetSpec};
+
+/// How long in-flight requests get to finish after a shutdown signal.
+const DRAIN_DEADLINE: Duration = Duration::from_secs(30);
+
+pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
+    let fleet_spec = crate::cli::parse_fleet(&args.fleet).map_err(anyhow::Error::msg)?;
+    let url = args.db.database_url.expose();
+    let pool = tf_core::db::connect(url, 32).await?;
+    tf_core::db::migrate(&pool, url).await?;
+
+    let redis = connect_redis(args.redis_url.expose()).await;
+    let cancel = CancellationToken::new();
+    let fleet_tracker = tokio_util::task::TaskTracker::new();
+    fleet::start(&fleet_spec, &pool, &fleet_tracker, &cancel).await?;
+    let demo = if args.demo {
+        Some(crate::demo::ensure(&pool, fleet_spec == FleetSpec::LocalSim).await?)
+    } else {
+        None
+    };
+
+    let built = app::build(
+        pool.clone(),
+        AppOptions {
+            redis,
+            redis_prefix: args.redis_prefix.clone(),
+            secure_cookies: args.secure_cookies,
+            gateway: args.gateway.clone(),
+            sink: None,
+        },
+    )
+    .await?;
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    let addr = listener.local_addr()?;
+    let model = built.gateway.routes.snapshot().visible(uuid::Uuid::nil()).first().map(|r| r.served_name.clone());
+    print_banner(addr, &fleet_spec, demo.as_ref(), model.as_deref())?;
+
+    let shutdown = cancel.clone();
+    let server = axum::serve(
+        listener,
+        built.router.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(async move {
+        shutdown_signal().await;
+        tracing::info!("shutting down: no new connections, draining in-flight requests");
+        shutdown.cancel();
+    });
+    server.await?;
+    built.cancel.cancel();
+    built.tracker.close();
+    if tokio::time::timeout(DRAIN_DEADLINE, built.tracker.wait()).await.is_err() {
+        tracing::warn!("drain deadline passed with requests still in flight");
+    }
+    cancel.cancel();
+    fleet_tracker.close();
+    fleet_tracker.wait().await;
+    pool.close().await;
+    Ok(())
+}
+
+/// Connects to Redis; serving goes on without it (limits fall back to this replica).
+pub async fn connect_redis(url: &str) -> Option<redis::aio::ConnectionManager> {
+    let client = match redis::Client::open(url) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::warn!(error = %e, "REDIS_URL is invalid; running without Redis");
+            return None;
+        }
+    };
+    match tokio::time::timeout(Duration::from_secs(3), client.get_connection_manager()).await {
+        Ok(Ok(m)) => Some(m),
+        _ => {
+            tracing::warn!("Redis is unreachable; running on per-replica limits");
+            None
+        }
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(_) => {
+                let _ = ctrl_c.await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}
+
+fn print_banner(
+    addr: SocketAddr,
+    fleet: &FleetSpec,
+    demo: Option<&crate::demo::DemoCredentials>,
+    model: Option<&str>,
+) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "\nToken Factory is running ({} fleet).", fleet.label())?;
+    writeln!(out, "  Portal:   http://{addr}/")?;
+    writeln!(out, "  API:      http://{addr}/v1")?;
+    if let Some(d) = demo {
+        writeln!(out, "  Tenant login: {} / {}", d.member_email, d.member_password)?;
+        writeln!(out, "  Admin login:  {} / {}", d.admin_email, d.admin_password)?;
+        writeln!(out, "  API key:      {}", d.api_key)?;
+        if let Some(model) = model {
+            writeln!(out, "\nTry it:")?;
+            writeln!(
+                out,
+                "  curl http://{addr}/v1/chat/completions -H 'Authorization: Bearer {}' -H 'Content-Type: application/json' -d '{{\"model\":\"{model}\",\"messages\":[{{\"role\":\"user\",\"content\":\"Hello there\"}}],\"max_tokens\":16}}'",
+                d.api_key
+            )?;
+        }
+        writeln!(out, "\n(Passwords and the demo key are new at every start; older demo keys are revoked.)")?;
+    }
+    out.flush()
+}
