@@ -19,7 +19,8 @@ CREATE TABLE usage_events (
     -- How the counts were obtained: the engine's final usage, its last running usage before an
     -- abort, or counted by the gateway from what it delivered (prompt from the base's tokenizer).
     provenance        text NOT NULL CHECK (provenance IN ('engine', 'partial', 'estimated')),
-    status            text NOT NULL CHECK (status IN ('ok', 'client_abort', 'upstream_error', 'rejected')),
+    -- interrupted: the gateway cut the stream at its shutdown deadline (still billed).
+    status            text NOT NULL CHECK (status IN ('ok', 'client_abort', 'upstream_error', 'interrupted', 'rejected')),
     stream            boolean NOT NULL,
     ttft_ms           integer,
     duration_ms       integer NOT NULL,

@@ -13,6 +13,7 @@ use crate::cli::GatewayArgs;
 use crate::gateway::auth::KeyCache;
 use crate::gateway::resolve::RouteTable;
 use crate::gateway::{self, Gateway, GatewayInner};
+use crate::journal::{Journal, JournalMetrics, JournalSink, Shipper};
 use crate::metering::usage::{PgSink, UsageSink};
 
 /// How often batched `last_used_at` updates are written.
@@ -25,8 +26,10 @@ pub struct AppOptions {
     pub redis_prefix: String,
     pub secure_cookies: bool,
     pub gateway: GatewayArgs,
-    /// Where usage events go; PostgreSQL directly when `None`.
+    /// Where usage events go when there is no journal; PostgreSQL directly when `None`.
     pub sink: Option<Arc<dyn UsageSink>>,
+    /// The local usage journal (the production sink) and its shipper.
+    pub journal: Option<Arc<Journal>>,
 }
 
 impl Default for AppOptions {
@@ -37,6 +40,7 @@ impl Default for AppOptions {
             secure_cookies: false,
             gateway: GatewayArgs::default(),
             sink: None,
+            journal: None,
         }
     }
 }
@@ -49,6 +53,10 @@ pub struct App {
     pub tracker: TaskTracker,
     /// Cancelled to stop the background workers.
     pub cancel: CancellationToken,
+    /// Cancelled at the shutdown deadline to cut streams still running.
+    pub cut: CancellationToken,
+    /// Moves journal records to PostgreSQL (when there is a journal).
+    pub shipper: Option<Arc<Shipper>>,
 }
 
 /// Builds state, loads the resolution table and starts the background workers.
@@ -58,15 +66,33 @@ pub async fn build(pool: PgPool, options: AppOptions) -> anyhow::Result<App> {
     let keys = Arc::new(KeyCache::new(pool.clone()));
     let routes = Arc::new(RouteTable::new(pool.clone(), (&options.gateway).into()));
     routes.reload().await?;
-    let sink = options
-        .sink
-        .clone()
-        .unwrap_or_else(|| Arc::new(PgSink::new(pool.clone())));
+    let cut = CancellationToken::new();
+    let (sink, shipper): (Arc<dyn UsageSink>, _) = match &options.journal {
+        Some(journal) => {
+            let shipper = Arc::new(Shipper::new(journal.dir.clone(), pool.clone(), journal.metrics.clone()));
+            tracker.spawn(shipper.clone().run(cancel.clone()));
+            (
+                Arc::new(JournalSink {
+                    journal: journal.clone(),
+                    pool: pool.clone(),
+                }),
+                Some(shipper),
+            )
+        }
+        None => (
+            options
+                .sink
+                .clone()
+                .unwrap_or_else(|| Arc::new(PgSink::new(pool.clone()))),
+            None,
+        ),
+    };
     let gateway = Gateway::new(GatewayInner {
         keys: keys.clone(),
         routes: routes.clone(),
         sink,
         tracker: tracker.clone(),
+        cut: cut.clone(),
         max_body_bytes: options.gateway.max_body_bytes,
     });
 
@@ -80,12 +106,17 @@ pub async fn build(pool: PgPool, options: AppOptions) -> anyhow::Result<App> {
         secure_cookies: options.secure_cookies,
     })
     .await?;
-    let router = gateway::router(gateway.clone()).merge(portal);
+    let metrics = options.journal.as_ref().map(|j| j.metrics.clone());
+    let router = gateway::router(gateway.clone())
+        .merge(portal)
+        .route("/metrics", axum::routing::get(move || render_metrics(metrics.clone())));
     Ok(App {
         router,
         gateway,
         tracker,
         cancel,
+        cut,
+        shipper,
     })
 }
 
@@ -101,4 +132,12 @@ async fn flush_last_used(keys: Arc<KeyCache>, cancel: CancellationToken) {
         }
     }
     let _ = keys.flush_last_used().await;
+}
+
+async fn render_metrics(journal: Option<Arc<JournalMetrics>>) -> impl axum::response::IntoResponse {
+    let mut out = String::new();
+    if let Some(j) = journal {
+        j.render(&mut out);
+    }
+    ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], out)
 }

@@ -61,6 +61,26 @@ pub struct ServeArgs {
     pub secure_cookies: bool,
     #[command(flatten)]
     pub gateway: GatewayArgs,
+    #[command(flatten)]
+    pub journal: JournalArgs,
+}
+
+/// The local usage journal.
+#[derive(Debug, Clone, Args)]
+pub struct JournalArgs {
+    /// Directory of this replica's usage journal (one process per directory).
+    #[arg(long, env = "TF_JOURNAL_DIR", default_value = ".tokenfactory/journal")]
+    pub journal_dir: PathBuf,
+    /// `process`: an event is handed to the OS before the response ends (survives a crash);
+    /// `machine`: it is fsynced first (survives power loss); `off`: straight to PostgreSQL.
+    #[arg(long, env = "TF_JOURNAL_DURABILITY", default_value = "process")]
+    pub journal_durability: crate::journal::Durability,
+    /// How often the group committer fsyncs in `process` mode, in milliseconds.
+    #[arg(long, env = "TF_JOURNAL_GROUP_COMMIT_MS", default_value_t = 5)]
+    pub journal_group_commit_ms: u64,
+    /// How long in-flight requests may run after SIGTERM before they are cut and billed, in seconds.
+    #[arg(long, env = "TF_DRAIN_SECONDS", default_value_t = 30)]
+    pub drain_seconds: u64,
 }
 
 /// Request-path limits and timeouts.

@@ -7,6 +7,7 @@ pub mod cli;
 pub mod demo;
 pub mod fleet;
 pub mod gateway;
+pub mod journal;
 pub mod metering;
 pub mod notify;
 pub mod portal;

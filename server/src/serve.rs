@@ -1,6 +1,7 @@
 //! The `serve` command: migrate, start the fleet, build the app, print how to use it, serve until
 //! SIGINT/SIGTERM, then drain.
 
+use std::future::IntoFuture;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -12,8 +13,10 @@ use crate::app::{self, AppOptions};
 use crate::cli::ServeArgs;
 use crate::fleet::{self, FleetSpec};
 
-/// How long in-flight requests get to finish after a shutdown signal.
-const DRAIN_DEADLINE: Duration = Duration::from_secs(30);
+/// After the deadline cut, how long streams get to send their last bytes.
+const CUT_GRACE: Duration = Duration::from_secs(5);
+/// How long the final shipping of the journal may take before exit.
+const FINAL_SHIP: Duration = Duration::from_secs(10);
 
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let fleet_spec = crate::cli::parse_fleet(&args.fleet).map_err(anyhow::Error::msg)?;
@@ -22,6 +25,18 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     tf_core::db::migrate(&pool, url).await?;
 
     let redis = connect_redis(args.redis_url.expose()).await;
+    let journal = match args.journal.journal_durability {
+        crate::journal::Durability::Off => None,
+        level => Some(std::sync::Arc::new(
+            crate::journal::Journal::open(
+                &args.journal.journal_dir,
+                level,
+                Duration::from_millis(args.journal.journal_group_commit_ms),
+                Default::default(),
+            )
+            .with_context(|| format!("opening the usage journal in {}", args.journal.journal_dir.display()))?,
+        )),
+    };
     let cancel = CancellationToken::new();
     let fleet_tracker = tokio_util::task::TaskTracker::new();
     fleet::start(&fleet_spec, &pool, &fleet_tracker, &cancel).await?;
@@ -39,6 +54,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             secure_cookies: args.secure_cookies,
             gateway: args.gateway.clone(),
             sink: None,
+            journal: journal.clone(),
         },
     )
     .await?;
@@ -49,21 +65,36 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let model = built.gateway.routes.snapshot().visible(uuid::Uuid::nil()).first().map(|r| r.served_name.clone());
     print_banner(addr, &fleet_spec, demo.as_ref(), model.as_deref())?;
 
-    let shutdown = cancel.clone();
-    let server = axum::serve(
-        listener,
-        built.router.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(async move {
-        shutdown_signal().await;
-        tracing::info!("shutting down: no new connections, draining in-flight requests");
-        shutdown.cancel();
-    });
-    server.await?;
+    let stop = CancellationToken::new();
+    let stopping = stop.clone();
+    let mut server = tokio::spawn(
+        axum::serve(listener, built.router.into_make_service_with_connect_info::<SocketAddr>())
+            .with_graceful_shutdown(async move { stopping.cancelled().await })
+            .into_future(),
+    );
+    tokio::select! {
+        result = &mut server => { result??; }
+        () = shutdown_signal() => {
+            tracing::info!("shutting down: no new connections, draining in-flight requests");
+            stop.cancel();
+            let deadline = Duration::from_secs(args.journal.drain_seconds);
+            if tokio::time::timeout(deadline, &mut server).await.is_err() {
+                tracing::warn!("drain deadline passed: cutting the streams still running (they are billed)");
+                built.cut.cancel();
+                let _ = tokio::time::timeout(CUT_GRACE, &mut server).await;
+            }
+        }
+    }
     built.cancel.cancel();
     built.tracker.close();
-    if tokio::time::timeout(DRAIN_DEADLINE, built.tracker.wait()).await.is_err() {
-        tracing::warn!("drain deadline passed with requests still in flight");
+    let _ = tokio::time::timeout(CUT_GRACE, built.tracker.wait()).await;
+    if let Some(journal) = &journal {
+        journal.close();
+    }
+    if let Some(shipper) = &built.shipper {
+        if let Err(e) = shipper.drain(FINAL_SHIP).await {
+            tracing::warn!(error = %e, "usage left in the journal; it ships at the next start");
+        }
     }
     cancel.cancel();
     fleet_tracker.close();

@@ -1,0 +1,178 @@
+//! Gateway benchmark: the same load against the engine simulator directly and through the
+//! gateway (auth, resolution and metering on), in one run, printing ratios. Absolute numbers swing
+//! between machines; the ratios are the result.
+//!
+//! `cargo bench -p tokenfactory --bench gateway` (needs PostgreSQL; uses database
+//! `tokenfactory_bench`, recreated each run). Env: `TF_BENCH_SECONDS` (per phase, default 5),
+//! `TF_BENCH_CONNECTIONS` (default 50).
+
+#![allow(clippy::print_stdout, clippy::unwrap_used, clippy::expect_used)]
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use serde_json::{json, Value};
+use tf_engine_sim::{EngineSim, SimConfig};
+use tokenfactory::app::{self, AppOptions};
+use tokenfactory::fleet::{self, BaseRegistration};
+
+struct Phase {
+    requests: u64,
+    chunks: u64,
+    latencies_us: Vec<u64>,
+    elapsed: Duration,
+    cpu: Duration,
+}
+
+impl Phase {
+    fn rps(&self) -> f64 {
+        self.requests as f64 / self.elapsed.as_secs_f64()
+    }
+    fn pct(&self, p: f64) -> f64 {
+        let mut v = self.latencies_us.clone();
+        v.sort_unstable();
+        if v.is_empty() {
+            return 0.0;
+        }
+        v[((v.len() as f64 - 1.0) * p) as usize] as f64 / 1000.0
+    }
+    fn cpu_per_chunk_us(&self) -> f64 {
+        self.cpu.as_secs_f64() * 1e6 / self.chunks.max(1) as f64
+    }
+}
+
+/// Process CPU time (user + system) from /proc, in clock ticks of 10 ms.
+fn process_cpu() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let after = stat.rsplit(')').next().unwrap_or("");
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let ticks: u64 = f.get(11).and_then(|x| x.parse().ok()).unwrap_or(0) + f.get(12).and_then(|x| x.parse().ok()).unwrap_or(0);
+    Duration::from_millis(ticks * 10)
+}
+
+async fn run_phase(url: String, key: Option<String>, body: Value, stream: bool, conns: usize, dur: Duration) -> Phase {
+    let body = Arc::new(serde_json::to_vec(&body).unwrap());
+    let deadline = Instant::now() + dur;
+    let cpu0 = process_cpu();
+    let start = Instant::now();
+    let tasks: Vec<_> = (0..conns)
+        .map(|_| {
+            let (url, key, body) = (url.clone(), key.clone(), body.clone());
+            tokio::spawn(async move {
+                let client = reqwest::Client::builder().pool_max_idle_per_host(1).tcp_nodelay(true).build().unwrap();
+                let (mut n, mut chunks, mut lat) = (0u64, 0u64, Vec::new());
+                while Instant::now() < deadline {
+                    let t0 = Instant::now();
+                    let mut req = client.post(&url).header("content-type", "application/json").body(body.to_vec());
+                    if let Some(k) = &key {
+                        req = req.bearer_auth(k);
+                    }
+                    let resp = req.send().await.unwrap();
+                    assert!(resp.status().is_success(), "{}", resp.status());
+                    if stream {
+                        let mut s = resp.bytes_stream();
+                        while let Some(b) = s.next().await {
+                            chunks += memchr_count(&b.unwrap());
+                        }
+                    } else {
+                        resp.bytes().await.unwrap();
+                        chunks += 1;
+                    }
+                    lat.push(t0.elapsed().as_micros() as u64);
+                    n += 1;
+                }
+                (n, chunks, lat)
+            })
+        })
+        .collect();
+    let mut phase = Phase { requests: 0, chunks: 0, latencies_us: Vec::new(), elapsed: Duration::ZERO, cpu: Duration::ZERO };
+    for t in tasks {
+        let (n, c, l) = t.await.unwrap();
+        phase.requests += n;
+        phase.chunks += c;
+        phase.latencies_us.extend(l);
+    }
+    phase.elapsed = start.elapsed();
+    phase.cpu = process_cpu() - cpu0;
+    phase
+}
+
+/// SSE events in a buffer (`\n\n` terminators); chunks of a response arrive whole from the sim.
+fn memchr_count(b: &[u8]) -> u64 {
+    b.windows(2).filter(|w| w == b"\n\n").count() as u64
+}
+
+async fn serve_sim() -> SocketAddr {
+    let sim = EngineSim::new(SimConfig { models: vec!["bench-base".into()], ..SimConfig::default() });
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(tf_engine_sim::serve(l, sim, std::future::pending()));
+    addr
+}
+
+async fn setup_gateway(sim: SocketAddr) -> (SocketAddr, String) {
+    let admin = std::env::var("DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
+    let base = admin.rsplit_once('/').map(|(b, _)| b.to_owned()).unwrap();
+    let maint = sqlx::PgPool::connect(&format!("{base}/postgres")).await.unwrap();
+    sqlx::query("DROP DATABASE IF EXISTS tokenfactory_bench WITH (FORCE)").execute(&maint).await.unwrap();
+    let url = format!("{base}/tokenfactory_bench");
+    let pool = tf_core::db::connect(&url, 16).await.unwrap();
+    tf_core::db::migrate(&pool, &url).await.unwrap();
+    fleet::register_bases(
+        &pool,
+        "static",
+        &[BaseRegistration {
+            name: "bench-base".into(),
+            graph: "bench".into(),
+            upstream_url: format!("http://{sim}/v1"),
+            upstream_model: "bench-base".into(),
+            continuous_usage: true,
+        }],
+    )
+    .await
+    .unwrap();
+    let tenant = tf_core::accounts::create_tenant(&pool, "bench", "Bench").await.unwrap();
+    let (_, key) = tf_core::keys::issue(&pool, tenant.id, "bench").await.unwrap();
+    let built = app::build(pool, AppOptions::default()).await.unwrap();
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(l, built.router.into_make_service_with_connect_info::<SocketAddr>()).await });
+    (addr, key)
+}
+
+fn main() {
+    let secs: u64 = std::env::var("TF_BENCH_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(5);
+    let conns: usize = std::env::var("TF_BENCH_CONNECTIONS").ok().and_then(|s| s.parse().ok()).unwrap_or(50);
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    rt.block_on(async move {
+        let sim = serve_sim().await;
+        let (gw, key) = setup_gateway(sim).await;
+        let dur = Duration::from_secs(secs);
+        let small = json!({"model": "bench-base", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1});
+        let streaming = json!({"model": "bench-base", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 64, "stream": true});
+        let direct_url = format!("http://{sim}/v1/chat/completions");
+        let gw_url = format!("http://{gw}/v1/chat/completions");
+        // Warm both paths (connections, caches).
+        run_phase(gw_url.clone(), Some(key.clone()), small.clone(), false, 4, Duration::from_millis(300)).await;
+
+        println!("gateway benchmark: {conns} connections, {secs} s per phase");
+        let d = run_phase(direct_url.clone(), None, small.clone(), false, conns, dur).await;
+        let g = run_phase(gw_url.clone(), Some(key.clone()), small.clone(), false, conns, dur).await;
+        println!("non-streaming  direct  {:>9.0} req/s  p50 {:>6.2} ms  p99 {:>6.2} ms", d.rps(), d.pct(0.5), d.pct(0.99));
+        println!("non-streaming  gateway {:>9.0} req/s  p50 {:>6.2} ms  p99 {:>6.2} ms", g.rps(), g.pct(0.5), g.pct(0.99));
+        println!("  throughput ratio gateway/direct: {:.2} (target >= 0.35)", g.rps() / d.rps());
+
+        let d1 = run_phase(direct_url.clone(), None, small.clone(), false, 1, dur / 2).await;
+        let g1 = run_phase(gw_url.clone(), Some(key.clone()), small.clone(), false, 1, dur / 2).await;
+        println!("unloaded (1 connection) direct p50 {:.3} ms p99 {:.3} ms; gateway p50 {:.3} ms p99 {:.3} ms", d1.pct(0.5), d1.pct(0.99), g1.pct(0.5), g1.pct(0.99));
+        println!("  added latency by the gateway: p50 {:.3} ms, p99 {:.3} ms (target p99 <= 1 ms)", g1.pct(0.5) - d1.pct(0.5), g1.pct(0.99) - d1.pct(0.99));
+
+        let ds = run_phase(direct_url, None, streaming.clone(), true, conns, dur).await;
+        let gs = run_phase(gw_url, Some(key), streaming, true, conns, dur).await;
+        println!("streaming 64   direct  {:>9.0} chunks/s  {:.2} us CPU/chunk (load generator + engine)", ds.chunks as f64 / ds.elapsed.as_secs_f64(), ds.cpu_per_chunk_us());
+        println!("streaming 64   gateway {:>9.0} chunks/s  {:.2} us CPU/chunk (load generator + engine + gateway)", gs.chunks as f64 / gs.elapsed.as_secs_f64(), gs.cpu_per_chunk_us());
+        println!("  streaming throughput ratio: {:.2}; gateway CPU per streamed chunk: {:.2} us (target <= 5)", gs.chunks as f64 / gs.elapsed.as_secs_f64() / (ds.chunks as f64 / ds.elapsed.as_secs_f64()), gs.cpu_per_chunk_us() - ds.cpu_per_chunk_us());
+    });
+}

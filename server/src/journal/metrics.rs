@@ -1,0 +1,40 @@
+//! Counters of the journal and shipper, exposed on `/metrics` in Prometheus' text format.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+#[derive(Debug, Default)]
+pub struct JournalMetrics {
+    /// Events appended to the journal by this process.
+    pub journaled: AtomicU64,
+    /// Events acknowledged by PostgreSQL (new rows, or duplicates absorbed there).
+    pub shipped: AtomicU64,
+    /// Unshipped bytes on disk, as of the shipper's last pass.
+    pub backlog_bytes: AtomicU64,
+    /// Seconds between the oldest unshipped event's end and the shipper's last pass.
+    pub ship_lag_ms: AtomicU64,
+    /// Failed attempts to ship (PostgreSQL unreachable or refusing).
+    pub ship_failures: AtomicU64,
+    /// Records found corrupt (not torn tails) and skipped.
+    pub corrupt_records: AtomicU64,
+    /// fsync calls made by the group committer.
+    pub fsyncs: AtomicU64,
+}
+
+impl JournalMetrics {
+    pub fn render(&self, out: &mut String) {
+        use std::fmt::Write;
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let rows: [(&str, &str, &str, f64); 7] = [
+            ("tf_usage_events_journaled_total", "counter", "Usage events appended to the local journal.", g(&self.journaled) as f64),
+            ("tf_usage_events_shipped_total", "counter", "Usage events acknowledged by PostgreSQL.", g(&self.shipped) as f64),
+            ("tf_journal_backlog_bytes", "gauge", "Journal bytes not yet acknowledged by PostgreSQL.", g(&self.backlog_bytes) as f64),
+            ("tf_journal_ship_lag_seconds", "gauge", "Age of the oldest unshipped usage event.", g(&self.ship_lag_ms) as f64 / 1000.0),
+            ("tf_journal_ship_failures_total", "counter", "Failed attempts to ship usage events.", g(&self.ship_failures) as f64),
+            ("tf_journal_corrupt_records_total", "counter", "Corrupt journal records skipped.", g(&self.corrupt_records) as f64),
+            ("tf_journal_fsyncs_total", "counter", "fsync calls of the journal's group committer.", g(&self.fsyncs) as f64),
+        ];
+        for (name, kind, help, value) in rows {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}");
+        }
+    }
+}

@@ -1,0 +1,147 @@
+//! The shipper: moves journal records to PostgreSQL in batches (multi-row INSERT ... ON CONFLICT
+//! (request_id) DO NOTHING), then advances the cursor and deletes segments PostgreSQL has fully
+//! acknowledged. A crash between the insert and the cursor write re-ships that batch on restart;
+//! the primary key absorbs it, so every event is counted once.
+
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::PgPool;
+use time::OffsetDateTime;
+use tokio_util::sync::CancellationToken;
+
+use super::metrics::JournalMetrics;
+use super::segment::{self, Cursor};
+use crate::metering::usage;
+
+/// Events per INSERT (17 parameters each; PostgreSQL allows 65,535 per statement).
+const BATCH: usize = 2_000;
+const BATCH_BYTES: usize = 8 * 1024 * 1024;
+/// Pause when there is nothing to ship.
+const IDLE: Duration = Duration::from_millis(20);
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+pub struct Shipper {
+    dir: PathBuf,
+    pool: PgPool,
+    metrics: Arc<JournalMetrics>,
+    cursor: tokio::sync::Mutex<Option<Cursor>>,
+}
+
+impl Shipper {
+    pub fn new(dir: PathBuf, pool: PgPool, metrics: Arc<JournalMetrics>) -> Self {
+        Self {
+            dir,
+            pool,
+            metrics,
+            cursor: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    /// Ships until `cancel`, backing off while PostgreSQL is unreachable.
+    pub async fn run(self: Arc<Self>, cancel: CancellationToken) {
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            let pause = match self.ship_once().await {
+                Ok(0) => IDLE,
+                Ok(_) => {
+                    backoff = Duration::from_millis(100);
+                    Duration::ZERO
+                }
+                Err(e) => {
+                    self.metrics.ship_failures.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(error = %e, "shipping usage to PostgreSQL failed; retrying");
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                    backoff
+                }
+            };
+            if pause.is_zero() {
+                if cancel.is_cancelled() {
+                    return;
+                }
+                continue;
+            }
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                () = tokio::time::sleep(pause) => {}
+            }
+        }
+    }
+
+    /// Ships everything journaled so far (graceful shutdown), or gives up at `deadline`.
+    pub async fn drain(&self, deadline: Duration) -> anyhow::Result<()> {
+        tokio::time::timeout(deadline, async {
+            loop {
+                if self.ship_once().await? == 0 && self.backlog().await? == 0 {
+                    return Ok(());
+                }
+            }
+        })
+        .await
+        .map_err(|_| anyhow::anyhow!("journal not fully shipped before the deadline"))?
+    }
+
+    async fn backlog(&self) -> anyhow::Result<u64> {
+        let cursor = self.cursor.lock().await.unwrap_or_default();
+        Ok(segment::backlog_bytes(&self.dir, cursor)?)
+    }
+
+    /// One pass: ships at most one batch. Returns the number of events acknowledged.
+    pub async fn ship_once(&self) -> anyhow::Result<usize> {
+        let mut guard = self.cursor.lock().await;
+        let mut cursor = match *guard {
+            Some(c) => c,
+            None => segment::read_cursor(&self.dir)?,
+        };
+        *guard = Some(cursor);
+        let segments = segment::list(&self.dir)?;
+        let Some(&seq) = segments.iter().find(|s| **s >= cursor.seq) else {
+            return Ok(0);
+        };
+        if seq > cursor.seq {
+            cursor = Cursor { seq, offset: 0 };
+        }
+        let later = segments.iter().any(|s| *s > seq);
+        let path = segment::path(&self.dir, seq);
+        let offset = cursor.offset;
+        let batch = tokio::task::spawn_blocking(move || segment::read_from(&path, offset, BATCH, BATCH_BYTES)).await??;
+        let n = batch.events.len();
+        if n > 0 {
+            usage::insert_batch(&self.pool, &batch.events).await?;
+            self.metrics.shipped.fetch_add(n as u64, Ordering::Relaxed);
+            let oldest_end = batch
+                .events
+                .iter()
+                .map(|e| e.started_at + time::Duration::milliseconds(i64::from(e.duration_ms)))
+                .min();
+            if let Some(t) = oldest_end {
+                let lag = (OffsetDateTime::now_utc() - t).whole_milliseconds().max(0);
+                self.metrics.ship_lag_ms.store(u64::try_from(lag).unwrap_or(0), Ordering::Relaxed);
+            }
+            cursor.offset = batch.end;
+        } else if later {
+            // This segment is closed (the writer moved on) and fully shipped, or its remainder
+            // is corrupt: move to the next one.
+            if batch.corrupt {
+                self.metrics.corrupt_records.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(segment = seq, offset, "corrupt journal record; skipping the rest of the segment");
+            }
+            cursor = Cursor { seq: seq + 1, offset: 0 };
+        } else {
+            self.metrics.ship_lag_ms.store(0, Ordering::Relaxed);
+        }
+        if Some(cursor) != *guard {
+            segment::write_cursor(&self.dir, cursor)?;
+            for old in segments.iter().filter(|s| **s < cursor.seq) {
+                let _ = std::fs::remove_file(segment::path(&self.dir, *old));
+            }
+            *guard = Some(cursor);
+        }
+        self.metrics
+            .backlog_bytes
+            .store(segment::backlog_bytes(&self.dir, cursor).unwrap_or(0), Ordering::Relaxed);
+        Ok(n)
+    }
+}
