@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/ensure-services.sh
-export DATABASE_URL="${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/tokenfactory_test}"
+export DATABASE_URL="${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres}"
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings

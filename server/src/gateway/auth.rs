@@ -17,6 +17,10 @@ use super::error::GatewayError;
 
 /// How long a cached lookup is trusted without asking PostgreSQL again.
 pub const FRESH_FOR: Duration = Duration::from_secs(1);
+/// How long a refresh may take when a stale answer could be served instead.
+const STALE_REFRESH_TIMEOUT: Duration = Duration::from_millis(250);
+/// How long a first lookup may take before the request fails with 503.
+const COLD_LOOKUP_TIMEOUT: Duration = Duration::from_secs(3);
 /// Bound on cached entries (unknown keys are cached too, so a flood of bad keys cannot grow it).
 const MAX_ENTRIES: usize = 100_000;
 
@@ -73,16 +77,29 @@ impl KeyCache {
         });
         let lookup = match cached {
             Some((lookup, true)) => lookup,
-            stale => match self.fetch(&hash).await {
-                Ok(lookup) => {
-                    self.store(hash, lookup.clone());
-                    lookup
+            stale => {
+                // With a stale answer in hand, do not let a slow database hold the request.
+                let limit = if stale.is_some() { STALE_REFRESH_TIMEOUT } else { COLD_LOOKUP_TIMEOUT };
+                let fetched = tokio::time::timeout(limit, self.fetch(&hash))
+                    .await
+                    .unwrap_or(Err(sqlx::Error::PoolTimedOut));
+                match (fetched, stale) {
+                    (Ok(lookup), _) => {
+                        self.store(hash, lookup.clone());
+                        lookup
+                    }
+                    (Err(e), Some((lookup, _))) => {
+                        tracing::warn!(error = %e, "key lookup failed; serving the cached answer");
+                        // Retry after another FRESH_FOR, not on every request.
+                        self.store(hash, lookup.clone());
+                        lookup
+                    }
+                    (Err(e), None) => {
+                        tracing::warn!(error = %e, "key lookup failed");
+                        return Err(GatewayError::ServiceUnavailable);
+                    }
                 }
-                Err(e) => {
-                    tracing::warn!(error = %e, "key lookup failed; using cached entry if any");
-                    stale.map(|(l, _)| l).ok_or(GatewayError::ServiceUnavailable)?
-                }
-            },
+            }
         };
         match lookup {
             Lookup::Valid(p) => {

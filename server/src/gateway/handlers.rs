@@ -136,6 +136,7 @@ async fn handle(
         started,
         estimate_prompt: Box::new(move || request::estimate_prompt_tokens(endpoint, &req.body)),
         sink: gw.sink.clone(),
+        cut: gw.cut.clone(),
     };
 
     let send = route

@@ -31,6 +31,8 @@ pub struct GatewayInner {
     pub sink: Arc<dyn UsageSink>,
     /// Metering tasks run here so shutdown can wait for them.
     pub tracker: TaskTracker,
+    /// Cancelled at the shutdown deadline to cut streams still running.
+    pub cut: tokio_util::sync::CancellationToken,
     /// Largest request body accepted, and largest non-streamed response read.
     pub max_body_bytes: usize,
 }

@@ -155,18 +155,17 @@ impl WriterState {
             let mut appends = Vec::new();
             let mut syncs = Vec::new();
             let mut buf = Vec::new();
-            let mut take = |m: Msg| match m {
-                Msg::Append(bytes, ack) => {
-                    buf.extend_from_slice(&bytes);
-                    appends.push(ack);
+            let mut next = Some(first);
+            while let Some(m) = next.take() {
+                match m {
+                    Msg::Append(bytes, ack) => {
+                        buf.extend_from_slice(&bytes);
+                        appends.push(ack);
+                    }
+                    Msg::Sync(ack) => syncs.push(ack),
                 }
-                Msg::Sync(ack) => syncs.push(ack),
-            };
-            take(first);
-            while appends.len() < MAX_BATCH {
-                match rx.try_recv() {
-                    Ok(m) => take(m),
-                    Err(_) => break,
+                if appends.len() < MAX_BATCH {
+                    next = rx.try_recv().ok();
                 }
             }
             let written = self.write(&buf);

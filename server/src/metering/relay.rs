@@ -22,6 +22,8 @@ pub struct MeterContext {
     /// Prompt tokens by the base's tokenizer, computed only if the engine never reported usage.
     pub estimate_prompt: Box<dyn FnOnce() -> u64 + Send>,
     pub sink: Arc<dyn UsageSink>,
+    /// Fires at the shutdown deadline: the stream is cut, billed and ended with an error event.
+    pub cut: tokio_util::sync::CancellationToken,
 }
 
 impl MeterContext {
@@ -77,6 +79,7 @@ enum End {
     Complete(Option<Bytes>),
     ClientGone,
     UpstreamBroken,
+    Cut,
 }
 
 /// Relays a streamed response chunk by chunk.
@@ -90,10 +93,12 @@ pub async fn relay_stream(
     let mut parser = SseParser::default();
     let mut out = Vec::with_capacity(4);
     let mut ttft = None;
+    let cut = ctx.cut.clone();
     let end = 'read: loop {
         let next = tokio::select! {
             biased;
             () = tx.closed() => break 'read End::ClientGone,
+            () = cut.cancelled() => break 'read End::Cut,
             next = body.next() => next,
         };
         let bytes = match next {
@@ -127,6 +132,7 @@ pub async fn relay_stream(
     drop(body);
     let status = match (&end, meter.saw_error()) {
         (End::ClientGone, _) => UsageStatus::ClientAbort,
+        (End::Cut, _) => UsageStatus::Interrupted,
         (End::UpstreamBroken, _) | (_, true) => UsageStatus::UpstreamError,
         (End::Complete(_), false) => UsageStatus::Ok,
     };
@@ -151,6 +157,12 @@ pub async fn relay_stream(
         }
         End::UpstreamBroken => {
             let _ = tx.send(Ok(error_event())).await;
+        }
+        End::Cut => {
+            let _ = tx.send(Ok(Bytes::from_static(
+                b"data: {\"error\":{\"message\":\"The server is restarting; the response was cut.\",\"type\":\"service_unavailable\",\"param\":null,\"code\":\"server_shutdown\"}}\n\n",
+            )))
+            .await;
         }
         End::ClientGone => {}
     }
@@ -183,10 +195,12 @@ pub async fn relay_whole(
     let mut body = upstream.bytes_stream();
     let mut buf = Vec::new();
     let mut reply = reply;
+    let cut = ctx.cut.clone();
     let outcome: Result<(), UsageStatus> = loop {
         let next = tokio::select! {
             biased;
             () = reply.closed() => break Err(UsageStatus::ClientAbort),
+            () = cut.cancelled() => break Err(UsageStatus::Interrupted),
             next = body.next() => next,
         };
         match next {

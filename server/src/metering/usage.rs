@@ -58,6 +58,8 @@ pub enum UsageStatus {
     Ok,
     ClientAbort,
     UpstreamError,
+    /// Cut by the gateway at its shutdown deadline; billed like an abort.
+    Interrupted,
     /// Refused at admission (the quotas issue); carries no tokens.
     Rejected,
 }

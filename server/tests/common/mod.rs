@@ -3,6 +3,10 @@
 
 #![allow(dead_code)]
 
+pub mod chaos;
+pub mod client;
+pub mod process;
+
 use std::net::SocketAddr;
 use std::time::Duration;
 

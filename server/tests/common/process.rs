@@ -1,0 +1,112 @@
+//! The `tokenfactory` binary as a child process the test can SIGKILL or SIGTERM, in front of an
+//! in-process engine simulator (whose ledger is the ground truth).
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use sqlx::PgPool;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+pub struct Gateway {
+    pub child: Child,
+    pub addr: SocketAddr,
+    pub key: String,
+}
+
+/// Options of one gateway process.
+pub struct GatewaySpec {
+    pub database_url: String,
+    pub journal_dir: PathBuf,
+    pub fleet_file: PathBuf,
+    pub durability: &'static str,
+    pub drain_seconds: u64,
+}
+
+/// The URL of the database a `#[sqlx::test]` pool points at, optionally through another address.
+pub fn database_url(pool: &PgPool, via: Option<SocketAddr>) -> String {
+    let db = pool.connect_options().get_database().unwrap().to_owned();
+    let host = via.map_or_else(|| "127.0.0.1:5432".to_owned(), |a| a.to_string());
+    format!("postgres://postgres@{host}/{db}")
+}
+
+/// Writes a static fleet file naming the simulator as base `sim-base`.
+pub fn fleet_file(dir: &Path, sim: SocketAddr) -> PathBuf {
+    let path = dir.join("fleet.toml");
+    std::fs::write(
+        &path,
+        format!("[[base]]\nname = \"sim-base\"\nupstream = \"http://{sim}/v1\"\n"),
+    )
+    .unwrap();
+    path
+}
+
+impl Gateway {
+    pub async fn start(spec: &GatewaySpec) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tokenfactory"))
+            .arg("serve")
+            .env("DATABASE_URL", &spec.database_url)
+            .env("TF_LISTEN", "127.0.0.1:0")
+            .env("TF_FLEET", format!("static:{}", spec.fleet_file.display()))
+            .env("TF_JOURNAL_DIR", &spec.journal_dir)
+            .env("TF_JOURNAL_DURABILITY", spec.durability)
+            .env("TF_DRAIN_SECONDS", spec.drain_seconds.to_string())
+            .env("TF_REDIS_PREFIX", format!("test:{}:", uuid::Uuid::new_v4()))
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let (mut addr, mut key) = (None, None);
+        let read = async {
+            while let Some(line) = lines.next_line().await.unwrap() {
+                if let Some(rest) = line.trim().strip_prefix("API:") {
+                    let url = rest.trim().trim_start_matches("http://").trim_end_matches("/v1");
+                    addr = Some(url.parse().unwrap());
+                }
+                if let Some(rest) = line.trim().strip_prefix("API key:") {
+                    key = Some(rest.trim().to_owned());
+                    break;
+                }
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(60), read).await.expect("gateway did not start");
+        // Keep draining stdout so the child never blocks on a full pipe.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        Self {
+            child,
+            addr: addr.unwrap(),
+            key: key.unwrap(),
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    pub async fn kill(mut self) {
+        self.child.kill().await.unwrap();
+    }
+
+    pub fn terminate(&self) {
+        let pid = self.child.id().unwrap();
+        std::process::Command::new("kill").arg("-TERM").arg(pid.to_string()).status().unwrap();
+    }
+
+    /// Waits for exit after `terminate`; returns the exit code.
+    pub async fn wait(mut self) -> Option<i32> {
+        tokio::time::timeout(Duration::from_secs(60), self.child.wait()).await.unwrap().unwrap().code()
+    }
+
+    /// A counter from `/metrics`.
+    pub async fn metric(&self, name: &str) -> f64 {
+        let text = reqwest::get(self.url("/metrics")).await.unwrap().text().await.unwrap();
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+            .unwrap_or(f64::NAN)
+    }
+}

@@ -1,0 +1,231 @@
+//! Failure policy with real processes: the gateway is a child process the test kills. Each test
+//! checks the usage table against the engine simulator's ground-truth ledger.
+
+mod common;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::chaos::ChaosProxy;
+use common::client::{self, Outcome};
+use common::process::{self, Gateway, GatewaySpec};
+use serde_json::json;
+use sqlx::PgPool;
+use tf_engine_sim::{EngineSim, SimConfig};
+use tokenfactory::metering::usage::{self, UsageStatus};
+
+async fn start_sim() -> (EngineSim, SocketAddr) {
+    let sim = EngineSim::new(SimConfig {
+        models: vec!["sim-base".into()],
+        ..SimConfig::default()
+    });
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(tf_engine_sim::serve(l, sim.clone(), std::future::pending()));
+    (sim, addr)
+}
+
+fn stream_body(max_tokens: u32, interval_ms: u64) -> serde_json::Value {
+    json!({"model": "sim-base", "messages": [{"role": "user", "content": "fault tolerant metering"}],
+           "max_tokens": max_tokens, "stream": true, "sim": {"token_interval_ms": interval_ms}})
+}
+
+/// Waits (bounded) until the usage table has `n` rows.
+async fn wait_for_events(pool: &PgPool, n: usize) -> Vec<usage::UsageEvent> {
+    let mut events = Vec::new();
+    for _ in 0..1500 {
+        events = usage::query(pool, None, None, None).await.unwrap();
+        if events.len() >= n {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    events
+}
+
+/// Runs `clients` loops sending `body` until `stop`.
+fn load(gw: &Gateway, clients: usize, body: serde_json::Value, stop: Instant) -> tokio::task::JoinHandle<Vec<Outcome>> {
+    let url = gw.url("/v1/chat/completions");
+    let key = gw.key.clone();
+    tokio::spawn(async move {
+        let http = reqwest::Client::new();
+        let tasks: Vec<_> = (0..clients)
+            .map(|_| {
+                let (http, url, key, body) = (http.clone(), url.clone(), key.clone(), body.clone());
+                tokio::spawn(async move {
+                    let mut out = Vec::new();
+                    while Instant::now() < stop {
+                        let o = client::send(&http, &url, &key, &body, None).await;
+                        let failed = o.request_id.is_none();
+                        out.push(o);
+                        if failed {
+                            break;
+                        }
+                    }
+                    out
+                })
+            })
+            .collect();
+        let mut all = Vec::new();
+        for t in tasks {
+            all.extend(t.await.unwrap());
+        }
+        all
+    })
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn sigkill_loses_no_answered_request_and_invents_none(pool: PgPool) {
+    let (sim, sim_addr) = start_sim().await;
+    let dir = tempfile::tempdir().unwrap();
+    let spec = GatewaySpec {
+        database_url: process::database_url(&pool, None),
+        journal_dir: dir.path().join("journal"),
+        fleet_file: process::fleet_file(dir.path(), sim_addr),
+        durability: "process",
+        drain_seconds: 5,
+    };
+    let gw = Gateway::start(&spec).await;
+    let outcomes = load(&gw, 32, stream_body(6, 2), Instant::now() + Duration::from_secs(30));
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    gw.kill().await;
+    let outcomes = outcomes.await.unwrap();
+    let answered: Vec<_> = outcomes.iter().filter(|o| o.completed).filter_map(|o| o.request_id.clone()).collect();
+    assert!(answered.len() > 50, "load too small to prove anything: {}", answered.len());
+
+    let gw = Gateway::start(&spec).await; // replays the journal
+    let events = wait_for_events(&pool, answered.len()).await;
+    let by_id: HashMap<String, _> = events.iter().map(|e| (e.request_id.to_string(), e)).collect();
+    let ledger: HashMap<String, _> = sim.ledger().into_iter().filter_map(|l| Some((l.request_id.clone()?, l))).collect();
+    for id in &answered {
+        let e = by_id.get(id).unwrap_or_else(|| panic!("answered request {id} has no event"));
+        assert_eq!(e.completion_tokens, i64::from(ledger[id].completion_tokens));
+    }
+    for e in &events {
+        assert!(ledger.contains_key(&e.request_id.to_string()), "event {} was never served", e.request_id);
+    }
+    println!("sigkill: {} answered, {} events after restart", answered.len(), events.len());
+    gw.terminate();
+    assert_eq!(gw.wait().await, Some(0));
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn sigterm_drains_in_flight_streams_and_bills_them(pool: PgPool) {
+    let (sim, sim_addr) = start_sim().await;
+    let dir = tempfile::tempdir().unwrap();
+    let spec = GatewaySpec {
+        database_url: process::database_url(&pool, None),
+        journal_dir: dir.path().join("journal"),
+        fleet_file: process::fleet_file(dir.path(), sim_addr),
+        durability: "machine",
+        drain_seconds: 20,
+    };
+    let gw = Gateway::start(&spec).await;
+    let (url, key) = (gw.url("/v1/chat/completions"), gw.key.clone());
+    let http = reqwest::Client::new();
+    let clients: Vec<_> = (0..16)
+        .map(|_| {
+            let (http, url, key) = (http.clone(), url.clone(), key.clone());
+            tokio::spawn(async move { client::send(&http, &url, &key, &stream_body(60, 10), None).await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    gw.terminate();
+    let mut ids = Vec::new();
+    for c in clients {
+        let o = c.await.unwrap();
+        assert!(o.completed, "in-flight stream was not drained");
+        ids.push(o.request_id.unwrap());
+    }
+    assert_eq!(gw.wait().await, Some(0), "clean exit");
+    // The final flush shipped everything before exit.
+    let events = usage::query(&pool, None, None, None).await.unwrap();
+    assert_eq!(events.len(), 16);
+    let ledger = sim.ledger();
+    for e in events {
+        let truth = ledger.iter().find(|l| l.request_id.as_deref() == Some(&e.request_id.to_string())).unwrap();
+        assert_eq!(e.status, UsageStatus::Ok);
+        assert_eq!(e.completion_tokens, 60);
+        assert_eq!(e.completion_tokens, i64::from(truth.completion_tokens));
+    }
+    let _ = ids;
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn sigterm_deadline_cuts_and_bills_the_streams_still_running(pool: PgPool) {
+    let (sim, sim_addr) = start_sim().await;
+    let dir = tempfile::tempdir().unwrap();
+    let spec = GatewaySpec {
+        database_url: process::database_url(&pool, None),
+        journal_dir: dir.path().join("journal"),
+        fleet_file: process::fleet_file(dir.path(), sim_addr),
+        durability: "process",
+        drain_seconds: 1,
+    };
+    let gw = Gateway::start(&spec).await;
+    let (url, key) = (gw.url("/v1/chat/completions"), gw.key.clone());
+    let http = reqwest::Client::new();
+    let clients: Vec<_> = (0..8)
+        .map(|_| {
+            let (http, url, key) = (http.clone(), url.clone(), key.clone());
+            tokio::spawn(async move { client::send(&http, &url, &key, &stream_body(1000, 10), None).await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    gw.terminate();
+    for c in clients {
+        assert!(!c.await.unwrap().completed);
+    }
+    assert_eq!(gw.wait().await, Some(0));
+    let events = usage::query(&pool, None, None, None).await.unwrap();
+    assert_eq!(events.len(), 8);
+    let ledger = sim.ledger();
+    for e in events {
+        let truth = ledger.iter().find(|l| l.request_id.as_deref() == Some(&e.request_id.to_string())).unwrap();
+        assert_eq!(e.status, UsageStatus::Interrupted);
+        assert!(e.completion_tokens > 0 && e.completion_tokens <= i64::from(truth.completion_tokens));
+    }
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn postgres_outage_keeps_serving_and_every_event_arrives_once(pool: PgPool) {
+    let (sim, sim_addr) = start_sim().await;
+    let proxy = ChaosProxy::start("127.0.0.1:5432").await;
+    let dir = tempfile::tempdir().unwrap();
+    let spec = GatewaySpec {
+        database_url: process::database_url(&pool, Some(proxy.addr)),
+        journal_dir: dir.path().join("journal"),
+        fleet_file: process::fleet_file(dir.path(), sim_addr),
+        durability: "process",
+        drain_seconds: 5,
+    };
+    let gw = Gateway::start(&spec).await;
+    let http = reqwest::Client::new();
+    let url = gw.url("/v1/chat/completions");
+    // Warm the key cache, then cut PostgreSQL.
+    assert!(client::send(&http, &url, &gw.key, &stream_body(2, 0), None).await.completed);
+    wait_for_events(&pool, 1).await;
+    proxy.cut();
+    let mut ids = Vec::new();
+    for _ in 0..100 {
+        let o = client::send(&http, &url, &gw.key, &stream_body(3, 0), None).await;
+        assert!(o.completed, "serving continues while PostgreSQL is down");
+        ids.push(o.request_id.unwrap());
+    }
+    assert!(gw.metric("tf_journal_backlog_bytes").await > 0.0 || gw.metric("tf_journal_ship_failures_total").await > 0.0);
+    assert_eq!(usage::query(&pool, None, None, None).await.unwrap().len(), 1);
+    proxy.restore();
+    let events = wait_for_events(&pool, 101).await;
+    assert_eq!(events.len(), 101, "every event arrives once");
+    let ledger = sim.ledger();
+    for id in ids {
+        let e = events.iter().find(|e| e.request_id.to_string() == id).unwrap();
+        let truth = ledger.iter().find(|l| l.request_id.as_deref() == Some(id.as_str())).unwrap();
+        assert_eq!(e.completion_tokens, i64::from(truth.completion_tokens));
+    }
+    gw.terminate();
+    assert_eq!(gw.wait().await, Some(0));
+    let _ = Arc::new(());
+}
