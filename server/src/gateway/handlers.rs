@@ -16,16 +16,10 @@ use uuid::Uuid;
 
 use super::error::GatewayError;
 use super::request::{self, Endpoint};
-use super::upstream_error;
+use super::exchange::{self, Exchange};
 use super::Gateway;
-use crate::metering::meter::StreamMeter;
-use crate::metering::relay::{self, MeterContext};
+use crate::metering::relay::{MeterContext, Reply};
 use crate::metering::usage::{Provenance, UsageEvent, UsageStatus};
-
-/// How much of an upstream error body is read.
-const MAX_ERROR_BODY: usize = 64 * 1024;
-/// Chunks buffered between the metering task and a slow client.
-const CLIENT_CHANNEL: usize = 32;
 
 pub async fn chat_completions(
     State(gw): State<Gateway>,
@@ -139,61 +133,40 @@ async fn handle(
         cut: gw.cut.clone(),
     };
 
-    let send = route
+    let request = route
         .upstream
         .client
         .post(route.upstream.url(endpoint.path()))
         .header(header::CONTENT_TYPE, "application/json")
         .header("x-request-id", request_id.to_string())
-        .body(upstream_body)
-        .send();
-    let upstream = match tokio::time::timeout(route.upstream.first_byte_timeout, send).await {
-        Ok(Ok(r)) => r,
-        Ok(Err(e)) => {
-            tracing::warn!(%request_id, upstream = %route.upstream.base_url, error = %e, "upstream unreachable");
-            ctx.settle(None, false, 0, UsageStatus::UpstreamError, None).await;
-            return Err(GatewayError::UpstreamUnavailable);
-        }
-        Err(_) => {
-            ctx.settle(None, false, 0, UsageStatus::UpstreamError, None).await;
-            return Err(GatewayError::UpstreamTimeout);
-        }
+        .body(upstream_body);
+    let (reply_tx, reply_rx) = oneshot::channel();
+    let x = Exchange {
+        request,
+        first_byte_timeout: route.upstream.first_byte_timeout,
+        stream,
+        wants,
+        max_body_bytes: gw.max_body_bytes.max(64 << 20),
     };
-    if !upstream.status().is_success() {
-        let status = upstream.status();
-        let body = read_bounded(upstream, MAX_ERROR_BODY).await;
-        let err = upstream_error::reshape(status, &body);
-        // Refused before generating anything: the engine produced no tokens to bill.
-        let mut ctx = ctx;
-        ctx.estimate_prompt = Box::new(|| 0);
-        ctx.settle(None, false, 0, UsageStatus::UpstreamError, None).await;
-        return Err(err);
-    }
-
-    if stream {
-        let (tx, rx) = mpsc::channel(CLIENT_CHANNEL);
-        gw.tracker
-            .spawn(relay::relay_stream(upstream, tx, StreamMeter::new(wants), ctx));
-        let body = Body::from_stream(tokio_stream_from(rx));
-        Ok(Response::builder()
+    gw.tracker.spawn(exchange::run(x, ctx, reply_tx));
+    match reply_rx.await.map_err(|_| GatewayError::UpstreamUnavailable)? {
+        Reply::Failed(e) => Err(e),
+        Reply::Stream(rx) => Ok(Response::builder()
             .header(header::CONTENT_TYPE, "text/event-stream")
             .header(header::CACHE_CONTROL, "no-cache")
-            .body(body)
-            .unwrap_or_else(|_| GatewayError::UpstreamUnavailable.into_response()))
-    } else {
-        let (tx, rx) = oneshot::channel();
-        gw.tracker
-            .spawn(relay::relay_whole(upstream, tx, ctx, gw.max_body_bytes.max(64 << 20)));
-        let whole = rx.await.map_err(|_| GatewayError::UpstreamUnavailable)?;
-        let mut response = Response::new(Body::from(whole.body));
-        *response.status_mut() = whole.status;
-        response.headers_mut().insert(
-            header::CONTENT_TYPE,
-            whole
-                .content_type
-                .unwrap_or(HeaderValue::from_static("application/json")),
-        );
-        Ok(response)
+            .body(Body::from_stream(tokio_stream_from(rx)))
+            .unwrap_or_else(|_| GatewayError::UpstreamUnavailable.into_response())),
+        Reply::Whole(whole) => {
+            let mut response = Response::new(Body::from(whole.body));
+            *response.status_mut() = whole.status;
+            response.headers_mut().insert(
+                header::CONTENT_TYPE,
+                whole
+                    .content_type
+                    .unwrap_or(HeaderValue::from_static("application/json")),
+            );
+            Ok(response)
+        }
     }
 }
 
@@ -201,18 +174,4 @@ fn tokio_stream_from(
     mut rx: mpsc::Receiver<Result<Bytes, std::io::Error>>,
 ) -> impl futures::Stream<Item = Result<Bytes, std::io::Error>> {
     futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
-}
-
-async fn read_bounded(resp: reqwest::Response, max: usize) -> Vec<u8> {
-    use futures::StreamExt;
-    let mut out = Vec::new();
-    let mut body = resp.bytes_stream();
-    while let Some(Ok(b)) = body.next().await {
-        let room = max.saturating_sub(out.len());
-        out.extend_from_slice(&b[..b.len().min(room)]);
-        if out.len() >= max {
-            break;
-        }
-    }
-    out
 }

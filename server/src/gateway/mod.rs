@@ -2,6 +2,7 @@
 
 pub mod auth;
 pub mod error;
+mod exchange;
 mod handlers;
 pub mod request;
 pub mod resolve;

@@ -128,6 +128,16 @@ pub async fn relay_stream(
             }
         }
     };
+    if matches!(end, End::ClientGone | End::Cut) {
+        // Count what the engine already sent and we have not read yet, without waiting for more.
+        let mut discard = Vec::new();
+        while let Some(Some(Ok(bytes))) = futures::FutureExt::now_or_never(body.next()) {
+            parser.push(&bytes);
+            while let Some(event) = parser.next_event() {
+                meter.on_event(event, &mut discard);
+            }
+        }
+    }
     // Dropping the body closes the upstream connection: the engine stops generating.
     drop(body);
     let status = match (&end, meter.saw_error()) {
@@ -169,6 +179,16 @@ pub async fn relay_stream(
     event
 }
 
+/// What the metering task hands the waiting handler.
+pub enum Reply {
+    /// No usable answer; the event is already recorded.
+    Failed(crate::gateway::error::GatewayError),
+    /// A stream: the handler returns a body reading this channel.
+    Stream(mpsc::Receiver<Result<Bytes, std::io::Error>>),
+    /// A whole, metered response.
+    Whole(WholeResponse),
+}
+
 /// A non-streamed upstream answer, relayed whole once metered.
 pub struct WholeResponse {
     pub status: reqwest::StatusCode,
@@ -182,11 +202,11 @@ struct UsageProbe {
     usage: Option<Usage>,
 }
 
-/// Reads a non-streamed response, meters it, then hands it to the waiting handler. Returns
-/// `None` to the handler (via a dropped sender) when the upstream broke.
+/// Reads a non-streamed response, meters it, then hands it to the waiting handler (a dropped
+/// sender tells the handler the upstream broke).
 pub async fn relay_whole(
     upstream: reqwest::Response,
-    reply: oneshot::Sender<WholeResponse>,
+    reply: oneshot::Sender<Reply>,
     ctx: MeterContext,
     max_bytes: usize,
 ) -> UsageEvent {
@@ -214,11 +234,11 @@ pub async fn relay_whole(
         Ok(()) => {
             let usage = serde_json::from_slice::<UsageProbe>(&buf).ok().and_then(|p| p.usage);
             let event = ctx.settle(usage, true, 0, UsageStatus::Ok, None).await;
-            let _ = reply.send(WholeResponse {
+            let _ = reply.send(Reply::Whole(WholeResponse {
                 status,
                 content_type,
                 body: Bytes::from(buf),
-            });
+            }));
             event
         }
         Err(status) => ctx.settle(None, false, 0, status, None).await,
