@@ -1,1 +1,61 @@
-//! placeholder
+//! Token Factory's portal: Leptos components and server functions. Pages are rendered on the
+//! server only (no hydration scripts) and every form is a plain HTML form posting to a server
+//! function, so the portal works with JavaScript off. Server-only code (sessions, CSRF, the
+//! login throttle) lives in [`ssr`], compiled only with the `ssr` feature.
+
+pub mod api;
+pub mod error;
+pub mod pages;
+#[cfg(feature = "ssr")]
+pub mod ssr;
+
+use leptos::prelude::*;
+use leptos_meta::{provide_meta_context, MetaTags};
+use leptos_router::components::{Route, Router, Routes};
+use leptos_router::{path, SsrMode};
+
+/// URL prefix of every server function; must match the `prefix` in each `#[server]` attribute.
+pub const API_PREFIX: &str = "/api";
+/// Where the stylesheet is served (from a copy compiled into the binary).
+pub const STYLESHEET_PATH: &str = "/style.css";
+/// Where the icon is served; browsers ask for this path on their own.
+pub const ICON_PATH: &str = "/favicon.ico";
+/// Name in the top bar and page titles.
+pub const PRODUCT: &str = "Token Factory";
+
+/// The HTML document around the app. No `HydrationScripts`: the pages need no JavaScript.
+pub fn shell() -> impl IntoView {
+    #[cfg(feature = "ssr")]
+    ssr::set_page_policy();
+    view! {
+        <!DOCTYPE html>
+        <html lang="en">
+            <head>
+                <meta charset="utf-8"/>
+                <meta name="viewport" content="width=device-width, initial-scale=1"/>
+                <link rel="stylesheet" href=STYLESHEET_PATH/>
+                <link rel="icon" type="image/svg+xml" href=ICON_PATH/>
+                <MetaTags/>
+            </head>
+            <body>
+                <App/>
+            </body>
+        </html>
+    }
+}
+
+/// The portal's routes. Each renders asynchronously so the session is read and any redirect or
+/// status is set before the first byte is sent.
+#[component]
+pub fn App() -> impl IntoView {
+    provide_meta_context();
+    view! {
+        <Router>
+            <Routes fallback=pages::NotFound>
+                <Route path=path!("/") view=pages::home::HomePage ssr=SsrMode::Async/>
+                <Route path=path!("/login") view=pages::login::LoginPage ssr=SsrMode::Async/>
+                <Route path=path!("/admin") view=pages::admin::AdminPage ssr=SsrMode::Async/>
+            </Routes>
+        </Router>
+    }
+}

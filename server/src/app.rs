@@ -18,6 +18,8 @@ use crate::metering::usage::{PgSink, UsageSink};
 
 /// How often batched `last_used_at` updates are written.
 const LAST_USED_FLUSH: Duration = Duration::from_secs(5);
+/// How often expired portal sessions are deleted.
+const SESSION_PURGE: Duration = Duration::from_secs(600);
 
 /// What `build` needs besides the database.
 #[derive(Clone)]
@@ -98,6 +100,7 @@ pub async fn build(pool: PgPool, options: AppOptions) -> anyhow::Result<App> {
 
     tracker.spawn(crate::notify::listen(pool.clone(), keys.clone(), routes, cancel.clone()));
     tracker.spawn(flush_last_used(keys, cancel.clone()));
+    tracker.spawn(purge_sessions(pool.clone(), cancel.clone()));
 
     let portal = crate::portal::router(tf_app::ssr::PortalDeps {
         pool,
@@ -132,6 +135,20 @@ async fn flush_last_used(keys: Arc<KeyCache>, cancel: CancellationToken) {
         }
     }
     let _ = keys.flush_last_used().await;
+}
+
+/// Expired portal sessions are not deleted by the store itself.
+async fn purge_sessions(pool: PgPool, cancel: CancellationToken) {
+    let mut tick = tokio::time::interval(SESSION_PURGE);
+    loop {
+        tokio::select! {
+            () = cancel.cancelled() => break,
+            _ = tick.tick() => {}
+        }
+        if let Err(e) = crate::portal::purge_expired_sessions(&pool).await {
+            tracing::warn!(error = %e, "could not purge expired sessions");
+        }
+    }
 }
 
 async fn render_metrics(journal: Option<Arc<JournalMetrics>>) -> impl axum::response::IntoResponse {

@@ -3,182 +3,21 @@
 //! followed by hand, cookies kept in a jar. Real PostgreSQL (a fresh database per test) and real
 //! Redis (a unique key prefix per test).
 
-use std::net::SocketAddr;
+// Helpers outside `#[test]` functions are not covered by clippy.toml's test allowances.
+#![expect(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test helper that fails should fail the test loudly"
+)]
 
-use reqwest::header::{ACCEPT, CONTENT_TYPE, LOCATION, SET_COOKIE};
-use reqwest::{redirect::Policy, Client, Response, StatusCode};
+#[path = "portal_support/mod.rs"]
+mod support;
+
+use reqwest::header::CONTENT_TYPE;
+use reqwest::StatusCode;
 use sqlx::PgPool;
-use tf_app::ssr::PortalDeps;
-use tf_core::accounts::{self, Role, TenantStatus};
-use uuid::Uuid;
-
-const PASSWORD: &str = "correct horse battery";
-const MEMBER: &str = "ada@acme.test";
-const ADMIN: &str = "root@tf.test";
-const BROWSER_ACCEPT: &str = "text/html,application/xhtml+xml,*/*;q=0.8";
-
-/// A running portal and the database behind it.
-struct TestPortal {
-    base: String,
-    pool: PgPool,
-}
-
-impl TestPortal {
-    /// Starts the portal with an `acme` tenant (member [`MEMBER`]) and an admin [`ADMIN`].
-    async fn spawn(pool: PgPool) -> Self {
-        Self::spawn_with(pool, true, false).await
-    }
-
-    async fn spawn_with(pool: PgPool, with_redis: bool, secure_cookies: bool) -> Self {
-        let tenant = accounts::create_tenant(&pool, "acme", "Acme Corp").await.unwrap();
-        accounts::create_user(&pool, MEMBER, PASSWORD, Role::TenantMember, Some(tenant.id))
-            .await
-            .unwrap();
-        accounts::create_user(&pool, ADMIN, PASSWORD, Role::Admin, None).await.unwrap();
-        let redis = if with_redis {
-            let client = redis::Client::open("redis://127.0.0.1:6379").unwrap();
-            Some(redis::aio::ConnectionManager::new(client).await.unwrap())
-        } else {
-            None
-        };
-        let router = tokenfactory::portal::router(PortalDeps {
-            pool: pool.clone(),
-            redis,
-            redis_prefix: format!("tftest:{}:", Uuid::new_v4()),
-            secure_cookies,
-        })
-        .await
-        .unwrap();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        tokio::spawn(async move {
-            axum::serve(listener, router.into_make_service_with_connect_info::<SocketAddr>())
-                .await
-                .unwrap();
-        });
-        Self {
-            base: format!("http://{addr}"),
-            pool,
-        }
-    }
-
-    /// A fresh browser (its own cookie jar) with JavaScript off.
-    fn browser(&self) -> Browser {
-        let http = Client::builder()
-            .cookie_store(true)
-            .redirect(Policy::none())
-            .build()
-            .unwrap();
-        Browser {
-            base: self.base.clone(),
-            http,
-        }
-    }
-}
-
-struct Browser {
-    base: String,
-    http: Client,
-}
-
-impl Browser {
-    async fn get(&self, path: &str) -> Response {
-        self.http
-            .get(format!("{}{path}", self.base))
-            .header(ACCEPT, BROWSER_ACCEPT)
-            .send()
-            .await
-            .unwrap()
-    }
-
-    /// GETs a page that must render (200) and returns its HTML.
-    async fn html(&self, path: &str) -> String {
-        let res = self.get(path).await;
-        assert_eq!(res.status(), StatusCode::OK, "GET {path}");
-        res.text().await.unwrap()
-    }
-
-    /// Posts a form the way a browser without JavaScript does.
-    async fn post(&self, path: &str, form: &[(&str, &str)]) -> Response {
-        self.post_accepting(path, form, BROWSER_ACCEPT).await
-    }
-
-    async fn post_accepting(&self, path: &str, form: &[(&str, &str)], accept: &str) -> Response {
-        let body = form
-            .iter()
-            .map(|(k, v)| format!("{}={}", enc(k), enc(v)))
-            .collect::<Vec<_>>()
-            .join("&");
-        self.http
-            .post(format!("{}{path}", self.base))
-            .header(ACCEPT, accept)
-            .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
-            .header("referer", format!("{}/login", self.base))
-            .body(body)
-            .send()
-            .await
-            .unwrap()
-    }
-
-    /// Fills in the login form (with the page's CSRF token) and submits it.
-    async fn login(&self, email: &str, password: &str) -> Response {
-        let token = csrf(&self.html("/login").await);
-        self.post(
-            "/api/login",
-            &[("csrf", &token), ("email", email), ("password", password)],
-        )
-        .await
-    }
-
-    /// The CSRF token of a signed-in page.
-    async fn token_on(&self, path: &str) -> String {
-        csrf(&self.html(path).await)
-    }
-}
-
-/// Minimal form encoding (the test inputs are ASCII).
-fn enc(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'_' | b'.' => (b as char).to_string(),
-            b' ' => "+".to_owned(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
-/// The value of the hidden `csrf` input.
-fn csrf(html: &str) -> String {
-    let marker = r#"name="csrf" value=""#;
-    let start = html.find(marker).expect("a csrf input") + marker.len();
-    let len = html[start..].find('"').unwrap();
-    html[start..start + len].to_owned()
-}
-
-fn location(res: &Response) -> Option<&str> {
-    res.headers().get(LOCATION).and_then(|v| v.to_str().ok())
-}
-
-/// Asserts a redirect to `path` (302/303).
-fn assert_redirect(res: &Response, path: &str) {
-    assert!(res.status().is_redirection(), "expected a redirect, got {}", res.status());
-    assert_eq!(location(res), Some(path));
-}
-
-fn session_cookie(res: &Response) -> Option<String> {
-    res.headers()
-        .get_all(SET_COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .find(|c| c.starts_with("tf_session="))
-        .map(str::to_owned)
-}
-
-fn cookie_value(set_cookie: &str) -> String {
-    let pair = set_cookie.split(';').next().unwrap();
-    pair.trim_start_matches("tf_session=").to_owned()
-}
-
+use support::*;
+use tf_core::accounts::{self, TenantStatus};
 #[sqlx::test(migrations = "../migrations")]
 async fn login_page_sets_a_safe_cookie_and_a_csrf_field(pool: PgPool) {
     let portal = TestPortal::spawn(pool).await;
@@ -191,12 +30,20 @@ async fn login_page_sets_a_safe_cookie_and_a_csrf_field(pool: PgPool) {
     let h = res.headers();
     assert_eq!(h["x-frame-options"], "DENY");
     assert_eq!(h["referrer-policy"], "same-origin");
-    assert!(h["content-security-policy"].to_str().unwrap().starts_with("default-src 'self'"));
+    let csp = h["content-security-policy"].to_str().unwrap().to_owned();
+    assert!(csp.starts_with("default-src 'self'"), "{csp}");
     let html = res.text().await.unwrap();
     assert_eq!(csrf(&html).len(), 64);
     assert!(html.contains(r#"action="/api/login""#), "{html}");
     assert!(html.contains(r#"method="post""#));
-    assert!(!html.contains("<script"), "pages need no JavaScript: {html}");
+    // The only scripts are Leptos's inert bookkeeping, allowed by this response's nonce.
+    for script in html.split("<script").skip(1) {
+        let nonce = script
+            .strip_prefix(r#" nonce=""#)
+            .and_then(|s| s.split('"').next())
+            .expect("every script has a nonce");
+        assert!(csp.contains(&format!("'nonce-{nonce}'")), "{csp}");
+    }
 }
 
 #[sqlx::test(migrations = "../migrations")]
@@ -211,10 +58,16 @@ async fn stylesheet_is_served_from_the_binary(pool: PgPool) {
     let portal = TestPortal::spawn(pool).await;
     let res = portal.browser().get("/style.css").await;
     assert_eq!(res.status(), StatusCode::OK);
-    assert!(res.headers()[CONTENT_TYPE].to_str().unwrap().starts_with("text/css"));
+    assert!(res.headers()[CONTENT_TYPE]
+        .to_str()
+        .unwrap()
+        .starts_with("text/css"));
     assert!(res.text().await.unwrap().contains(".card"));
     // Nothing else of the repository is reachable.
-    assert_eq!(portal.browser().get("/Cargo.toml").await.status(), StatusCode::NOT_FOUND);
+    assert_eq!(
+        portal.browser().get("/Cargo.toml").await.status(),
+        StatusCode::NOT_FOUND
+    );
 }
 
 #[sqlx::test(migrations = "../migrations")]
@@ -225,7 +78,10 @@ async fn member_logs_in_with_a_new_session_id_and_sees_home(pool: PgPool) {
     let res = b.login(MEMBER, PASSWORD).await;
     assert_redirect(&res, "/");
     let after = session_cookie(&res).map(|c| cookie_value(&c));
-    assert!(after.is_some() && after != before, "the session id must change at login");
+    assert!(
+        after.is_some() && after != before,
+        "the session id must change at login"
+    );
     let home = b.html("/").await;
     assert!(home.contains(MEMBER), "{home}");
     assert!(home.contains("Acme Corp"), "{home}");
@@ -244,7 +100,10 @@ async fn wrong_password_and_unknown_email_get_the_same_generic_error(pool: PgPoo
         assert!(page.contains("Invalid email or password."), "{page}");
         assert_redirect(&b.get("/").await, "/login");
         // The message is shown once.
-        assert!(!b.html("/login").await.contains("Invalid email or password."));
+        assert!(!b
+            .html("/login")
+            .await
+            .contains("Invalid email or password."));
     }
 }
 
@@ -254,7 +113,10 @@ async fn admin_lands_on_admin(pool: PgPool) {
     let b = portal.browser();
     assert_redirect(&b.login("  Root@TF.test ", PASSWORD).await, "/admin");
     let page = b.html("/admin").await;
-    assert!(page.contains("Administration") && page.contains(ADMIN), "{page}");
+    assert!(
+        page.contains("Administration") && page.contains(ADMIN),
+        "{page}"
+    );
     assert_redirect(&b.get("/").await, "/admin");
 }
 
@@ -275,7 +137,12 @@ async fn pages_without_a_session_redirect_to_login(pool: PgPool) {
     assert_redirect(&b.get("/").await, "/login");
     assert_redirect(&b.get("/admin").await, "/login");
     // Also for clients that do not ask for HTML.
-    let res = b.http.get(format!("{}/", portal.base)).send().await.unwrap();
+    let res = b
+        .http
+        .get(format!("{}/", portal.base))
+        .send()
+        .await
+        .unwrap();
     assert_redirect(&res, "/login");
 }
 
@@ -311,17 +178,46 @@ async fn login_without_the_right_csrf_token_is_refused(pool: PgPool) {
     assert!(b.html("/login").await.contains("This form has expired"));
     // The server-function client (no text/html) gets a plain 403.
     let res = b
-        .post_accepting("/api/login", &[("email", MEMBER), ("password", PASSWORD)], "*/*")
+        .post_accepting(
+            "/api/login",
+            &[("email", MEMBER), ("password", PASSWORD)],
+            "*/*",
+        )
         .await;
     assert_eq!(res.status(), StatusCode::FORBIDDEN);
     assert_redirect(&b.get("/").await, "/login");
     // A token from another session is wrong too.
     let other = csrf(&portal.browser().html("/login").await);
     let res = b
-        .post("/api/login", &[("csrf", &other), ("email", MEMBER), ("password", PASSWORD)])
+        .post(
+            "/api/login",
+            &[("csrf", &other), ("email", MEMBER), ("password", PASSWORD)],
+        )
         .await;
     assert_redirect(&res, "/login");
     assert_redirect(&b.get("/").await, "/login");
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn cross_site_posts_do_not_replace_the_session_cookie(pool: PgPool) {
+    let portal = TestPortal::spawn(pool).await;
+    // SameSite=Lax: a cross-site form post arrives without the cookie. Were a session created
+    // for it, its cookie would replace the visitor's.
+    let stranger = portal.browser();
+    for (path, form) in [
+        (
+            "/api/login",
+            vec![("email", MEMBER), ("password", PASSWORD)],
+        ),
+        ("/api/logout", vec![]),
+    ] {
+        let res = stranger.post(path, &form).await;
+        assert!(res.status().is_redirection());
+        assert_eq!(session_cookie(&res), None, "{path}");
+    }
+    // The page-state function is a GET, never a cookie-less cross-site POST.
+    let res = stranger.post("/api/page", &[("access", "Public")]).await;
+    assert_eq!(res.status(), StatusCode::METHOD_NOT_ALLOWED);
 }
 
 #[sqlx::test(migrations = "../migrations")]
@@ -345,7 +241,10 @@ async fn five_failures_then_the_right_password_is_refused(portal: &TestPortal) {
     }
     assert_redirect(&b.login(MEMBER, PASSWORD).await, "/login");
     let page = b.html("/login").await;
-    assert!(page.contains("Too many failed attempts. Try again in 15 minutes."), "{page}");
+    assert!(
+        page.contains("Too many failed attempts. Try again in 15 minutes."),
+        "{page}"
+    );
     assert_redirect(&b.get("/").await, "/login");
     // Per email: another account from the same address is not affected.
     assert_redirect(&portal.browser().login(ADMIN, PASSWORD).await, "/admin");
@@ -353,7 +252,24 @@ async fn five_failures_then_the_right_password_is_refused(portal: &TestPortal) {
 
 #[sqlx::test(migrations = "../migrations")]
 async fn repeated_failures_throttle_the_email_in_redis(pool: PgPool) {
-    five_failures_then_the_right_password_is_refused(&TestPortal::spawn(pool).await).await;
+    let portal = TestPortal::spawn(pool).await;
+    five_failures_then_the_right_password_is_refused(&portal).await;
+    // The counter lives in Redis (shared by replicas), under the prefix, with a TTL.
+    let client = redis::Client::open("redis://127.0.0.1:6379").unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let key = format!("{}login:email:{MEMBER}", portal.redis_prefix);
+    let count: u32 = redis::cmd("GET")
+        .arg(&key)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg(&key)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(count, 5);
+    assert!(ttl > 0 && ttl <= 15 * 60 * 1000, "{ttl}");
 }
 
 #[sqlx::test(migrations = "../migrations")]
@@ -388,7 +304,10 @@ async fn suspended_tenant_cannot_log_in(pool: PgPool) {
     assert_redirect(&b.get("/").await, "/login");
     // A wrong password still gets the generic message (suspension is no oracle).
     b.login(MEMBER, "wrong password!").await;
-    assert!(b.html("/login").await.contains("Invalid email or password."));
+    assert!(b
+        .html("/login")
+        .await
+        .contains("Invalid email or password."));
 }
 
 #[sqlx::test(migrations = "../migrations")]

@@ -1,5 +1,5 @@
 //! The portal's HTTP surface: the Leptos pages (`/`, `/login`, `/admin`), their server functions
-//! under `/api/`, the stylesheet, the session layer and the security headers. It owns no other
+//! under `/api/`, the stylesheet and icon, the session layer and the security headers. It owns no other
 //! path, so the `/v1` router merges with it freely. Pages are rendered on the server; nothing is
 //! served from the file system.
 
@@ -45,6 +45,7 @@ pub async fn router(deps: PortalDeps) -> anyhow::Result<Router> {
     let router = Router::new()
         .leptos_routes_with_context(&options, routes, context, tf_app::shell)
         .route(tf_app::STYLESHEET_PATH, get(headers::stylesheet))
+        .route(tf_app::ICON_PATH, get(headers::icon))
         .with_state(options)
         .layer(sessions)
         .layer(axum::middleware::from_fn(headers::security_headers));

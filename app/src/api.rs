@@ -1,0 +1,228 @@
+//! The portal's server functions. Forms post to them as plain `application/x-www-form-urlencoded`
+//! (no JavaScript needed) and every outcome a user can fix — wrong password, throttled, suspended
+//! tenant, stale form — is a redirect to a page with a one-shot flash message, never an error
+//! page. State-changing functions check the CSRF token before anything else.
+
+use leptos::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use crate::error::PortalError;
+
+/// Shown for an unknown email and for a wrong password alike, so emails cannot be probed.
+pub const INVALID_CREDENTIALS: &str = "Invalid email or password.";
+/// Longest email or password looked at; longer input is refused before any hashing.
+pub const MAX_INPUT_LEN: usize = 1024;
+
+/// Who may see a page.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Access {
+    /// The login page: anyone; a signed-in user is sent to their home.
+    Public,
+    /// The tenant home: signed-in tenant members; admins are sent to `/admin`.
+    Tenant,
+    /// The admin pages: admins only; members get 403.
+    Admin,
+}
+
+/// What the page should do with the response being rendered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PageStatus {
+    /// Render the page.
+    Show,
+    /// A redirect was set; render nothing.
+    Redirect,
+    /// 403 was set; render the refusal.
+    Forbidden,
+}
+
+/// The signed-in user as pages show them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Viewer {
+    /// Login email, shown in the top bar.
+    pub email: String,
+    /// Whether the user operates the platform.
+    pub admin: bool,
+    /// The tenant's display name (members only).
+    pub tenant: Option<String>,
+}
+
+/// Everything a page needs from the session, fetched once per render.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PageState {
+    /// Goes into the hidden `csrf` field of every form on the page.
+    pub csrf: String,
+    /// A message left by the previous form post, shown once.
+    pub flash: Option<String>,
+    /// The signed-in user, if any.
+    pub viewer: Option<Viewer>,
+    /// Whether to render.
+    pub status: PageStatus,
+}
+
+/// Loads the session for a page and applies the page's access rule (redirects or 403). Creating
+/// the CSRF token here is what creates the session and its cookie on a first visit. A GET, like
+/// the pages: a cross-site POST carries no SameSite=Lax cookie, so it would start a new session
+/// whose cookie replaces the visitor's (signing them out).
+#[server(prefix = "/api", endpoint = "page", input = leptos::server_fn::codec::GetUrl)]
+pub async fn load_page(access: Access) -> Result<PageState, PortalError> {
+    use crate::ssr::{csrf, session, Portal};
+
+    let portal = Portal::current()?;
+    let s = session::current().await?;
+    let viewer = session::signed_in(&portal, &s).await?.map(|si| Viewer {
+        email: si.user.email,
+        admin: si.user.role == tf_core::Role::Admin,
+        tenant: si.tenant.map(|t| t.display_name),
+    });
+    let home = |v: &Viewer| if v.admin { "/admin" } else { "/" };
+    let target = match (access, &viewer) {
+        (Access::Public, Some(v)) => Some(home(v)),
+        (Access::Public, None) => None,
+        (_, None) => Some("/login"),
+        (Access::Tenant, Some(v)) if v.admin => Some("/admin"),
+        _ => None,
+    };
+    if let Some(target) = target {
+        // The flash (if any) is left for the page redirected to.
+        session::redirect(target);
+        return Ok(PageState {
+            csrf: String::new(),
+            flash: None,
+            viewer: None,
+            status: PageStatus::Redirect,
+        });
+    }
+    let forbidden = access == Access::Admin && viewer.as_ref().is_some_and(|v| !v.admin);
+    if forbidden {
+        session::set_status(http::StatusCode::FORBIDDEN);
+    }
+    Ok(PageState {
+        csrf: csrf::ensure_token(&s).await?,
+        flash: session::take_flash(&s).await?,
+        viewer,
+        status: if forbidden {
+            PageStatus::Forbidden
+        } else {
+            PageStatus::Show
+        },
+    })
+}
+
+/// Signs in with email and password. Throttled attempts are refused before the password is
+/// checked; success cycles the session id and goes to the user's home.
+#[server(prefix = "/api", endpoint = "login")]
+pub async fn login(
+    // Defaults: a form missing a field is refused like a wrong one, not with a decoding error.
+    #[server(default)] csrf: String,
+    #[server(default)] email: String,
+    #[server(default)] password: String,
+) -> Result<(), PortalError> {
+    use crate::ssr::session::{self, SUSPENDED};
+    use crate::ssr::throttle::Verdict;
+    use crate::ssr::{csrf as tokens, internal, Portal};
+    use tf_core::accounts::{self, LoginRefusal};
+
+    let portal = Portal::current()?;
+    let s = session::current().await?;
+    if !tokens::verify(&s, &csrf).await {
+        return Err(refuse_csrf(&s, "/login").await);
+    }
+    let email = email.trim().to_lowercase();
+    if email.len() > MAX_INPUT_LEN || password.len() > MAX_INPUT_LEN {
+        return back_to_login(&s, INVALID_CREDENTIALS).await;
+    }
+    let ip = session::client_ip().await;
+    if let Verdict::Throttled { retry_after } = portal.throttle.begin(&email, &ip).await {
+        tracing::info!(%ip, "login throttled");
+        return back_to_login(&s, &throttled_message(retry_after)).await;
+    }
+    let outcome = accounts::authenticate(&portal.deps.pool, &email, &password)
+        .await
+        .map_err(|e| internal("checking a login", e))?;
+    match outcome {
+        Ok(user) => {
+            portal.throttle.succeeded(&email, &ip).await;
+            session::sign_in(&s, user.id).await?;
+            session::redirect(if user.role == tf_core::Role::Admin {
+                "/admin"
+            } else {
+                "/"
+            });
+            Ok(())
+        }
+        Err(LoginRefusal::TenantSuspended) => {
+            // The password was right, so this is not a guess to count.
+            portal.throttle.succeeded(&email, &ip).await;
+            back_to_login(&s, SUSPENDED).await
+        }
+        Err(LoginRefusal::BadCredentials) => back_to_login(&s, INVALID_CREDENTIALS).await,
+    }
+}
+
+/// Signs out: the session is deleted and its cookie removed.
+#[server(prefix = "/api", endpoint = "logout")]
+pub async fn logout(#[server(default)] csrf: String) -> Result<(), PortalError> {
+    use crate::ssr::{csrf as tokens, session};
+
+    let s = session::current().await?;
+    if !tokens::verify(&s, &csrf).await {
+        return Err(refuse_csrf(&s, "/").await);
+    }
+    session::end(&s).await?;
+    session::redirect("/login");
+    Ok(())
+}
+
+/// A refused login: back to the form with the reason.
+#[cfg(feature = "ssr")]
+async fn back_to_login(s: &tower_sessions::Session, message: &str) -> Result<(), PortalError> {
+    crate::ssr::session::set_flash(s, message).await?;
+    crate::ssr::session::redirect("/login");
+    Ok(())
+}
+
+/// "Try again in N minutes", rounded up so the user never comes back too early.
+#[cfg(feature = "ssr")]
+fn throttled_message(retry_after: std::time::Duration) -> String {
+    let minutes = retry_after.as_secs().div_ceil(60).max(1);
+    let unit = if minutes == 1 { "minute" } else { "minutes" };
+    format!("Too many failed attempts. Try again in {minutes} {unit}.")
+}
+
+/// Refuses a form whose CSRF token is missing or wrong, changing nothing else. A browser posting a
+/// stale form is sent back with an explanation; other clients get 403. A request without a
+/// session (a cross-site post: SameSite=Lax withholds the cookie) gets no new session, so a
+/// forged post cannot replace a victim's cookie.
+#[cfg(feature = "ssr")]
+async fn refuse_csrf(s: &tower_sessions::Session, back: &str) -> PortalError {
+    use crate::ssr::session;
+
+    tracing::warn!("refused a form with a missing or wrong CSRF token");
+    if session::accepts_html() {
+        if s.id().is_some() {
+            let _ = session::set_flash(s, &PortalError::Csrf.to_string()).await;
+        }
+        session::redirect(back);
+    } else {
+        session::set_status(http::StatusCode::FORBIDDEN);
+    }
+    PortalError::Csrf
+}
+
+#[cfg(all(test, feature = "ssr"))]
+mod tests {
+    use super::throttled_message;
+    use std::time::Duration;
+
+    #[test]
+    fn throttle_message_rounds_up() {
+        assert_eq!(
+            throttled_message(Duration::from_secs(14 * 60 + 1)),
+            "Too many failed attempts. Try again in 15 minutes."
+        );
+        assert_eq!(
+            throttled_message(Duration::from_millis(10)),
+            "Too many failed attempts. Try again in 1 minute."
+        );
+    }
+}

@@ -1,0 +1,112 @@
+//! Pages and the pieces they share: the access guard that loads the session before rendering,
+//! the top bar with the logout form, the hidden CSRF field and the flash message.
+
+pub mod admin;
+pub mod home;
+pub mod login;
+
+use leptos::prelude::*;
+use leptos_meta::Title;
+
+use crate::api::{load_page, Access, Logout, PageState, PageStatus, Viewer};
+use crate::PRODUCT;
+
+/// Loads the page's session state under `access` and renders `content` only when the page may be
+/// shown; redirects render nothing, a 403 renders the refusal.
+#[component]
+pub fn Guarded(access: Access, content: fn(PageState) -> AnyView) -> impl IntoView {
+    view! {
+        <Suspense fallback=|| ()>
+            // Not a reactive closure: the session is read (and the flash taken) exactly once.
+            {Suspend::new(async move {
+                match load_page(access).await {
+                    Ok(state) => match state.status {
+                        PageStatus::Show => content(state),
+                        PageStatus::Redirect => ().into_any(),
+                        PageStatus::Forbidden => forbidden(state),
+                    },
+                    Err(e) => failed(e.to_string()),
+                }
+            })}
+        </Suspense>
+    }
+}
+
+fn forbidden(state: PageState) -> AnyView {
+    view! {
+        <Title text=format!("Forbidden · {PRODUCT}")/>
+        <TopBar viewer=state.viewer csrf=state.csrf/>
+        <main class="content">
+            <h1>"Forbidden"</h1>
+            <p>"You do not have access to this page."</p>
+            <p><a href="/">"Go to your home page"</a></p>
+        </main>
+    }
+    .into_any()
+}
+
+fn failed(message: String) -> AnyView {
+    #[cfg(feature = "ssr")]
+    crate::ssr::session::set_status(http::StatusCode::INTERNAL_SERVER_ERROR);
+    view! {
+        <Title text=PRODUCT/>
+        <main class="content">
+            <h1>"Something went wrong"</h1>
+            <p class="flash" role="alert">{message}</p>
+        </main>
+    }
+    .into_any()
+}
+
+/// The bar at the top of every signed-in page: product name, who is signed in, logout.
+#[component]
+pub fn TopBar(viewer: Option<Viewer>, csrf: String) -> impl IntoView {
+    let email = viewer.map(|v| v.email);
+    view! {
+        <header class="topbar">
+            <a class="brand" href="/">{PRODUCT}</a>
+            <div class="who">
+                <span class="email">{email}</span>
+                <LogoutForm csrf=csrf/>
+            </div>
+        </header>
+    }
+}
+
+/// Logout is a POST with the CSRF token, never a link: a GET must not change state.
+#[component]
+pub fn LogoutForm(csrf: String) -> impl IntoView {
+    let logout = ServerAction::<Logout>::new();
+    view! {
+        <ActionForm action=logout>
+            <CsrfField token=csrf/>
+            <button type="submit" class="secondary">"Log out"</button>
+        </ActionForm>
+    }
+}
+
+/// The hidden field every form carries; server functions compare it with the session's token.
+#[component]
+pub fn CsrfField(token: String) -> impl IntoView {
+    view! { <input type="hidden" name="csrf" value=token/> }
+}
+
+/// A message left by the previous form post (shown once).
+#[component]
+pub fn Flash(message: Option<String>) -> impl IntoView {
+    message.map(|m| view! { <p class="flash" role="alert">{m}</p> })
+}
+
+/// Unknown paths under the portal's routes.
+#[component]
+pub fn NotFound() -> impl IntoView {
+    #[cfg(feature = "ssr")]
+    crate::ssr::session::set_status(http::StatusCode::NOT_FOUND);
+    view! {
+        <Title text=format!("Not found · {PRODUCT}")/>
+        <main class="content">
+            <h1>"Not found"</h1>
+            <p><a href="/">"Go to your home page"</a></p>
+        </main>
+    }
+}

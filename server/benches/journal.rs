@@ -1,0 +1,131 @@
+//! Journal benchmark, in one run: (1) append + ship throughput into PostgreSQL (events/s), and
+//! (2) the latency each durability level adds to recording an event, at p50/p99, against a
+//! baseline that records nothing, under 50 concurrent writers.
+//!
+//! `cargo bench -p tokenfactory --bench journal` (needs PostgreSQL; recreates database
+//! `tokenfactory_bench_journal`). Env: `TF_BENCH_EVENTS` (default 100000).
+
+#![allow(clippy::print_stdout, clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokenfactory::journal::{Durability, Journal, JournalMetrics, Shipper};
+use tokenfactory::metering::usage::{Provenance, UsageEvent, UsageStatus};
+use uuid::Uuid;
+
+fn event(tenant: Uuid) -> UsageEvent {
+    UsageEvent {
+        request_id: Uuid::now_v7(),
+        tenant_id: tenant,
+        api_key_id: None,
+        served_name: "bench-model".into(),
+        base_model: "bench-base".into(),
+        adapter: None,
+        graph: "bench".into(),
+        price_key: "bench-base".into(),
+        prompt_tokens: 512,
+        cached_tokens: 256,
+        completion_tokens: 128,
+        provenance: Provenance::Engine,
+        status: UsageStatus::Ok,
+        stream: true,
+        ttft_ms: Some(40),
+        duration_ms: 900,
+        started_at: time::OffsetDateTime::now_utc(),
+    }
+}
+
+fn pct(v: &mut [u64], p: f64) -> f64 {
+    v.sort_unstable();
+    v[((v.len() as f64 - 1.0) * p) as usize] as f64
+}
+
+async fn latencies(journal: Option<Arc<Journal>>, tenant: Uuid, writers: usize, per_writer: usize) -> Vec<u64> {
+    let tasks: Vec<_> = (0..writers)
+        .map(|_| {
+            let journal = journal.clone();
+            tokio::spawn(async move {
+                let mut out = Vec::with_capacity(per_writer);
+                for _ in 0..per_writer {
+                    let e = event(tenant);
+                    let t0 = Instant::now();
+                    if let Some(j) = &journal {
+                        j.append(&e).await.unwrap();
+                    } else {
+                        std::hint::black_box(&e);
+                        tokio::task::yield_now().await;
+                    }
+                    out.push(t0.elapsed().as_micros() as u64);
+                }
+                out
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.unwrap());
+    }
+    all
+}
+
+fn main() {
+    let n: usize = std::env::var("TF_BENCH_EVENTS").ok().and_then(|s| s.parse().ok()).unwrap_or(100_000);
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    rt.block_on(async move {
+        let admin = std::env::var("DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
+        let base = admin.rsplit_once('/').map(|(b, _)| b.to_owned()).unwrap();
+        let maint = sqlx::PgPool::connect(&format!("{base}/postgres")).await.unwrap();
+        sqlx::query("DROP DATABASE IF EXISTS tokenfactory_bench_journal WITH (FORCE)").execute(&maint).await.unwrap();
+        let url = format!("{base}/tokenfactory_bench_journal");
+        let pool = tf_core::db::connect(&url, 8).await.unwrap();
+        tf_core::db::migrate(&pool, &url).await.unwrap();
+        let tenant = tf_core::accounts::create_tenant(&pool, "bench", "Bench").await.unwrap().id;
+
+        // (1) Throughput: append n events from 50 writers while the shipper runs.
+        let dir = tempfile::tempdir().unwrap();
+        let metrics = Arc::new(JournalMetrics::default());
+        let journal = Arc::new(Journal::open(dir.path(), Durability::Process, Duration::from_millis(5), metrics.clone()).unwrap());
+        let shipper = Arc::new(Shipper::new(dir.path().to_owned(), pool.clone(), metrics.clone()));
+        let cancel = tokio_util::sync::CancellationToken::new();
+        let t0 = Instant::now();
+        let ship_task = tokio::spawn(shipper.clone().run(cancel.clone()));
+        latencies(Some(journal.clone()), tenant, 50, n / 50).await;
+        let appended = t0.elapsed();
+        while metrics.shipped.load(Ordering::Relaxed) < (n / 50 * 50) as u64 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let shipped = t0.elapsed();
+        cancel.cancel();
+        ship_task.await.unwrap();
+        let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM usage_events").fetch_one(&pool).await.unwrap();
+        println!("journal benchmark: {} events", n / 50 * 50);
+        println!(
+            "append: {:.0} events/s; append + ship into PostgreSQL: {:.0} events/s (target >= 20000); rows {rows}",
+            (n / 50 * 50) as f64 / appended.as_secs_f64(),
+            (n / 50 * 50) as f64 / shipped.as_secs_f64()
+        );
+        journal.close();
+
+        // (2) Latency per durability level against a baseline that records nothing.
+        let per = 400;
+        let mut base = latencies(None, tenant, 50, per).await;
+        let (b50, b99) = (pct(&mut base, 0.5), pct(&mut base, 0.99));
+        println!("record latency, 50 concurrent writers: baseline p50 {b50:.0} us p99 {b99:.0} us");
+        for level in [Durability::Process, Durability::Machine] {
+            let dir = tempfile::tempdir().unwrap();
+            let j = Arc::new(Journal::open(dir.path(), level, Duration::from_millis(5), Arc::new(JournalMetrics::default())).unwrap());
+            let mut l = latencies(Some(j.clone()), tenant, 50, per).await;
+            let (p50, p99) = (pct(&mut l, 0.5), pct(&mut l, 0.99));
+            println!(
+                "  {level:?}: p50 {p50:.0} us p99 {p99:.0} us; added p50 {:.0} us p99 {:.0} us{}; fsyncs {}",
+                p50 - b50,
+                p99 - b99,
+                if level == Durability::Process { " (target p99 <= 50 us)" } else { "" },
+                j.metrics.fsyncs.load(Ordering::Relaxed)
+            );
+            j.close();
+        }
+    });
+}

@@ -1,0 +1,197 @@
+//! Helpers for the portal tests: a portal on an ephemeral port with a seeded tenant, member and
+//! admin, and a cookie-keeping "browser" that posts forms the way one does with JavaScript off.
+
+use std::net::SocketAddr;
+
+use reqwest::header::{ACCEPT, CONTENT_TYPE, LOCATION, SET_COOKIE};
+use reqwest::{redirect::Policy, Client, Response, StatusCode};
+use sqlx::PgPool;
+use tf_app::ssr::PortalDeps;
+use tf_core::accounts::{self, Role};
+use uuid::Uuid;
+
+pub const PASSWORD: &str = "correct horse battery";
+pub const MEMBER: &str = "ada@acme.test";
+pub const ADMIN: &str = "root@tf.test";
+const BROWSER_ACCEPT: &str = "text/html,application/xhtml+xml,*/*;q=0.8";
+
+/// A running portal and the database behind it.
+pub struct TestPortal {
+    pub base: String,
+    pub pool: PgPool,
+    pub redis_prefix: String,
+}
+
+impl TestPortal {
+    /// Starts the portal with an `acme` tenant (member [`MEMBER`]) and an admin [`ADMIN`].
+    pub async fn spawn(pool: PgPool) -> Self {
+        Self::spawn_with(pool, true, false).await
+    }
+
+    pub async fn spawn_with(pool: PgPool, with_redis: bool, secure_cookies: bool) -> Self {
+        let tenant = accounts::create_tenant(&pool, "acme", "Acme Corp")
+            .await
+            .unwrap();
+        accounts::create_user(&pool, MEMBER, PASSWORD, Role::TenantMember, Some(tenant.id))
+            .await
+            .unwrap();
+        accounts::create_user(&pool, ADMIN, PASSWORD, Role::Admin, None)
+            .await
+            .unwrap();
+        let redis = if with_redis {
+            let client = redis::Client::open("redis://127.0.0.1:6379").unwrap();
+            Some(redis::aio::ConnectionManager::new(client).await.unwrap())
+        } else {
+            None
+        };
+        let redis_prefix = format!("tftest:{}:", Uuid::new_v4());
+        let router = tokenfactory::portal::router(PortalDeps {
+            pool: pool.clone(),
+            redis,
+            redis_prefix: redis_prefix.clone(),
+            secure_cookies,
+        })
+        .await
+        .unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            axum::serve(
+                listener,
+                router.into_make_service_with_connect_info::<SocketAddr>(),
+            )
+            .await
+            .unwrap();
+        });
+        Self {
+            base: format!("http://{addr}"),
+            pool,
+            redis_prefix,
+        }
+    }
+
+    /// A fresh browser (its own cookie jar) with JavaScript off.
+    pub fn browser(&self) -> Browser {
+        let http = Client::builder()
+            .cookie_store(true)
+            .redirect(Policy::none())
+            .build()
+            .unwrap();
+        Browser {
+            base: self.base.clone(),
+            http,
+        }
+    }
+}
+
+pub struct Browser {
+    pub base: String,
+    pub http: Client,
+}
+
+impl Browser {
+    pub async fn get(&self, path: &str) -> Response {
+        self.http
+            .get(format!("{}{path}", self.base))
+            .header(ACCEPT, BROWSER_ACCEPT)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// GETs a page that must render (200) and returns its HTML.
+    pub async fn html(&self, path: &str) -> String {
+        let res = self.get(path).await;
+        assert_eq!(res.status(), StatusCode::OK, "GET {path}");
+        res.text().await.unwrap()
+    }
+
+    /// Posts a form the way a browser without JavaScript does.
+    pub async fn post(&self, path: &str, form: &[(&str, &str)]) -> Response {
+        self.post_accepting(path, form, BROWSER_ACCEPT).await
+    }
+
+    pub async fn post_accepting(
+        &self,
+        path: &str,
+        form: &[(&str, &str)],
+        accept: &str,
+    ) -> Response {
+        let body = form
+            .iter()
+            .map(|(k, v)| format!("{}={}", enc(k), enc(v)))
+            .collect::<Vec<_>>()
+            .join("&");
+        self.http
+            .post(format!("{}{path}", self.base))
+            .header(ACCEPT, accept)
+            .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .header("referer", format!("{}/login", self.base))
+            .body(body)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// Fills in the login form (with the page's CSRF token) and submits it.
+    pub async fn login(&self, email: &str, password: &str) -> Response {
+        let token = csrf(&self.html("/login").await);
+        self.post(
+            "/api/login",
+            &[("csrf", &token), ("email", email), ("password", password)],
+        )
+        .await
+    }
+
+    /// The CSRF token of a signed-in page.
+    pub async fn token_on(&self, path: &str) -> String {
+        csrf(&self.html(path).await)
+    }
+}
+
+/// Minimal form encoding (the test inputs are ASCII).
+fn enc(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'_' | b'.' => (b as char).to_string(),
+            b' ' => "+".to_owned(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// The value of the hidden `csrf` input.
+pub fn csrf(html: &str) -> String {
+    let marker = r#"name="csrf" value=""#;
+    let start = html.find(marker).expect("a csrf input") + marker.len();
+    let len = html[start..].find('"').unwrap();
+    html[start..start + len].to_owned()
+}
+
+pub fn location(res: &Response) -> Option<&str> {
+    res.headers().get(LOCATION).and_then(|v| v.to_str().ok())
+}
+
+/// Asserts a redirect to `path` (302/303).
+pub fn assert_redirect(res: &Response, path: &str) {
+    assert!(
+        res.status().is_redirection(),
+        "expected a redirect, got {}",
+        res.status()
+    );
+    assert_eq!(location(res), Some(path));
+}
+
+pub fn session_cookie(res: &Response) -> Option<String> {
+    res.headers()
+        .get_all(SET_COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find(|c| c.starts_with("tf_session="))
+        .map(str::to_owned)
+}
+
+pub fn cookie_value(set_cookie: &str) -> String {
+    let pair = set_cookie.split(';').next().unwrap();
+    pair.trim_start_matches("tf_session=").to_owned()
+}
