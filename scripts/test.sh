@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Runs every check and test: formatting, lints, unit and integration tests on real PostgreSQL and
-# Redis (each test in its own database and key prefix), the browser test when Chromium is there.
+# Redis (each test in its own database and key prefix), the gateway in front of the real NVIDIA
+# Dynamo frontend (../shared/dynamo-cpu, when that folder is present), and the end-to-end checks
+# (printed curl line, the openai Python package, the portal in Chromium with JavaScript off).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/ensure-services.sh
@@ -10,12 +12,19 @@ cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 cargo clippy -p tf-app --features ssr --all-targets -- -D warnings
 
+dynamo=../shared/dynamo-cpu
+if [ -d "$dynamo" ] && [ -z "${TF_DYNAMO_URL:-}" ]; then
+  export DYNAMO_DIR="${DYNAMO_DIR:-${TMPDIR:-/tmp}/tf-dynamo-test}"
+  bash "$dynamo/setup.sh" > /tmp/tf-dynamo-setup.log 2>&1 || { tail -20 /tmp/tf-dynamo-setup.log; exit 1; }
+  SPEEDUP=20 bash "$dynamo/start.sh"
+  trap 'bash "$dynamo/stop.sh" >/dev/null 2>&1 || true' EXIT
+  export TF_DYNAMO_URL="http://127.0.0.1:${HTTP_PORT:-8180}/v1"
+fi
+
 if command -v cargo-nextest >/dev/null 2>&1; then
   cargo nextest run --workspace --no-fail-fast
 else
   cargo test --workspace --no-fail-fast
 fi
 
-if [ -d end2end ] && [ -f end2end/package.json ]; then
-  end2end/run.sh
-fi
+end2end/run.sh

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# End-to-end checks of the product as a user runs it: `tokenfactory serve` on its embedded
+# default (on a scratch database and port), the official openai Python package streaming through
+# it with the printed key, and the portal login in Debian's Chromium with JavaScript off.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+work=$(mktemp -d)
+db="tokenfactory_e2e_$$"
+port=$((20000 + RANDOM % 20000))
+
+if ! command -v chromium >/dev/null 2>&1; then
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
+fi
+command -v npm >/dev/null 2>&1 || { SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo; DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq nodejs npm >/dev/null; }
+
+cargo build -q -p tokenfactory
+DATABASE_URL="postgres://postgres@127.0.0.1:5432/$db" TF_LISTEN="127.0.0.1:$port" \
+  TF_JOURNAL_DIR="$work/journal" TF_REDIS_PREFIX="e2e:$$:" \
+  target/debug/tokenfactory serve > "$work/serve.log" 2> "$work/serve.err" &
+server=$!
+cleanup() {
+  kill "$server" 2>/dev/null || true
+  wait "$server" 2>/dev/null || true
+  psql -q -h 127.0.0.1 -U postgres -d postgres -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+for _ in $(seq 1 120); do grep -q "API key:" "$work/serve.log" 2>/dev/null && break; sleep 0.5; done
+grep -q "API key:" "$work/serve.log" || { cat "$work/serve.err" >&2; exit 1; }
+key=$(sed -n 's/^ *API key: *//p' "$work/serve.log")
+email=$(sed -n 's/^ *Tenant login: *\([^ ]*\) \/ .*/\1/p' "$work/serve.log")
+password=$(sed -n 's/^ *Tenant login: *[^ ]* \/ *//p' "$work/serve.log")
+
+# The curl line the banner prints must work as printed.
+curl_line=$(grep -E '^ *curl ' "$work/serve.log" | sed 's/^ *//')
+out=$(bash -c "$curl_line -sS -f")
+echo "$out" | grep -q '"completion_tokens"' || { echo "printed curl failed: $out" >&2; exit 1; }
+echo "printed curl line: OK"
+
+# The official openai Python package.
+python3 -m venv "$work/venv"
+"$work/venv/bin/pip" install -q openai
+TF_BASE_URL="http://127.0.0.1:$port" TF_API_KEY="$key" "$work/venv/bin/python" end2end/openai_sdk.py
+
+# The portal in a real browser, JavaScript off.
+(cd end2end && npm ci --silent --no-audit --no-fund)
+(cd end2end && TF_BASE_URL="http://127.0.0.1:$port" TF_EMAIL="$email" TF_PASSWORD="$password" npm test)
