@@ -27,11 +27,15 @@ pub struct AppOptions {
     pub redis: Option<redis::aio::ConnectionManager>,
     pub redis_prefix: String,
     pub secure_cookies: bool,
+    /// Trust `X-Forwarded-For` for the portal's per-address login throttle.
+    pub trust_forwarded_for: bool,
     pub gateway: GatewayArgs,
     /// Where usage events go when there is no journal; PostgreSQL directly when `None`.
     pub sink: Option<Arc<dyn UsageSink>>,
     /// The local usage journal (the production sink) and its shipper.
     pub journal: Option<Arc<Journal>>,
+    /// Admission settings (lease time, local fallback share, reconciler period).
+    pub quota: crate::quota::QuotaArgs,
 }
 
 impl Default for AppOptions {
@@ -40,9 +44,11 @@ impl Default for AppOptions {
             redis: None,
             redis_prefix: "tf:".into(),
             secure_cookies: false,
+            trust_forwarded_for: false,
             gateway: GatewayArgs::default(),
             sink: None,
             journal: None,
+            quota: crate::quota::QuotaArgs::default(),
         }
     }
 }
@@ -71,7 +77,11 @@ pub async fn build(pool: PgPool, options: AppOptions) -> anyhow::Result<App> {
     let cut = CancellationToken::new();
     let (sink, shipper): (Arc<dyn UsageSink>, _) = match &options.journal {
         Some(journal) => {
-            let shipper = Arc::new(Shipper::new(journal.dir.clone(), pool.clone(), journal.metrics.clone()));
+            let shipper = Arc::new(Shipper::new(
+                journal.dir.clone(),
+                pool.clone(),
+                journal.metrics.clone(),
+            ));
             tracker.spawn(shipper.clone().run(cancel.clone()));
             (
                 Arc::new(JournalSink {
@@ -89,6 +99,16 @@ pub async fn build(pool: PgPool, options: AppOptions) -> anyhow::Result<App> {
             None,
         ),
     };
+    let quota = crate::quota::Quota::start(
+        pool.clone(),
+        options.redis.clone(),
+        options.redis_prefix.clone(),
+        options.quota.clone(),
+        &tracker,
+        cancel.clone(),
+    )
+    .await;
+    let limits = quota.limits().clone();
     let gateway = Gateway::new(GatewayInner {
         keys: keys.clone(),
         routes: routes.clone(),
@@ -96,9 +116,16 @@ pub async fn build(pool: PgPool, options: AppOptions) -> anyhow::Result<App> {
         tracker: tracker.clone(),
         cut: cut.clone(),
         max_body_bytes: options.gateway.max_body_bytes,
+        quota,
     });
 
-    tracker.spawn(crate::notify::listen(pool.clone(), keys.clone(), routes, cancel.clone()));
+    tracker.spawn(crate::notify::listen(
+        pool.clone(),
+        keys.clone(),
+        routes,
+        limits,
+        cancel.clone(),
+    ));
     tracker.spawn(flush_last_used(keys, cancel.clone()));
     tracker.spawn(purge_sessions(pool.clone(), cancel.clone()));
 
@@ -107,12 +134,14 @@ pub async fn build(pool: PgPool, options: AppOptions) -> anyhow::Result<App> {
         redis: options.redis.clone(),
         redis_prefix: options.redis_prefix.clone(),
         secure_cookies: options.secure_cookies,
+        trust_forwarded_for: options.trust_forwarded_for,
     })
     .await?;
     let metrics = options.journal.as_ref().map(|j| j.metrics.clone());
-    let router = gateway::router(gateway.clone())
-        .merge(portal)
-        .route("/metrics", axum::routing::get(move || render_metrics(metrics.clone())));
+    let router = gateway::router(gateway.clone()).merge(portal).route(
+        "/metrics",
+        axum::routing::get(move || render_metrics(metrics.clone())),
+    );
     Ok(App {
         router,
         gateway,
@@ -156,5 +185,11 @@ async fn render_metrics(journal: Option<Arc<JournalMetrics>>) -> impl axum::resp
     if let Some(j) = journal {
         j.render(&mut out);
     }
-    ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], out)
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4",
+        )],
+        out,
+    )
 }

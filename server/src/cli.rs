@@ -9,7 +9,11 @@ use clap::{Args, Parser, Subcommand};
 use crate::secret::Secret;
 
 #[derive(Debug, Parser)]
-#[command(name = "tokenfactory", version, about = "Token Factory: metered multi-tenant LLM gateway and portal")]
+#[command(
+    name = "tokenfactory",
+    version,
+    about = "Token Factory: metered multi-tenant LLM gateway and portal"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,
@@ -32,7 +36,11 @@ pub enum Command {
 #[derive(Debug, Clone, Args)]
 pub struct DbArgs {
     /// PostgreSQL URL; the database is created if missing.
-    #[arg(long, env = "DATABASE_URL", default_value = "postgres://postgres@127.0.0.1:5432/tokenfactory")]
+    #[arg(
+        long,
+        env = "DATABASE_URL",
+        default_value = "postgres://postgres@127.0.0.1:5432/tokenfactory"
+    )]
     pub database_url: Secret,
 }
 
@@ -59,10 +67,15 @@ pub struct ServeArgs {
     /// Mark session cookies Secure (set when serving behind TLS).
     #[arg(long, env = "TF_SECURE_COOKIES", default_value_t = false, action = clap::ArgAction::Set)]
     pub secure_cookies: bool,
+    /// Take client addresses from X-Forwarded-For (set only behind a proxy that overwrites it).
+    #[arg(long, env = "TF_TRUST_FORWARDED_FOR", default_value_t = false, action = clap::ArgAction::Set)]
+    pub trust_forwarded_for: bool,
     #[command(flatten)]
     pub gateway: GatewayArgs,
     #[command(flatten)]
     pub journal: JournalArgs,
+    #[command(flatten)]
+    pub quota: crate::quota::QuotaArgs,
 }
 
 /// The local usage journal.
@@ -93,7 +106,11 @@ pub struct GatewayArgs {
     #[arg(long, env = "TF_UPSTREAM_CONNECT_TIMEOUT_MS", default_value_t = 2_000)]
     pub upstream_connect_timeout_ms: u64,
     /// Time allowed for an upstream to start answering (response headers), in milliseconds.
-    #[arg(long, env = "TF_UPSTREAM_FIRST_BYTE_TIMEOUT_MS", default_value_t = 300_000)]
+    #[arg(
+        long,
+        env = "TF_UPSTREAM_FIRST_BYTE_TIMEOUT_MS",
+        default_value_t = 300_000
+    )]
     pub upstream_first_byte_timeout_ms: u64,
     /// Idle keep-alive connections kept per upstream.
     #[arg(long, env = "TF_UPSTREAM_POOL_IDLE", default_value_t = 256)]
@@ -177,6 +194,8 @@ pub enum AdminCommand {
         #[arg(long)]
         until: Option<String>,
     },
+    /// Set or show the limits of a tenant or a key (no value flags: show limits and consumption).
+    Limits(crate::quota::admin::LimitsArgs),
 }
 
 #[derive(Debug, Clone, Args)]
@@ -185,7 +204,12 @@ pub struct SimArgs {
     #[arg(long, env = "TF_SIM_LISTEN", default_value = "127.0.0.1:8100")]
     pub listen: SocketAddr,
     /// Base model names served (comma separated).
-    #[arg(long, env = "TF_SIM_MODELS", value_delimiter = ',', default_value = "sim-base")]
+    #[arg(
+        long,
+        env = "TF_SIM_MODELS",
+        value_delimiter = ',',
+        default_value = "sim-base"
+    )]
     pub models: Vec<String>,
     /// LoRA adapters loaded at start, as name=path (comma separated).
     #[arg(long, env = "TF_SIM_LORAS", value_delimiter = ',')]
@@ -214,7 +238,11 @@ pub struct SimArgs {
 pub fn parse_fleet(spec: &str) -> Result<crate::fleet::FleetSpec, String> {
     match spec.split_once(':') {
         None if spec == "local-sim" => Ok(crate::fleet::FleetSpec::LocalSim),
-        Some(("static", path)) if !path.is_empty() => Ok(crate::fleet::FleetSpec::Static(PathBuf::from(path))),
-        _ => Err(format!("unknown fleet {spec:?}: use `local-sim` or `static:FILE`")),
+        Some(("static", path)) if !path.is_empty() => {
+            Ok(crate::fleet::FleetSpec::Static(PathBuf::from(path)))
+        }
+        _ => Err(format!(
+            "unknown fleet {spec:?}: use `local-sim` or `static:FILE`"
+        )),
     }
 }

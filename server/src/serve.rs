@@ -34,7 +34,12 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
                 Duration::from_millis(args.journal.journal_group_commit_ms),
                 Default::default(),
             )
-            .with_context(|| format!("opening the usage journal in {}", args.journal.journal_dir.display()))?,
+            .with_context(|| {
+                format!(
+                    "opening the usage journal in {}",
+                    args.journal.journal_dir.display()
+                )
+            })?,
         )),
     };
     let cancel = CancellationToken::new();
@@ -52,9 +57,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             redis,
             redis_prefix: args.redis_prefix.clone(),
             secure_cookies: args.secure_cookies,
+            trust_forwarded_for: args.trust_forwarded_for,
             gateway: args.gateway.clone(),
             sink: None,
             journal: journal.clone(),
+            quota: args.quota.clone(),
         },
     )
     .await?;
@@ -62,15 +69,26 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     let addr = listener.local_addr()?;
-    let model = built.gateway.routes.snapshot().visible(uuid::Uuid::nil()).first().map(|r| r.served_name.clone());
+    let model = built
+        .gateway
+        .routes
+        .snapshot()
+        .visible(uuid::Uuid::nil())
+        .first()
+        .map(|r| r.served_name.clone());
     print_banner(addr, &fleet_spec, demo.as_ref(), model.as_deref())?;
 
     let stop = CancellationToken::new();
     let stopping = stop.clone();
     let mut server = tokio::spawn(
-        axum::serve(listener, built.router.into_make_service_with_connect_info::<SocketAddr>())
-            .with_graceful_shutdown(async move { stopping.cancelled().await })
-            .into_future(),
+        axum::serve(
+            listener,
+            built
+                .router
+                .into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .with_graceful_shutdown(async move { stopping.cancelled().await })
+        .into_future(),
     );
     tokio::select! {
         result = &mut server => { result??; }
@@ -125,13 +143,14 @@ async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(s) => s,
-            Err(_) => {
-                let _ = ctrl_c.await;
-                return;
-            }
-        };
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
         tokio::select! {
             _ = ctrl_c => {}
             _ = term.recv() => {}
@@ -152,8 +171,16 @@ fn print_banner(
     writeln!(out, "  Portal:   http://{addr}/")?;
     writeln!(out, "  API:      http://{addr}/v1")?;
     if let Some(d) = demo {
-        writeln!(out, "  Tenant login: {} / {}", d.member_email, d.member_password)?;
-        writeln!(out, "  Admin login:  {} / {}", d.admin_email, d.admin_password)?;
+        writeln!(
+            out,
+            "  Tenant login: {} / {}",
+            d.member_email, d.member_password
+        )?;
+        writeln!(
+            out,
+            "  Admin login:  {} / {}",
+            d.admin_email, d.admin_password
+        )?;
         writeln!(out, "  API key:      {}", d.api_key)?;
         if let Some(model) = model {
             writeln!(out, "\nTry it:")?;
@@ -163,7 +190,10 @@ fn print_banner(
                 d.api_key
             )?;
         }
-        writeln!(out, "\n(Passwords and the demo key are new at every start; older demo keys are revoked.)")?;
+        writeln!(
+            out,
+            "\n(Passwords and the demo key are new at every start; older demo keys are revoked.)"
+        )?;
     }
     out.flush()
 }

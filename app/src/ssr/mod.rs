@@ -24,6 +24,9 @@ pub struct PortalDeps {
     pub redis_prefix: String,
     /// Marks the session cookie `Secure`; on whenever the portal is served over TLS.
     pub secure_cookies: bool,
+    /// Take the client address for login throttling from `X-Forwarded-For` (only behind a
+    /// proxy that overwrites it; otherwise a client could pick its own address).
+    pub trust_forwarded_for: bool,
 }
 
 /// Everything the server functions read from the reactive context: the dependencies and the

@@ -116,10 +116,11 @@ pub async fn take_flash(session: &Session) -> Result<Option<String>, PortalError
 }
 
 /// The client's address for throttling: the first `X-Forwarded-For` hop when it is a valid IP
-/// (the portal is meant to sit behind a proxy that sets it), else the socket's peer address,
-/// else `"unknown"` (served without connect info). Parsing keeps arbitrary strings out of keys.
+/// and the deployment trusts its proxy to set it, else the socket's peer address, else
+/// `"unknown"` (served without connect info). Parsing keeps arbitrary strings out of keys.
 pub async fn client_ip() -> String {
-    let forwarded = use_context::<Parts>().and_then(|parts| {
+    let trusted = super::Portal::current().is_ok_and(|p| p.deps.trust_forwarded_for);
+    let forwarded = use_context::<Parts>().filter(|_| trusted).and_then(|parts| {
         parts
             .headers
             .get("x-forwarded-for")

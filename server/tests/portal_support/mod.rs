@@ -50,6 +50,7 @@ impl TestPortal {
             redis,
             redis_prefix: redis_prefix.clone(),
             secure_cookies,
+            trust_forwarded_for: false,
         })
         .await
         .unwrap();
