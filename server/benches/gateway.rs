@@ -17,6 +17,7 @@ use serde_json::{json, Value};
 use tf_engine_sim::{EngineSim, SimConfig};
 use tokenfactory::app::{self, AppOptions};
 use tokenfactory::fleet::{self, BaseRegistration};
+use tokenfactory::journal::{Durability, Journal};
 
 struct Phase {
     requests: u64,
@@ -48,11 +49,19 @@ fn process_cpu() -> Duration {
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
     let after = stat.rsplit(')').next().unwrap_or("");
     let f: Vec<&str> = after.split_whitespace().collect();
-    let ticks: u64 = f.get(11).and_then(|x| x.parse().ok()).unwrap_or(0) + f.get(12).and_then(|x| x.parse().ok()).unwrap_or(0);
+    let ticks: u64 = f.get(11).and_then(|x| x.parse().ok()).unwrap_or(0)
+        + f.get(12).and_then(|x| x.parse().ok()).unwrap_or(0);
     Duration::from_millis(ticks * 10)
 }
 
-async fn run_phase(url: String, key: Option<String>, body: Value, stream: bool, conns: usize, dur: Duration) -> Phase {
+async fn run_phase(
+    url: String,
+    key: Option<String>,
+    body: Value,
+    stream: bool,
+    conns: usize,
+    dur: Duration,
+) -> Phase {
     let body = Arc::new(serde_json::to_vec(&body).unwrap());
     let deadline = Instant::now() + dur;
     let cpu0 = process_cpu();
@@ -61,11 +70,18 @@ async fn run_phase(url: String, key: Option<String>, body: Value, stream: bool, 
         .map(|_| {
             let (url, key, body) = (url.clone(), key.clone(), body.clone());
             tokio::spawn(async move {
-                let client = reqwest::Client::builder().pool_max_idle_per_host(1).tcp_nodelay(true).build().unwrap();
+                let client = reqwest::Client::builder()
+                    .pool_max_idle_per_host(1)
+                    .tcp_nodelay(true)
+                    .build()
+                    .unwrap();
                 let (mut n, mut chunks, mut lat) = (0u64, 0u64, Vec::new());
                 while Instant::now() < deadline {
                     let t0 = Instant::now();
-                    let mut req = client.post(&url).header("content-type", "application/json").body(body.to_vec());
+                    let mut req = client
+                        .post(&url)
+                        .header("content-type", "application/json")
+                        .body(body.to_vec());
                     if let Some(k) = &key {
                         req = req.bearer_auth(k);
                     }
@@ -87,7 +103,13 @@ async fn run_phase(url: String, key: Option<String>, body: Value, stream: bool, 
             })
         })
         .collect();
-    let mut phase = Phase { requests: 0, chunks: 0, latencies_us: Vec::new(), elapsed: Duration::ZERO, cpu: Duration::ZERO };
+    let mut phase = Phase {
+        requests: 0,
+        chunks: 0,
+        latencies_us: Vec::new(),
+        elapsed: Duration::ZERO,
+        cpu: Duration::ZERO,
+    };
     for t in tasks {
         let (n, c, l) = t.await.unwrap();
         phase.requests += n;
@@ -105,7 +127,10 @@ fn memchr_count(b: &[u8]) -> u64 {
 }
 
 async fn serve_sim() -> SocketAddr {
-    let sim = EngineSim::new(SimConfig { models: vec!["bench-base".into()], ..SimConfig::default() });
+    let sim = EngineSim::new(SimConfig {
+        models: vec!["bench-base".into()],
+        ..SimConfig::default()
+    });
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
     tokio::spawn(tf_engine_sim::serve(l, sim, std::future::pending()));
@@ -113,10 +138,16 @@ async fn serve_sim() -> SocketAddr {
 }
 
 async fn setup_gateway(sim: SocketAddr) -> (SocketAddr, String) {
-    let admin = std::env::var("DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
+    let admin = std::env::var("DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
     let base = admin.rsplit_once('/').map(|(b, _)| b.to_owned()).unwrap();
-    let maint = sqlx::PgPool::connect(&format!("{base}/postgres")).await.unwrap();
-    sqlx::query("DROP DATABASE IF EXISTS tokenfactory_bench WITH (FORCE)").execute(&maint).await.unwrap();
+    let maint = sqlx::PgPool::connect(&format!("{base}/postgres"))
+        .await
+        .unwrap();
+    sqlx::query("DROP DATABASE IF EXISTS tokenfactory_bench WITH (FORCE)")
+        .execute(&maint)
+        .await
+        .unwrap();
     let url = format!("{base}/tokenfactory_bench");
     let pool = tf_core::db::connect(&url, 16).await.unwrap();
     tf_core::db::migrate(&pool, &url).await.unwrap();
@@ -133,19 +164,43 @@ async fn setup_gateway(sim: SocketAddr) -> (SocketAddr, String) {
     )
     .await
     .unwrap();
-    let tenant = tf_core::accounts::create_tenant(&pool, "bench", "Bench").await.unwrap();
-    let (_, key) = tf_core::keys::issue(&pool, tenant.id, "bench").await.unwrap();
-    let built = app::build(pool, AppOptions::default()).await.unwrap();
+    let tenant = tf_core::accounts::create_tenant(&pool, "bench", "Bench")
+        .await
+        .unwrap();
+    let (_, key) = tf_core::keys::issue(&pool, tenant.id, "bench")
+        .await
+        .unwrap();
+    // The production sink: the local journal (process durability), shipped in batches.
+    let dir = std::env::temp_dir().join(format!("tf-bench-journal-{}", std::process::id()));
+    let journal = Journal::open(&dir, Durability::Process, Duration::from_millis(5), Default::default()).unwrap();
+    let built = app::build(pool, AppOptions { journal: Some(Arc::new(journal)), ..AppOptions::default() }).await.unwrap();
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(l, built.router.into_make_service_with_connect_info::<SocketAddr>()).await });
+    tokio::spawn(async move {
+        axum::serve(
+            l,
+            built
+                .router
+                .into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .await
+    });
     (addr, key)
 }
 
 fn main() {
-    let secs: u64 = std::env::var("TF_BENCH_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(5);
-    let conns: usize = std::env::var("TF_BENCH_CONNECTIONS").ok().and_then(|s| s.parse().ok()).unwrap_or(50);
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    let secs: u64 = std::env::var("TF_BENCH_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(5);
+    let conns: usize = std::env::var("TF_BENCH_CONNECTIONS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(50);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     rt.block_on(async move {
         let sim = serve_sim().await;
         let (gw, key) = setup_gateway(sim).await;

@@ -36,22 +36,42 @@ pub struct ClientRequest {
 
 /// Parses and validates the body. Errors are 400s; nothing has been forwarded.
 pub fn parse(bytes: &[u8]) -> Result<ClientRequest, GatewayError> {
-    let value: Value = serde_json::from_slice(bytes)
-        .map_err(|e| GatewayError::bad_request(format!("We could not parse the JSON body of your request: {e}"), None))?;
+    let value: Value = serde_json::from_slice(bytes).map_err(|e| {
+        GatewayError::bad_request(
+            format!("We could not parse the JSON body of your request: {e}"),
+            None,
+        )
+    })?;
     let Value::Object(body) = value else {
-        return Err(GatewayError::bad_request("The request body must be a JSON object.", None));
+        return Err(GatewayError::bad_request(
+            "The request body must be a JSON object.",
+            None,
+        ));
     };
     let model = match body.get("model") {
         Some(Value::String(m)) if !m.is_empty() => m.clone(),
         Some(Value::String(_)) | None => {
-            return Err(GatewayError::bad_request("you must provide a model parameter", Some("model")))
+            return Err(GatewayError::bad_request(
+                "you must provide a model parameter",
+                Some("model"),
+            ))
         }
-        Some(_) => return Err(GatewayError::bad_request("`model` must be a string", Some("model"))),
+        Some(_) => {
+            return Err(GatewayError::bad_request(
+                "`model` must be a string",
+                Some("model"),
+            ))
+        }
     };
     let stream = match body.get("stream") {
         None | Some(Value::Null) => false,
         Some(Value::Bool(b)) => *b,
-        Some(_) => return Err(GatewayError::bad_request("`stream` must be a boolean", Some("stream"))),
+        Some(_) => {
+            return Err(GatewayError::bad_request(
+                "`stream` must be a boolean",
+                Some("stream"),
+            ))
+        }
     };
     let options = body.get("stream_options");
     let flag = |name: &str| {
@@ -72,11 +92,15 @@ pub fn parse(bytes: &[u8]) -> Result<ClientRequest, GatewayError> {
     })
 }
 
-/// The upstream body for `route`, as `tenant` sends it.
-pub fn upstream_body(req: &ClientRequest, route: &Route, tenant: Uuid) -> Result<Vec<u8>, GatewayError> {
-    let mut body = req.body.clone();
+/// The upstream body for `route`, as `tenant` sends it (consumes the parsed body: no copy).
+pub fn upstream_body(
+    mut body: Map<String, Value>,
+    stream: bool,
+    route: &Route,
+    tenant: Uuid,
+) -> Result<Vec<u8>, GatewayError> {
     body.insert("model".into(), Value::String(route.upstream_model.clone()));
-    if req.stream {
+    if stream {
         let mut options = match body.remove("stream_options") {
             Some(Value::Object(o)) => o,
             _ => Map::new(),
@@ -95,12 +119,21 @@ pub fn upstream_body(req: &ClientRequest, route: &Route, tenant: Uuid) -> Result
         };
         body.insert("cache_salt".into(), Value::String(salt));
     }
-    serde_json::to_vec(&body).map_err(|_| GatewayError::bad_request("The request body could not be re-encoded.", None))
+    serde_json::to_vec(&body)
+        .map_err(|_| GatewayError::bad_request("The request body could not be re-encoded.", None))
 }
 
 /// The prompt length as the base's tokenizer counts it, for billing a request that was cut before
-/// the engine reported usage.
-pub fn estimate_prompt_tokens(endpoint: Endpoint, body: &Map<String, Value>) -> u64 {
+/// the engine reported usage. Takes the client's raw body: it is parsed again only in that rare case.
+pub fn estimate_prompt_tokens(endpoint: Endpoint, raw: &[u8]) -> u64 {
+    match serde_json::from_slice::<Value>(raw) {
+        Ok(Value::Object(body)) => estimate_parsed(endpoint, &body),
+        _ => 0,
+    }
+}
+
+/// [`estimate_prompt_tokens`] over an already parsed body.
+pub fn estimate_parsed(endpoint: Endpoint, body: &Map<String, Value>) -> u64 {
     use tf_engine_sim::tokenizer;
     let n = match endpoint {
         Endpoint::Chat => body
@@ -138,7 +171,8 @@ mod tests {
 
     #[test]
     fn reads_stream_options() {
-        let r = parse(br#"{"model":"m","stream":true,"stream_options":{"include_usage":true}}"#).unwrap();
+        let r = parse(br#"{"model":"m","stream":true,"stream_options":{"include_usage":true}}"#)
+            .unwrap();
         assert!(r.stream && r.wants.usage && !r.wants.continuous);
     }
 }

@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use super::request::Endpoint;
+
 /// Timeouts and pool sizes shared by every upstream client.
 #[derive(Debug, Clone)]
 pub struct UpstreamOptions {
@@ -27,10 +29,13 @@ pub struct Upstream {
     pub base_url: String,
     pub client: reqwest::Client,
     pub first_byte_timeout: Duration,
+    /// Parsed once, not per request.
+    chat_url: reqwest::Url,
+    completions_url: reqwest::Url,
 }
 
 impl Upstream {
-    pub fn new(base_url: &str, options: &UpstreamOptions) -> reqwest::Result<Self> {
+    pub fn new(base_url: &str, options: &UpstreamOptions) -> anyhow::Result<Self> {
         let client = reqwest::Client::builder()
             .http1_only()
             .connect_timeout(options.connect_timeout)
@@ -39,15 +44,25 @@ impl Upstream {
             .tcp_nodelay(true)
             .no_proxy()
             .build()?;
+        let base_url = base_url.trim_end_matches('/').to_owned();
+        let parse = |path: &str| {
+            reqwest::Url::parse(&format!("{base_url}{path}"))
+                .map_err(|e| anyhow::anyhow!("upstream URL {base_url:?} is invalid: {e}"))
+        };
         Ok(Self {
-            base_url: base_url.trim_end_matches('/').to_owned(),
+            chat_url: parse(Endpoint::Chat.path())?,
+            completions_url: parse(Endpoint::Completions.path())?,
+            base_url,
             client,
             first_byte_timeout: options.first_byte_timeout,
         })
     }
 
-    /// `base_url` + `/chat/completions` etc.
-    pub fn url(&self, path: &str) -> String {
-        format!("{}{}", self.base_url, path)
+    /// The endpoint's URL on this upstream.
+    pub fn url(&self, endpoint: Endpoint) -> reqwest::Url {
+        match endpoint {
+            Endpoint::Chat => self.chat_url.clone(),
+            Endpoint::Completions => self.completions_url.clone(),
+        }
     }
 }

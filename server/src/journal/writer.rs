@@ -1,16 +1,15 @@
-//! The journal writer: one thread owns the active segment; appends arrive over a channel and are
-//! written in batches (one `write` for everything waiting), so one fsync covers many requests.
+//! The journal writer: appends write whole records to the active segment; a group committer
+//! thread makes them durable on disk, one fsync for everything written since the last one.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
-use std::sync::mpsc::{self, RecvTimeoutError};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
 
 use sqlx::PgPool;
-use tokio::sync::oneshot;
 
 use super::metrics::JournalMetrics;
 use super::{record, segment, Durability};
@@ -18,18 +17,24 @@ use crate::metering::usage::{self, SinkFuture, UsageEvent, UsageSink};
 
 /// A segment is closed and a new one started past this size.
 const SEGMENT_BYTES: u64 = 32 * 1024 * 1024;
-/// Most appends written by one `write`.
-const MAX_BATCH: usize = 4096;
 
-enum Msg {
-    Append(Vec<u8>, oneshot::Sender<io::Result<()>>),
-    /// fsync now; answered when done.
-    Sync(oneshot::Sender<io::Result<()>>),
+/// The segment being appended to.
+struct Active {
+    seq: u64,
+    file: File,
+    len: u64,
 }
 
 /// Handle to the journal of one process.
+///
+/// An append writes its record with one `write` call under a short lock, on the caller's task:
+/// the record is in the OS (it survives a crash of this process) when `append` returns, with no
+/// thread hop. Disk durability comes from the group committer thread: in `process` mode it
+/// fsyncs every few milliseconds; in `machine` mode an append waits for the first fsync that
+/// started after its write, so one fsync covers every request waiting at that moment.
 pub struct Journal {
-    tx: Mutex<Option<mpsc::Sender<Msg>>>,
+    active: Mutex<Active>,
+    committer: Arc<Committer>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     pub metrics: Arc<JournalMetrics>,
     pub dir: PathBuf,
@@ -38,9 +43,71 @@ pub struct Journal {
     _lock: File,
 }
 
+/// State shared with the group committer thread.
+struct Committer {
+    /// The active segment, as the committer fsyncs it (a clone of the writer's handle).
+    file: Mutex<File>,
+    /// Generation of the last write, and of the last write covered by an fsync.
+    written: AtomicU64,
+    synced: tokio::sync::watch::Sender<u64>,
+    wake: Condvar,
+    wake_lock: Mutex<()>,
+    stop: AtomicBool,
+    every: Duration,
+    durability: Durability,
+    metrics: Arc<JournalMetrics>,
+}
+
+impl Committer {
+    fn run(&self) {
+        loop {
+            let stopping = self.stop.load(Ordering::Acquire);
+            let target = self.written.load(Ordering::Acquire);
+            if target > *self.synced.borrow() {
+                let result = self.file.lock().map_err(|_| io::Error::other("journal poisoned")).and_then(|f| f.sync_data());
+                self.metrics.fsyncs.fetch_add(1, Ordering::Relaxed);
+                match result {
+                    Ok(()) => {
+                        self.synced.send_replace(target);
+                    }
+                    Err(e) => tracing::error!(error = %e, "journal fsync failed"),
+                }
+                if self.durability == Durability::Process {
+                    std::thread::sleep(self.every);
+                }
+                continue;
+            }
+            if stopping {
+                return;
+            }
+            if let Ok(guard) = self.wake_lock.lock() {
+                // Re-checked under the lock writers notify under: no wake-up is lost.
+                if self.written.load(Ordering::Acquire) == target && !self.stop.load(Ordering::Acquire) {
+                    let _ = self.wake.wait_timeout(guard, self.every);
+                }
+            }
+        }
+    }
+
+    fn notify(&self) {
+        let _guard = self.wake_lock.lock();
+        self.wake.notify_one();
+    }
+
+    /// Waits until an fsync covers write generation `gen`.
+    async fn covered(&self, gen: u64) -> io::Result<()> {
+        let mut rx = self.synced.subscribe();
+        self.notify();
+        rx.wait_for(|synced| *synced >= gen)
+            .await
+            .map(|_| ())
+            .map_err(|_| io::Error::other("journal committer stopped"))
+    }
+}
+
 impl Journal {
     /// Opens (creating) the journal in `dir`: takes the directory lock, cuts a torn tail off the
-    /// newest segment, and starts the writer thread.
+    /// newest segment, and starts the group committer.
     pub fn open(dir: &Path, durability: Durability, group_commit: Duration, metrics: Arc<JournalMetrics>) -> io::Result<Self> {
         fs::create_dir_all(dir)?;
         let lock = OpenOptions::new().create(true).truncate(false).write(true).open(dir.join("lock"))?;
@@ -53,30 +120,32 @@ impl Journal {
         let cursor = segment::read_cursor(dir)?;
         let seq = segment::list(dir)?.last().copied().unwrap_or(0).max(cursor.seq);
         let path = segment::path(dir, seq);
-        let file = OpenOptions::new().create(true).truncate(false).write(true).open(&path)?;
+        let mut file = OpenOptions::new().create(true).truncate(false).write(true).open(&path)?;
         let valid = segment::valid_len(&path)?;
         if file.metadata()?.len() > valid {
             tracing::warn!(segment = %path.display(), valid, "dropping a torn tail from the journal");
             file.set_len(valid)?;
             file.sync_all()?;
         }
-        let mut file = file;
         io::Seek::seek(&mut file, io::SeekFrom::Start(valid))?;
-        let (tx, rx) = mpsc::channel();
-        let state = WriterState {
-            dir: dir.to_owned(),
-            seq,
-            file,
-            len: valid,
+        let committer = Arc::new(Committer {
+            file: Mutex::new(file.try_clone()?),
+            written: AtomicU64::new(0),
+            synced: tokio::sync::watch::Sender::new(0),
+            wake: Condvar::new(),
+            wake_lock: Mutex::new(()),
+            stop: AtomicBool::new(false),
+            every: group_commit,
             durability,
-            group_commit,
             metrics: metrics.clone(),
-        };
+        });
+        let runner = committer.clone();
         let thread = std::thread::Builder::new()
-            .name("tf-journal".into())
-            .spawn(move || state.run(rx))?;
+            .name("tf-journal-fsync".into())
+            .spawn(move || runner.run())?;
         Ok(Self {
-            tx: Mutex::new(Some(tx)),
+            active: Mutex::new(Active { seq, file, len: valid }),
+            committer,
             thread: Mutex::new(Some(thread)),
             metrics,
             dir: dir.to_owned(),
@@ -85,161 +154,62 @@ impl Journal {
         })
     }
 
-    fn send(&self, msg: Msg) -> io::Result<()> {
-        let guard = self.tx.lock().map_err(|_| io::Error::other("journal poisoned"))?;
-        match guard.as_ref() {
-            Some(tx) => tx.send(msg).map_err(|_| io::Error::other("journal writer stopped")),
-            None => Err(io::Error::other("journal closed")),
+    /// Appends one event; returns once it is as durable as the journal's level promises.
+    pub async fn append(&self, event: &UsageEvent) -> io::Result<()> {
+        let bytes = record::encode(event).map_err(io::Error::other)?;
+        let gen = self.write(&bytes)?;
+        self.metrics.journaled.fetch_add(1, Ordering::Relaxed);
+        match self.durability {
+            Durability::Machine => self.committer.covered(gen).await,
+            // `process`: the committer's timer picks the write up within `group_commit`.
+            _ => Ok(()),
         }
     }
 
-    /// Appends one event; resolves when it is as durable as the journal's level promises.
-    pub async fn append(&self, event: &UsageEvent) -> io::Result<()> {
-        let bytes = record::encode(event).map_err(io::Error::other)?;
-        let (ack, done) = oneshot::channel();
-        self.send(Msg::Append(bytes, ack))?;
-        done.await.map_err(|_| io::Error::other("journal writer stopped"))?
+    /// One `write` of a whole record under the lock (a page-cache copy: microseconds).
+    fn write(&self, bytes: &[u8]) -> io::Result<u64> {
+        let mut active = self.active.lock().map_err(|_| io::Error::other("journal poisoned"))?;
+        if self.committer.stop.load(Ordering::Acquire) {
+            return Err(io::Error::other("journal closed"));
+        }
+        // INVARIANT: a record is in the OS before its request's final bytes leave (the request
+        // path awaits `append`); test: journal_faults::sigkill_loses_no_answered_request_and_invents_none.
+        active.file.write_all(bytes)?;
+        active.len += bytes.len() as u64;
+        let gen = self.committer.written.fetch_add(1, Ordering::AcqRel) + 1;
+        if active.len >= SEGMENT_BYTES {
+            self.rotate(&mut active)?;
+        }
+        Ok(gen)
+    }
+
+    fn rotate(&self, active: &mut Active) -> io::Result<()> {
+        // Everything in the old segment is fsynced before the committer moves to the new one.
+        active.file.sync_data()?;
+        let seq = active.seq + 1;
+        let file = OpenOptions::new().create(true).truncate(false).append(true).open(segment::path(&self.dir, seq))?;
+        if let Ok(mut f) = self.committer.file.lock() {
+            *f = file.try_clone()?;
+        }
+        *active = Active { seq, file, len: 0 };
+        Ok(())
     }
 
     /// Forces an fsync of everything appended so far.
     pub async fn sync(&self) -> io::Result<()> {
-        let (ack, done) = oneshot::channel();
-        self.send(Msg::Sync(ack))?;
-        done.await.map_err(|_| io::Error::other("journal writer stopped"))?
+        let gen = self.committer.written.load(Ordering::Acquire);
+        self.committer.covered(gen).await
     }
 
-    /// Stops the writer after fsyncing what it has (graceful shutdown).
+    /// Stops appends and the committer after a last fsync (graceful shutdown).
     pub fn close(&self) {
-        if let Ok(mut tx) = self.tx.lock() {
-            tx.take();
+        if let Ok(_active) = self.active.lock() {
+            self.committer.stop.store(true, Ordering::Release);
         }
+        self.committer.notify();
         if let Some(t) = self.thread.lock().ok().and_then(|mut t| t.take()) {
             let _ = t.join();
         }
-    }
-}
-
-struct WriterState {
-    dir: PathBuf,
-    seq: u64,
-    file: File,
-    len: u64,
-    durability: Durability,
-    group_commit: Duration,
-    metrics: Arc<JournalMetrics>,
-}
-
-impl WriterState {
-    fn run(mut self, rx: mpsc::Receiver<Msg>) {
-        let mut dirty = false;
-        let mut last_sync = Instant::now();
-        loop {
-            let first = if dirty {
-                match rx.recv_timeout(self.group_commit.saturating_sub(last_sync.elapsed())) {
-                    Ok(m) => Some(m),
-                    Err(RecvTimeoutError::Timeout) => None,
-                    Err(RecvTimeoutError::Disconnected) => break,
-                }
-            } else {
-                match rx.recv() {
-                    Ok(m) => Some(m),
-                    Err(_) => break,
-                }
-            };
-            let Some(first) = first else {
-                let _ = self.fsync();
-                dirty = false;
-                last_sync = Instant::now();
-                continue;
-            };
-            let mut appends = Vec::new();
-            let mut syncs = Vec::new();
-            let mut buf = Vec::new();
-            let mut next = Some(first);
-            while let Some(m) = next.take() {
-                match m {
-                    Msg::Append(bytes, ack) => {
-                        buf.extend_from_slice(&bytes);
-                        appends.push(ack);
-                    }
-                    Msg::Sync(ack) => syncs.push(ack),
-                }
-                if appends.len() < MAX_BATCH {
-                    next = rx.try_recv().ok();
-                }
-            }
-            let written = self.write(&buf);
-            let must_sync = self.durability == Durability::Machine || !syncs.is_empty();
-            let synced = if must_sync && written.is_ok() { self.fsync() } else { Ok(()) };
-            let result = match (&written, &synced) {
-                (Err(e), _) | (Ok(()), Err(e)) => Err(io::Error::new(e.kind(), e.to_string())),
-                _ => Ok(()),
-            };
-            if result.is_ok() {
-                self.metrics.journaled.fetch_add(appends.len() as u64, Ordering::Relaxed);
-            }
-            for ack in appends {
-                let _ = ack.send(clone_result(&result));
-            }
-            for ack in syncs {
-                let _ = ack.send(clone_result(&synced));
-            }
-            if must_sync {
-                dirty = false;
-                last_sync = Instant::now();
-            } else if !buf.is_empty() {
-                if !dirty {
-                    last_sync = Instant::now();
-                }
-                dirty = true;
-                if last_sync.elapsed() >= self.group_commit {
-                    let _ = self.fsync();
-                    dirty = false;
-                    last_sync = Instant::now();
-                }
-            }
-            if self.len >= SEGMENT_BYTES {
-                if let Err(e) = self.rotate() {
-                    tracing::error!(error = %e, "journal segment rotation failed");
-                }
-            }
-        }
-        let _ = self.fsync();
-    }
-
-    fn write(&mut self, buf: &[u8]) -> io::Result<()> {
-        if buf.is_empty() {
-            return Ok(());
-        }
-        // INVARIANT: a record is in the OS before its request's final bytes leave (the caller
-        // awaits this ack); test: journal_survives_sigkill.
-        self.file.write_all(buf)?;
-        self.len += buf.len() as u64;
-        Ok(())
-    }
-
-    fn fsync(&mut self) -> io::Result<()> {
-        self.metrics.fsyncs.fetch_add(1, Ordering::Relaxed);
-        self.file.sync_data()
-    }
-
-    fn rotate(&mut self) -> io::Result<()> {
-        self.fsync()?;
-        self.seq += 1;
-        self.file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .append(true)
-            .open(segment::path(&self.dir, self.seq))?;
-        self.len = 0;
-        Ok(())
-    }
-}
-
-fn clone_result(r: &io::Result<()>) -> io::Result<()> {
-    match r {
-        Ok(()) => Ok(()),
-        Err(e) => Err(io::Error::new(e.kind(), e.to_string())),
     }
 }
 

@@ -59,7 +59,6 @@ struct DeltaProbe<'a> {
 
 /// What one chunk says, as far as metering cares.
 struct ChunkInfo {
-    usage: Option<Usage>,
     /// Byte range of the top-level `usage` value inside the event's raw bytes.
     usage_span: Option<(usize, usize)>,
     usage_only: bool,
@@ -71,29 +70,26 @@ struct ChunkInfo {
 fn inspect(raw: &Bytes, data: &Bytes) -> Option<ChunkInfo> {
     let probe: Probe<'_> = serde_json::from_slice(data).ok()?;
     let choices = probe.choices.as_deref().unwrap_or_default();
-    let (usage, usage_span) = match probe.usage {
-        Some(u) => {
-            let usage = serde_json::from_str::<Usage>(u.get()).ok();
-            // INVARIANT: the span is found by address inside `raw` (data is a copy of a slice of
-            // it), so the rewrite touches only the usage value (test: strips_usage_bytes_exactly).
-            let text = u.get();
-            let span = memchr::memmem::find(raw, text.as_bytes()).map(|s| (s, s + text.len()));
-            (usage, span)
-        }
-        None => (None, None),
-    };
+    // The usage value is located, not parsed: only the last one seen is ever parsed. Its text
+    // cannot occur earlier in the event (inside strings, quotes are escaped), so the first match
+    // is the value itself (test: strips_usage_bytes_exactly).
+    let usage_span = probe.usage.and_then(|u| {
+        let text = u.get();
+        memchr::memmem::find(raw, text.as_bytes()).map(|s| (s, s + text.len()))
+    });
     let generated = choices.iter().any(|c| {
         c.text.as_deref().is_some_and(|t| !t.is_empty())
             || c.delta.as_ref().is_some_and(|d| {
                 d.content.as_deref().is_some_and(|t| !t.is_empty())
-                    || d.reasoning_content.as_deref().is_some_and(|t| !t.is_empty())
+                    || d.reasoning_content
+                        .as_deref()
+                        .is_some_and(|t| !t.is_empty())
                     || d.tool_calls.is_some()
             })
     });
     Some(ChunkInfo {
-        usage_only: probe.choices.as_ref().is_some_and(Vec::is_empty) && usage.is_some(),
+        usage_only: probe.choices.as_ref().is_some_and(Vec::is_empty) && usage_span.is_some(),
         finished: choices.iter().any(|c| c.finish_reason.is_some()),
-        usage,
         usage_span,
         generated,
         error: probe.error.is_some(),
@@ -113,7 +109,8 @@ fn strip_usage(raw: &Bytes, span: (usize, usize)) -> Bytes {
 #[derive(Debug, Default)]
 pub struct StreamMeter {
     wants: ClientWants,
-    last_usage: Option<Usage>,
+    /// The raw `usage` value of the last chunk that carried one.
+    last_usage: Option<Bytes>,
     generated_chunks: u64,
     saw_done: bool,
     saw_error: bool,
@@ -133,6 +130,8 @@ impl StreamMeter {
     /// Usage captured so far (the engine's final usage once the stream completed).
     pub fn last_usage(&self) -> Option<Usage> {
         self.last_usage
+            .as_ref()
+            .and_then(|raw| serde_json::from_slice(raw).ok())
     }
     /// Chunks that carried generated output (the estimate when no usage was seen).
     pub fn generated_chunks(&self) -> u64 {
@@ -149,7 +148,11 @@ impl StreamMeter {
 
     fn release_held(&mut self, keep_usage: bool, out: &mut Vec<Outgoing>) {
         if let Some((raw, span)) = self.held.take() {
-            out.push(Outgoing::Send(if keep_usage { raw } else { strip_usage(&raw, span) }));
+            out.push(Outgoing::Send(if keep_usage {
+                raw
+            } else {
+                strip_usage(&raw, span)
+            }));
         }
     }
 
@@ -173,8 +176,8 @@ impl StreamMeter {
             return;
         };
         self.saw_error |= info.error;
-        if let Some(u) = info.usage {
-            self.last_usage = Some(u);
+        if let Some((start, end)) = info.usage_span {
+            self.last_usage = Some(event.raw.slice(start..end));
         }
         if info.generated {
             self.generated_chunks += 1;
@@ -247,11 +250,24 @@ mod tests {
         ]
         .concat();
         let (sent, m) = run(&engine, ClientWants::default());
-        assert_eq!(sent, vec![chunk(" a", "null", "null"), chunk(" b", "\"length\"", "null"), "data: [DONE]\n\n".into()]);
+        assert_eq!(
+            sent,
+            vec![
+                chunk(" a", "null", "null"),
+                chunk(" b", "\"length\"", "null"),
+                "data: [DONE]\n\n".into()
+            ]
+        );
         assert_eq!(m.last_usage().unwrap().completion_tokens, 2);
         assert_eq!(m.last_usage().unwrap().cached_tokens(), 3);
         assert!(m.completed());
-        let (sent, _) = run(&engine, ClientWants { usage: true, continuous: false });
+        let (sent, _) = run(
+            &engine,
+            ClientWants {
+                usage: true,
+                continuous: false,
+            },
+        );
         assert_eq!(sent.concat(), engine);
     }
 
@@ -265,19 +281,52 @@ mod tests {
         ]
         .concat();
         let (sent, m) = run(&engine, ClientWants::default());
-        assert_eq!(sent, vec![chunk(" a", "null", "null"), chunk(" b", "\"length\"", "null"), "data: [DONE]\n\n".into()]);
+        assert_eq!(
+            sent,
+            vec![
+                chunk(" a", "null", "null"),
+                chunk(" b", "\"length\"", "null"),
+                "data: [DONE]\n\n".into()
+            ]
+        );
         assert_eq!(m.generated_chunks(), 2);
-        let (sent, _) = run(&engine, ClientWants { usage: true, continuous: false });
-        assert_eq!(sent[2], format!("data: {{\"id\":\"c\",\"choices\":[],\"usage\":{U2}}}\n\n"));
+        let (sent, _) = run(
+            &engine,
+            ClientWants {
+                usage: true,
+                continuous: false,
+            },
+        );
+        assert_eq!(
+            sent[2],
+            format!("data: {{\"id\":\"c\",\"choices\":[],\"usage\":{U2}}}\n\n")
+        );
         assert_eq!(sent[1], chunk(" b", "\"length\"", "null"));
-        let (sent, _) = run(&engine, ClientWants { usage: true, continuous: true });
+        let (sent, _) = run(
+            &engine,
+            ClientWants {
+                usage: true,
+                continuous: true,
+            },
+        );
         assert_eq!(sent.concat(), engine);
     }
 
     #[test]
     fn usage_on_last_content_chunk_is_kept_for_clients_that_asked() {
-        let engine = [chunk(" a", "null", "null"), chunk(" b", "\"stop\"", U2), "data: [DONE]\n\n".into()].concat();
-        let (sent, m) = run(&engine, ClientWants { usage: true, continuous: false });
+        let engine = [
+            chunk(" a", "null", "null"),
+            chunk(" b", "\"stop\"", U2),
+            "data: [DONE]\n\n".into(),
+        ]
+        .concat();
+        let (sent, m) = run(
+            &engine,
+            ClientWants {
+                usage: true,
+                continuous: false,
+            },
+        );
         assert_eq!(sent.concat(), engine);
         assert_eq!(m.last_usage().unwrap().completion_tokens, 2);
         let (sent, _) = run(&engine, ClientWants::default());
@@ -289,7 +338,10 @@ mod tests {
         let raw = Bytes::from(format!("data: {{\"usage\":{U1},\"x\":\"usage\"}}\n\n"));
         let data = raw.slice(6..raw.len() - 2);
         let info = inspect(&raw, &data).unwrap();
-        assert_eq!(strip_usage(&raw, info.usage_span.unwrap()), "data: {\"usage\":null,\"x\":\"usage\"}\n\n");
+        assert_eq!(
+            strip_usage(&raw, info.usage_span.unwrap()),
+            "data: {\"usage\":null,\"x\":\"usage\"}\n\n"
+        );
     }
 
     #[test]
