@@ -46,6 +46,21 @@ pub struct Viewer {
     pub tenant: Option<String>,
 }
 
+/// This replica's usage-journal figures, for the admin home (counts since start-up).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OpsSnapshot {
+    /// Usage events appended to the local journal.
+    pub journaled: u64,
+    /// Usage events acknowledged by PostgreSQL.
+    pub shipped: u64,
+    /// Journal bytes PostgreSQL has not acknowledged yet.
+    pub backlog_bytes: u64,
+    /// Age of the oldest unshipped event, in milliseconds.
+    pub ship_lag_ms: u64,
+    /// Failed shipping attempts (PostgreSQL unreachable).
+    pub ship_failures: u64,
+}
+
 /// Everything a page needs from the session, fetched once per render.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PageState {
@@ -57,6 +72,8 @@ pub struct PageState {
     pub viewer: Option<Viewer>,
     /// Whether to render.
     pub status: PageStatus,
+    /// Operational figures, for admins only.
+    pub ops: Option<OpsSnapshot>,
 }
 
 /// Loads the session for a page and applies the page's access rule (redirects or 403). Creating
@@ -90,13 +107,19 @@ pub async fn load_page(access: Access) -> Result<PageState, PortalError> {
             flash: None,
             viewer: None,
             status: PageStatus::Redirect,
+            ops: None,
         });
     }
     let forbidden = access == Access::Admin && viewer.as_ref().is_some_and(|v| !v.admin);
     if forbidden {
         session::set_status(http::StatusCode::FORBIDDEN);
     }
+    let ops = match (&viewer, &portal.deps.ops) {
+        (Some(v), Some(read)) if v.admin && access == Access::Admin => Some(read()),
+        _ => None,
+    };
     Ok(PageState {
+        ops,
         csrf: csrf::ensure_token(&s).await?,
         flash: session::take_flash(&s).await?,
         viewer,

@@ -135,6 +135,11 @@ pub async fn build(pool: PgPool, options: AppOptions) -> anyhow::Result<App> {
         redis_prefix: options.redis_prefix.clone(),
         secure_cookies: options.secure_cookies,
         trust_forwarded_for: options.trust_forwarded_for,
+        ops: options.journal.as_ref().map(|j| {
+            let m = j.metrics.clone();
+            let read: Arc<dyn Fn() -> tf_app::api::OpsSnapshot + Send + Sync> = Arc::new(move || m.snapshot());
+            read
+        }),
     })
     .await?;
     let metrics = options.journal.as_ref().map(|j| j.metrics.clone());

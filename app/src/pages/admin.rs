@@ -4,7 +4,7 @@ use leptos::prelude::*;
 use leptos_meta::Title;
 
 use super::{Flash, Guarded, TopBar};
-use crate::api::{Access, PageState};
+use crate::api::{Access, OpsSnapshot, PageState};
 use crate::PRODUCT;
 
 /// `/admin`: admins only; tenant members get 403, visitors go to `/login`.
@@ -23,7 +23,29 @@ fn admin(state: PageState) -> AnyView {
             <Flash message=state.flash/>
             <h1>"Administration"</h1>
             <p class="muted">"Tenants, prices, graphs, fleet and economics will appear here."</p>
+            {state.ops.map(ops_table)}
         </main>
+    }
+    .into_any()
+}
+
+/// The usage journal of the replica that rendered the page.
+fn ops_table(ops: OpsSnapshot) -> AnyView {
+    let backlog = if ops.backlog_bytes == 0 {
+        "none".to_owned()
+    } else {
+        format!("{} bytes, oldest {} ms", ops.backlog_bytes, ops.ship_lag_ms)
+    };
+    view! {
+        <section class="panel">
+            <h2>"Usage journal (this replica)"</h2>
+            <table class="facts">
+                <tr><th>"Events journaled"</th><td>{ops.journaled}</td></tr>
+                <tr><th>"Events shipped to PostgreSQL"</th><td>{ops.shipped}</td></tr>
+                <tr><th>"Backlog"</th><td class="backlog">{backlog}</td></tr>
+                <tr><th>"Failed shipping attempts"</th><td>{ops.ship_failures}</td></tr>
+            </table>
+        </section>
     }
     .into_any()
 }

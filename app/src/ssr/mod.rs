@@ -27,6 +27,8 @@ pub struct PortalDeps {
     /// Take the client address for login throttling from `X-Forwarded-For` (only behind a
     /// proxy that overwrites it; otherwise a client could pick its own address).
     pub trust_forwarded_for: bool,
+    /// Reads this replica's usage-journal figures for the admin home (`None`: no journal).
+    pub ops: Option<std::sync::Arc<dyn Fn() -> crate::api::OpsSnapshot + Send + Sync>>,
 }
 
 /// Everything the server functions read from the reactive context: the dependencies and the

@@ -21,20 +21,70 @@ pub struct JournalMetrics {
 }
 
 impl JournalMetrics {
+    /// The figures the admin home shows.
+    pub fn snapshot(&self) -> tf_app::api::OpsSnapshot {
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        tf_app::api::OpsSnapshot {
+            journaled: g(&self.journaled),
+            shipped: g(&self.shipped),
+            backlog_bytes: g(&self.backlog_bytes),
+            ship_lag_ms: g(&self.ship_lag_ms),
+            ship_failures: g(&self.ship_failures),
+        }
+    }
+
     pub fn render(&self, out: &mut String) {
         use std::fmt::Write;
         let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let rows: [(&str, &str, &str, f64); 7] = [
-            ("tf_usage_events_journaled_total", "counter", "Usage events appended to the local journal.", g(&self.journaled) as f64),
-            ("tf_usage_events_shipped_total", "counter", "Usage events acknowledged by PostgreSQL.", g(&self.shipped) as f64),
-            ("tf_journal_backlog_bytes", "gauge", "Journal bytes not yet acknowledged by PostgreSQL.", g(&self.backlog_bytes) as f64),
-            ("tf_journal_ship_lag_seconds", "gauge", "Age of the oldest unshipped usage event.", g(&self.ship_lag_ms) as f64 / 1000.0),
-            ("tf_journal_ship_failures_total", "counter", "Failed attempts to ship usage events.", g(&self.ship_failures) as f64),
-            ("tf_journal_corrupt_records_total", "counter", "Corrupt journal records skipped.", g(&self.corrupt_records) as f64),
-            ("tf_journal_fsyncs_total", "counter", "fsync calls of the journal's group committer.", g(&self.fsyncs) as f64),
+            (
+                "tf_usage_events_journaled_total",
+                "counter",
+                "Usage events appended to the local journal.",
+                g(&self.journaled) as f64,
+            ),
+            (
+                "tf_usage_events_shipped_total",
+                "counter",
+                "Usage events acknowledged by PostgreSQL.",
+                g(&self.shipped) as f64,
+            ),
+            (
+                "tf_journal_backlog_bytes",
+                "gauge",
+                "Journal bytes not yet acknowledged by PostgreSQL.",
+                g(&self.backlog_bytes) as f64,
+            ),
+            (
+                "tf_journal_ship_lag_seconds",
+                "gauge",
+                "Age of the oldest unshipped usage event.",
+                g(&self.ship_lag_ms) as f64 / 1000.0,
+            ),
+            (
+                "tf_journal_ship_failures_total",
+                "counter",
+                "Failed attempts to ship usage events.",
+                g(&self.ship_failures) as f64,
+            ),
+            (
+                "tf_journal_corrupt_records_total",
+                "counter",
+                "Corrupt journal records skipped.",
+                g(&self.corrupt_records) as f64,
+            ),
+            (
+                "tf_journal_fsyncs_total",
+                "counter",
+                "fsync calls of the journal's group committer.",
+                g(&self.fsyncs) as f64,
+            ),
         ];
         for (name, kind, help, value) in rows {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}");
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
+            );
         }
     }
 }

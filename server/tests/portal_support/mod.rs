@@ -51,6 +51,13 @@ impl TestPortal {
             redis_prefix: redis_prefix.clone(),
             secure_cookies,
             trust_forwarded_for: false,
+            ops: Some(std::sync::Arc::new(|| tf_app::api::OpsSnapshot {
+                journaled: 7,
+                shipped: 5,
+                backlog_bytes: 4242,
+                ship_lag_ms: 31,
+                ship_failures: 2,
+            })),
         })
         .await
         .unwrap();
