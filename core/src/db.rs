@@ -15,18 +15,18 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
 #[derive(Debug, thiserror::Error)]
 pub enum DbError {
     /// The URL does not parse.
-    #[error("DATABASE_URL {url} is not a valid PostgreSQL URL: {source}")]
-    BadUrl { url: String, source: sqlx::Error },
+    #[error("DATABASE_URL {url} is not a valid PostgreSQL URL: {reason}")]
+    BadUrl { url: String, reason: sqlx::Error },
     /// The server did not answer or refused us.
     #[error(
-        "cannot reach PostgreSQL at {url}: {source}. Start PostgreSQL or set DATABASE_URL (or --database-url) to a reachable server"
+        "cannot reach PostgreSQL at {url}: {reason}. Start PostgreSQL or set DATABASE_URL (or --database-url) to a reachable server"
     )]
-    Unreachable { url: String, source: sqlx::Error },
+    Unreachable { url: String, reason: sqlx::Error },
     /// A migration failed.
-    #[error("migrating {url} failed: {source}")]
+    #[error("migrating {url} failed: {reason}")]
     Migrate {
         url: String,
-        source: sqlx::migrate::MigrateError,
+        reason: sqlx::migrate::MigrateError,
     },
 }
 
@@ -47,29 +47,29 @@ pub fn redact_url(url: &str) -> String {
 /// Connects a pool to `url`, creating the database first if it does not exist.
 pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool, DbError> {
     let shown = redact_url(url);
-    let options = PgConnectOptions::from_str(url).map_err(|source| DbError::BadUrl {
+    let options = PgConnectOptions::from_str(url).map_err(|reason| DbError::BadUrl {
         url: shown.clone(),
-        source,
+        reason,
     })?;
     create_database_if_missing(&options)
         .await
-        .map_err(|source| DbError::Unreachable {
+        .map_err(|reason| DbError::Unreachable {
             url: shown.clone(),
-            source,
+            reason,
         })?;
     PgPoolOptions::new()
         .max_connections(max_connections)
         .acquire_timeout(Duration::from_secs(5))
         .connect_with(options)
         .await
-        .map_err(|source| DbError::Unreachable { url: shown, source })
+        .map_err(|reason| DbError::Unreachable { url: shown, reason })
 }
 
 /// Applies pending migrations.
 pub async fn migrate(pool: &PgPool, url: &str) -> Result<(), DbError> {
-    MIGRATOR.run(pool).await.map_err(|source| DbError::Migrate {
+    MIGRATOR.run(pool).await.map_err(|reason| DbError::Migrate {
         url: redact_url(url),
-        source,
+        reason,
     })
 }
 

@@ -1,10 +1,14 @@
-//! `tokenfactory`: parse the command line, set up logging, run the command.
+//! `tokenfactory`: parse the command line, set up logging, run the command. A failure is one line
+//! on stderr (what went wrong and what to do) and exit code 1, never a backtrace.
+
+use std::io::Write;
+use std::process::ExitCode;
 
 use clap::Parser;
 use tokenfactory::cli::{Cli, Command, ServeArgs};
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -13,11 +17,19 @@ async fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
-    match cli.command {
+    let result = match cli.command {
         None => tokenfactory::serve::run(ServeArgs::parse_from(["tokenfactory"])).await,
         Some(Command::Serve(args)) => tokenfactory::serve::run(args).await,
         Some(Command::Migrate(db)) => tokenfactory::admin::migrate(&db).await,
         Some(Command::Admin(cmd)) => tokenfactory::admin::run(cmd).await,
         Some(Command::EngineSim(args)) => tokenfactory::sim::run(args).await,
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // `{:#}` joins the causes on one line.
+            let _ = writeln!(std::io::stderr(), "error: {e:#}");
+            ExitCode::FAILURE
+        }
     }
 }
