@@ -172,8 +172,22 @@ async fn setup_gateway(sim: SocketAddr) -> (SocketAddr, String) {
         .unwrap();
     // The production sink: the local journal (process durability), shipped in batches.
     let dir = std::env::temp_dir().join(format!("tf-bench-journal-{}", std::process::id()));
-    let journal = Journal::open(&dir, Durability::Process, Duration::from_millis(5), Default::default()).unwrap();
-    let built = app::build(pool, AppOptions { journal: Some(Arc::new(journal)), ..AppOptions::default() }).await.unwrap();
+    let journal = Journal::open(
+        &dir,
+        Durability::Process,
+        Duration::from_millis(5),
+        Default::default(),
+    )
+    .unwrap();
+    let built = app::build(
+        pool,
+        AppOptions {
+            journal: Some(Arc::new(journal)),
+            ..AppOptions::default()
+        },
+    )
+    .await
+    .unwrap();
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
     tokio::spawn(async move {

@@ -23,7 +23,10 @@ async fn pool(db: &DbArgs) -> anyhow::Result<PgPool> {
 
 pub async fn migrate(db: &DbArgs) -> anyhow::Result<()> {
     pool(db).await?;
-    say(&format!("migrations applied to {}", tf_core::db::redact_url(db.database_url.expose())))
+    say(&format!(
+        "migrations applied to {}",
+        tf_core::db::redact_url(db.database_url.expose())
+    ))
 }
 
 fn say(line: &str) -> anyhow::Result<()> {
@@ -42,13 +45,20 @@ fn password_or_generated(p: Option<Secret>) -> (String, bool) {
 
 fn parse_time(flag: &str, value: Option<String>) -> anyhow::Result<Option<OffsetDateTime>> {
     value
-        .map(|v| OffsetDateTime::parse(&v, &Rfc3339).with_context(|| format!("--{flag} {v:?} is not an RFC 3339 time")))
+        .map(|v| {
+            OffsetDateTime::parse(&v, &Rfc3339)
+                .with_context(|| format!("--{flag} {v:?} is not an RFC 3339 time"))
+        })
         .transpose()
 }
 
 pub async fn run(cmd: AdminCommand) -> anyhow::Result<()> {
     match cmd {
-        AdminCommand::CreateAdmin { db, email, password } => {
+        AdminCommand::CreateAdmin {
+            db,
+            email,
+            password,
+        } => {
             let pool = pool(&db).await?;
             let (password, generated) = password_or_generated(password);
             let user = accounts::create_user(&pool, &email, &password, Role::Admin, None).await?;
@@ -66,12 +76,19 @@ pub async fn run(cmd: AdminCommand) -> anyhow::Result<()> {
         } => {
             let pool = pool(&db).await?;
             let tenant =
-                accounts::create_tenant(&pool, &name, display_name.as_deref().unwrap_or(&name)).await?;
+                accounts::create_tenant(&pool, &name, display_name.as_deref().unwrap_or(&name))
+                    .await?;
             say(&format!("created tenant {} ({})", tenant.name, tenant.id))?;
             if let Some(email) = member_email {
                 let (password, generated) = password_or_generated(member_password);
-                let user =
-                    accounts::create_user(&pool, &email, &password, Role::TenantMember, Some(tenant.id)).await?;
+                let user = accounts::create_user(
+                    &pool,
+                    &email,
+                    &password,
+                    Role::TenantMember,
+                    Some(tenant.id),
+                )
+                .await?;
                 say(&format!("created member {}", user.email))?;
                 if generated {
                     say(&format!("password: {password}"))?;
@@ -82,10 +99,17 @@ pub async fn run(cmd: AdminCommand) -> anyhow::Result<()> {
             let pool = pool(&db).await?;
             let tenant = accounts::find_tenant(&pool, &tenant).await?;
             let (key, secret) = tf_core::keys::issue(&pool, tenant.id, &name).await?;
-            say(&format!("issued key {} for tenant {}; it is shown only now:", key.prefix, tenant.name))?;
+            say(&format!(
+                "issued key {} for tenant {}; it is shown only now:",
+                key.prefix, tenant.name
+            ))?;
             say(&secret)?;
         }
-        AdminCommand::ResetPassword { db, email, password } => {
+        AdminCommand::ResetPassword {
+            db,
+            email,
+            password,
+        } => {
             let pool = pool(&db).await?;
             let (password, generated) = password_or_generated(password);
             accounts::reset_password(&pool, &email, &password).await?;
@@ -105,13 +129,23 @@ pub async fn run(cmd: AdminCommand) -> anyhow::Result<()> {
                 Some(t) => Some(accounts::find_tenant(&pool, &t).await?.id),
                 None => None,
             };
-            let events = usage::query(&pool, tenant_id, parse_time("since", since)?, parse_time("until", until)?).await?;
+            let events = usage::query(
+                &pool,
+                tenant_id,
+                parse_time("since", since)?,
+                parse_time("until", until)?,
+            )
+            .await?;
             let mut out = std::io::stdout().lock();
             for e in events {
                 serde_json::to_writer(&mut out, &e)?;
                 out.write_all(b"\n")?;
             }
             out.flush()?;
+        }
+        AdminCommand::Limits(args) => {
+            let pool = pool(&args.db).await?;
+            say(crate::quota::admin::run(&pool, &args).await?.trim_end())?;
         }
     }
     Ok(())

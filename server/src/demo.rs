@@ -33,12 +33,21 @@ pub fn random_password() -> String {
 pub async fn ensure(pool: &PgPool, with_sim_adapters: bool) -> anyhow::Result<DemoCredentials> {
     let tenant = match accounts::find_tenant(pool, DEMO_TENANT).await {
         Ok(t) => t,
-        Err(AccountError::NotFound(_)) => accounts::create_tenant(pool, DEMO_TENANT, "Demo Tenant").await?,
+        Err(AccountError::NotFound(_)) => {
+            accounts::create_tenant(pool, DEMO_TENANT, "Demo Tenant").await?
+        }
         Err(e) => return Err(e.into()),
     };
     let member_password = random_password();
     let admin_password = random_password();
-    upsert_user(pool, DEMO_EMAIL, &member_password, Role::TenantMember, Some(tenant.id)).await?;
+    upsert_user(
+        pool,
+        DEMO_EMAIL,
+        &member_password,
+        Role::TenantMember,
+        Some(tenant.id),
+    )
+    .await?;
     upsert_user(pool, ADMIN_EMAIL, &admin_password, Role::Admin, None).await?;
     if with_sim_adapters {
         for (served, lora) in local_sim::DEMO_ADAPTERS {

@@ -11,6 +11,7 @@ pub mod journal;
 pub mod metering;
 pub mod notify;
 pub mod portal;
+pub mod quota;
 pub mod secret;
 pub mod serve;
 pub mod sim;

@@ -31,7 +31,11 @@ pub async fn run(args: SimArgs) -> anyhow::Result<()> {
     let addr = listener.local_addr()?;
     {
         let mut out = std::io::stdout().lock();
-        writeln!(out, "engine-sim serving {:?} on http://{addr}/v1", config.models)?;
+        writeln!(
+            out,
+            "engine-sim serving {:?} on http://{addr}/v1",
+            config.models
+        )?;
         out.flush()?;
     }
     tf_engine_sim::serve(listener, EngineSim::new(config), async {

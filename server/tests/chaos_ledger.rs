@@ -2,6 +2,8 @@
 //! upstream deaths and errors, PostgreSQL cut twice, the gateway SIGKILLed and restarted, a final
 //! SIGTERM), then totals against the engine's ground truth. Target: 0 lost, 0 duplicated.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may fail loudly
+
 mod common;
 
 use std::collections::{HashMap, HashSet};
@@ -52,7 +54,10 @@ fn body(rng: &mut impl Rng) -> (serde_json::Value, Option<usize>) {
 
 #[sqlx::test(migrations = "../migrations")]
 async fn chaos_ledger_loses_and_duplicates_nothing(pool: PgPool) {
-    let sim = EngineSim::new(SimConfig { models: vec!["sim-base".into()], ..SimConfig::default() });
+    let sim = EngineSim::new(SimConfig {
+        models: vec!["sim-base".into()],
+        ..SimConfig::default()
+    });
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let sim_addr = l.local_addr().unwrap();
     tokio::spawn(tf_engine_sim::serve(l, sim.clone(), std::future::pending()));
@@ -66,7 +71,10 @@ async fn chaos_ledger_loses_and_duplicates_nothing(pool: PgPool) {
         drain_seconds: 10,
     };
     let gw = Gateway::start(&spec).await;
-    let target = Arc::new(RwLock::new((gw.url("/v1/chat/completions"), gw.key.clone())));
+    let target = Arc::new(RwLock::new((
+        gw.url("/v1/chat/completions"),
+        gw.key.clone(),
+    )));
     let gw = Arc::new(tokio::sync::Mutex::new(Some(gw)));
     let next = Arc::new(AtomicUsize::new(0));
     let answered = Arc::new(std::sync::Mutex::new(Vec::new()));
@@ -126,18 +134,34 @@ async fn chaos_ledger_loses_and_duplicates_nothing(pool: PgPool) {
     assert_eq!(last.wait().await, Some(0));
 
     let events = usage::query(&pool, None, None, None).await.unwrap();
-    let (rows, distinct): (i64, i64) = sqlx::query_as("SELECT count(*), count(DISTINCT request_id) FROM usage_events")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-    let ledger: HashMap<String, _> = sim.ledger().into_iter().filter_map(|l| Some((l.request_id.clone()?, l))).collect();
-    let by_id: HashMap<String, _> = events.iter().map(|e| (e.request_id.to_string(), e)).collect();
+    let (rows, distinct): (i64, i64) =
+        sqlx::query_as("SELECT count(*), count(DISTINCT request_id) FROM usage_events")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    let ledger: HashMap<String, _> = sim
+        .ledger()
+        .into_iter()
+        .filter_map(|l| Some((l.request_id.clone()?, l)))
+        .collect();
+    let by_id: HashMap<String, _> = events
+        .iter()
+        .map(|e| (e.request_id.to_string(), e))
+        .collect();
     let answered: HashSet<String> = answered.lock().unwrap().iter().cloned().collect();
-    let lost = answered.iter().filter(|id| !by_id.contains_key(*id)).count();
-    let invented = events.iter().filter(|e| !ledger.contains_key(&e.request_id.to_string())).count();
+    let lost = answered
+        .iter()
+        .filter(|id| !by_id.contains_key(*id))
+        .count();
+    let invented = events
+        .iter()
+        .filter(|e| !ledger.contains_key(&e.request_id.to_string()))
+        .count();
     let (mut billed, mut truth, mut mismatched, mut over) = (0i64, 0i64, 0, 0);
     for e in &events {
-        let Some(t) = ledger.get(&e.request_id.to_string()) else { continue };
+        let Some(t) = ledger.get(&e.request_id.to_string()) else {
+            continue;
+        };
         billed += e.prompt_tokens + e.completion_tokens;
         truth += i64::from(t.prompt_tokens + t.completion_tokens);
         if e.completion_tokens > i64::from(t.completion_tokens) {

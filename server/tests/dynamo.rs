@@ -2,6 +2,8 @@
 //! ../shared/dynamo-cpu). `scripts/test.sh` starts it and sets `TF_DYNAMO_URL`; without that
 //! variable these tests say so and do nothing.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may fail loudly
+
 mod common;
 
 use std::time::Duration;
@@ -36,7 +38,9 @@ async fn with_dynamo(pool: PgPool) -> Option<(TestApp, String)> {
             continuous_usage: true,
         },
     ];
-    fleet::register_bases(&t.pool, "static", &bases).await.unwrap();
+    fleet::register_bases(&t.pool, "static", &bases)
+        .await
+        .unwrap();
     t.app.gateway.routes.reload().await.unwrap();
     Some((t, url))
 }
@@ -58,7 +62,9 @@ async fn direct_usage(url: &str, body: &Value) -> Value {
 
 #[sqlx::test(migrations = "../migrations")]
 async fn streams_and_meters_through_dynamo(pool: PgPool) {
-    let Some((t, url)) = with_dynamo(pool).await else { return };
+    let Some((t, url)) = with_dynamo(pool).await else {
+        return;
+    };
     let a = t.tenant("acme").await;
     let body = chat(MODEL, "hello there from the gateway", 6);
     let truth = direct_usage(&url, &body).await;
@@ -68,15 +74,28 @@ async fn streams_and_meters_through_dynamo(pool: PgPool) {
         if include_usage {
             b["stream_options"] = json!({"include_usage": true});
         }
-        let r = t.post(&a.key, "/v1/chat/completions", b).send().await.unwrap();
+        let r = t
+            .post(&a.key, "/v1/chat/completions", b)
+            .send()
+            .await
+            .unwrap();
         assert_eq!(r.status(), 200);
         let id = request_id(&r);
         let data = sse_data(r).await;
         assert_eq!(data.last().unwrap(), "[DONE]");
-        let chunks: Vec<Value> = data[..data.len() - 1].iter().map(|d| serde_json::from_str(d).unwrap()).collect();
-        let usage_chunks: Vec<_> = chunks.iter().filter(|c| c["choices"].as_array().is_some_and(Vec::is_empty)).collect();
+        let chunks: Vec<Value> = data[..data.len() - 1]
+            .iter()
+            .map(|d| serde_json::from_str(d).unwrap())
+            .collect();
+        let usage_chunks: Vec<_> = chunks
+            .iter()
+            .filter(|c| c["choices"].as_array().is_some_and(Vec::is_empty))
+            .collect();
         assert_eq!(usage_chunks.len(), usize::from(include_usage));
-        assert!(chunks.iter().filter(|c| !c["choices"].as_array().unwrap().is_empty()).all(|c| c["usage"].is_null()));
+        assert!(chunks
+            .iter()
+            .filter(|c| !c["choices"].as_array().unwrap().is_empty())
+            .all(|c| c["usage"].is_null()));
         let ev = t.event(&id).await;
         assert_eq!(ev.provenance, Provenance::Engine);
         assert_eq!(ev.prompt_tokens, truth["prompt_tokens"].as_i64().unwrap());
@@ -89,22 +108,41 @@ async fn streams_and_meters_through_dynamo(pool: PgPool) {
 
 #[sqlx::test(migrations = "../migrations")]
 async fn hang_up_cancels_dynamo_and_bills_partial_usage(pool: PgPool) {
-    let Some((t, url)) = with_dynamo(pool).await else { return };
+    let Some((t, url)) = with_dynamo(pool).await else {
+        return;
+    };
     let a = t.tenant("acme").await;
     let mut body = chat(MODEL, "write a very long essay", 4000);
     body["stream"] = json!(true);
-    let r = t.post(&a.key, "/v1/chat/completions", body).send().await.unwrap();
+    let r = t
+        .post(&a.key, "/v1/chat/completions", body)
+        .send()
+        .await
+        .unwrap();
     let id = request_id(&r);
     read_events_then_hang_up(r, 3).await;
     let ev = t.event(&id).await;
     assert_eq!(ev.status, UsageStatus::ClientAbort);
-    assert_eq!(ev.provenance, Provenance::Partial, "continuous usage from Dynamo");
-    assert!(ev.completion_tokens >= 2 && ev.completion_tokens < 4000, "{}", ev.completion_tokens);
+    assert_eq!(
+        ev.provenance,
+        Provenance::Partial,
+        "continuous usage from Dynamo"
+    );
+    assert!(
+        ev.completion_tokens >= 2 && ev.completion_tokens < 4000,
+        "{}",
+        ev.completion_tokens
+    );
     // The frontend must have dropped the request: nothing left in flight.
     let metrics_url = url.trim_end_matches("/v1").to_owned() + "/metrics";
     let mut inflight = f64::NAN;
     for _ in 0..100 {
-        let text = reqwest::get(&metrics_url).await.unwrap().text().await.unwrap();
+        let text = reqwest::get(&metrics_url)
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
         inflight = text
             .lines()
             .filter(|l| l.starts_with("dynamo_frontend_inflight_requests"))
@@ -120,14 +158,31 @@ async fn hang_up_cancels_dynamo_and_bills_partial_usage(pool: PgPool) {
 
 #[sqlx::test(migrations = "../migrations")]
 async fn dynamo_flat_errors_become_openai_envelopes(pool: PgPool) {
-    let Some((t, _)) = with_dynamo(pool).await else { return };
+    let Some((t, _)) = with_dynamo(pool).await else {
+        return;
+    };
     let a = t.tenant("acme").await;
-    let r = t.post(&a.key, "/v1/chat/completions", json!({"model": MODEL, "messages": []})).send().await.unwrap();
+    let r = t
+        .post(
+            &a.key,
+            "/v1/chat/completions",
+            json!({"model": MODEL, "messages": []}),
+        )
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 400);
     let b: Value = r.json().await.unwrap();
     assert_eq!(b["error"]["type"], "invalid_request_error");
-    assert!(b["error"]["message"].as_str().unwrap().contains("messages"), "{b}");
-    let r = t.post(&a.key, "/v1/chat/completions", chat("misrouted", "hi", 2)).send().await.unwrap();
+    assert!(
+        b["error"]["message"].as_str().unwrap().contains("messages"),
+        "{b}"
+    );
+    let r = t
+        .post(&a.key, "/v1/chat/completions", chat("misrouted", "hi", 2))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 404);
     let b: Value = r.json().await.unwrap();
     assert_eq!(b["error"]["code"], "model_not_found");

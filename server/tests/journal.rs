@@ -1,6 +1,8 @@
 //! The usage journal against real PostgreSQL: shipping, replay after a crash between insert and
 //! cursor write, torn tails, and PostgreSQL outages through a proxy the test controls.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may fail loudly
+
 mod common;
 
 use std::sync::atomic::Ordering;
@@ -14,7 +16,10 @@ use tokenfactory::metering::usage::{self, Provenance, UsageEvent, UsageStatus};
 use uuid::Uuid;
 
 async fn tenant(pool: &PgPool) -> Uuid {
-    tf_core::accounts::create_tenant(pool, "acme", "Acme").await.unwrap().id
+    tf_core::accounts::create_tenant(pool, "acme", "Acme")
+        .await
+        .unwrap()
+        .id
 }
 
 fn event(tenant: Uuid, n: i64) -> UsageEvent {
@@ -35,7 +40,9 @@ fn event(tenant: Uuid, n: i64) -> UsageEvent {
         stream: false,
         ttft_ms: None,
         duration_ms: 1,
-        started_at: time::OffsetDateTime::now_utc().replace_nanosecond(0).unwrap(),
+        started_at: time::OffsetDateTime::now_utc()
+            .replace_nanosecond(0)
+            .unwrap(),
     }
 }
 
@@ -47,7 +54,15 @@ async fn sums(pool: &PgPool) -> (i64, i64) {
 }
 
 fn open(dir: &std::path::Path, level: Durability) -> Arc<Journal> {
-    Arc::new(Journal::open(dir, level, Duration::from_millis(5), Arc::new(JournalMetrics::default())).unwrap())
+    Arc::new(
+        Journal::open(
+            dir,
+            level,
+            Duration::from_millis(5),
+            Arc::new(JournalMetrics::default()),
+        )
+        .unwrap(),
+    )
 }
 
 #[sqlx::test(migrations = "../migrations")]
@@ -57,10 +72,16 @@ async fn appended_events_ship_once_in_either_durability(pool: PgPool) {
         let dir = tempfile::tempdir().unwrap();
         let journal = open(dir.path(), level);
         let events: Vec<_> = (1..=3000).map(|n| event(t, n)).collect();
-        futures::future::join_all(events.iter().map(|e| journal.append(e))).await.into_iter().for_each(|r| r.unwrap());
+        futures::future::join_all(events.iter().map(|e| journal.append(e)))
+            .await
+            .into_iter()
+            .for_each(|r| r.unwrap());
         assert_eq!(journal.metrics.journaled.load(Ordering::Relaxed), 3000);
         if level == Durability::Machine {
-            assert!(journal.metrics.fsyncs.load(Ordering::Relaxed) < 3000, "group commit shares fsyncs");
+            assert!(
+                journal.metrics.fsyncs.load(Ordering::Relaxed) < 3000,
+                "group commit shares fsyncs"
+            );
         }
         let shipper = Shipper::new(dir.path().to_owned(), pool.clone(), journal.metrics.clone());
         shipper.drain(Duration::from_secs(10)).await.unwrap();
@@ -89,8 +110,16 @@ async fn replay_after_a_crash_between_insert_and_cursor_counts_once(pool: PgPool
     let journal = open(dir.path(), Durability::Process);
     let again = Shipper::new(dir.path().to_owned(), pool.clone(), journal.metrics.clone());
     again.drain(Duration::from_secs(10)).await.unwrap();
-    assert_eq!(journal.metrics.shipped.load(Ordering::Relaxed), 500, "replayed");
-    assert_eq!(sums(&pool).await, (500, 2 * (500 * 501 / 2)), "counted once");
+    assert_eq!(
+        journal.metrics.shipped.load(Ordering::Relaxed),
+        500,
+        "replayed"
+    );
+    assert_eq!(
+        sums(&pool).await,
+        (500, 2 * (500 * 501 / 2)),
+        "counted once"
+    );
 }
 
 #[sqlx::test(migrations = "../migrations")]
@@ -123,10 +152,16 @@ async fn postgres_outage_grows_the_backlog_then_drains_once(pool: PgPool) {
     let t = tenant(&pool).await;
     let proxy = ChaosProxy::start("127.0.0.1:5432").await;
     let db = pool.connect_options().get_database().unwrap().to_owned();
-    let via_proxy = tf_core::db::connect(&format!("postgres://postgres@{}/{db}", proxy.addr), 4).await.unwrap();
+    let via_proxy = tf_core::db::connect(&format!("postgres://postgres@{}/{db}", proxy.addr), 4)
+        .await
+        .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let journal = open(dir.path(), Durability::Process);
-    let shipper = Arc::new(Shipper::new(dir.path().to_owned(), via_proxy, journal.metrics.clone()));
+    let shipper = Arc::new(Shipper::new(
+        dir.path().to_owned(),
+        via_proxy,
+        journal.metrics.clone(),
+    ));
     let cancel = tokio_util::sync::CancellationToken::new();
     let task = tokio::spawn(shipper.clone().run(cancel.clone()));
 
@@ -136,12 +171,17 @@ async fn postgres_outage_grows_the_backlog_then_drains_once(pool: PgPool) {
     }
     let metrics = journal.metrics.clone();
     for _ in 0..300 {
-        if metrics.ship_failures.load(Ordering::Relaxed) > 0 && metrics.backlog_bytes.load(Ordering::Relaxed) > 0 {
+        if metrics.ship_failures.load(Ordering::Relaxed) > 0
+            && metrics.backlog_bytes.load(Ordering::Relaxed) > 0
+        {
             break;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert!(metrics.ship_failures.load(Ordering::Relaxed) > 0, "shipping failed while PostgreSQL was cut");
+    assert!(
+        metrics.ship_failures.load(Ordering::Relaxed) > 0,
+        "shipping failed while PostgreSQL was cut"
+    );
     assert_eq!(sums(&pool).await.0, 0);
 
     proxy.restore();

@@ -1,6 +1,8 @@
 //! Failure policy with real processes: the gateway is a child process the test kills. Each test
 //! checks the usage table against the engine simulator's ground-truth ledger.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may fail loudly
+
 mod common;
 
 use std::collections::HashMap;
@@ -46,7 +48,12 @@ async fn wait_for_events(pool: &PgPool, n: usize) -> Vec<usage::UsageEvent> {
 }
 
 /// Runs `clients` loops sending `body` until `stop`.
-fn load(gw: &Gateway, clients: usize, body: serde_json::Value, stop: Instant) -> tokio::task::JoinHandle<Vec<Outcome>> {
+fn load(
+    gw: &Gateway,
+    clients: usize,
+    body: serde_json::Value,
+    stop: Instant,
+) -> tokio::task::JoinHandle<Vec<Outcome>> {
     let url = gw.url("/v1/chat/completions");
     let key = gw.key.clone();
     tokio::spawn(async move {
@@ -88,25 +95,55 @@ async fn sigkill_loses_no_answered_request_and_invents_none(pool: PgPool) {
         drain_seconds: 5,
     };
     let gw = Gateway::start(&spec).await;
-    let outcomes = load(&gw, 32, stream_body(6, 2), Instant::now() + Duration::from_secs(30));
+    let outcomes = load(
+        &gw,
+        32,
+        stream_body(6, 2),
+        Instant::now() + Duration::from_secs(30),
+    );
     tokio::time::sleep(Duration::from_millis(1500)).await;
     gw.kill().await;
     let outcomes = outcomes.await.unwrap();
-    let answered: Vec<_> = outcomes.iter().filter(|o| o.completed).filter_map(|o| o.request_id.clone()).collect();
-    assert!(answered.len() > 50, "load too small to prove anything: {}", answered.len());
+    let answered: Vec<_> = outcomes
+        .iter()
+        .filter(|o| o.completed)
+        .filter_map(|o| o.request_id.clone())
+        .collect();
+    assert!(
+        answered.len() > 50,
+        "load too small to prove anything: {}",
+        answered.len()
+    );
 
     let gw = Gateway::start(&spec).await; // replays the journal
     let events = wait_for_events(&pool, answered.len()).await;
-    let by_id: HashMap<String, _> = events.iter().map(|e| (e.request_id.to_string(), e)).collect();
-    let ledger: HashMap<String, _> = sim.ledger().into_iter().filter_map(|l| Some((l.request_id.clone()?, l))).collect();
+    let by_id: HashMap<String, _> = events
+        .iter()
+        .map(|e| (e.request_id.to_string(), e))
+        .collect();
+    let ledger: HashMap<String, _> = sim
+        .ledger()
+        .into_iter()
+        .filter_map(|l| Some((l.request_id.clone()?, l)))
+        .collect();
     for id in &answered {
-        let e = by_id.get(id).unwrap_or_else(|| panic!("answered request {id} has no event"));
+        let e = by_id
+            .get(id)
+            .unwrap_or_else(|| panic!("answered request {id} has no event"));
         assert_eq!(e.completion_tokens, i64::from(ledger[id].completion_tokens));
     }
     for e in &events {
-        assert!(ledger.contains_key(&e.request_id.to_string()), "event {} was never served", e.request_id);
+        assert!(
+            ledger.contains_key(&e.request_id.to_string()),
+            "event {} was never served",
+            e.request_id
+        );
     }
-    println!("sigkill: {} answered, {} events after restart", answered.len(), events.len());
+    println!(
+        "sigkill: {} answered, {} events after restart",
+        answered.len(),
+        events.len()
+    );
     gw.terminate();
     assert_eq!(gw.wait().await, Some(0));
 }
@@ -128,7 +165,9 @@ async fn sigterm_drains_in_flight_streams_and_bills_them(pool: PgPool) {
     let clients: Vec<_> = (0..16)
         .map(|_| {
             let (http, url, key) = (http.clone(), url.clone(), key.clone());
-            tokio::spawn(async move { client::send(&http, &url, &key, &stream_body(60, 10), None).await })
+            tokio::spawn(async move {
+                client::send(&http, &url, &key, &stream_body(60, 10), None).await
+            })
         })
         .collect();
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -145,7 +184,10 @@ async fn sigterm_drains_in_flight_streams_and_bills_them(pool: PgPool) {
     assert_eq!(events.len(), 16);
     let ledger = sim.ledger();
     for e in events {
-        let truth = ledger.iter().find(|l| l.request_id.as_deref() == Some(&e.request_id.to_string())).unwrap();
+        let truth = ledger
+            .iter()
+            .find(|l| l.request_id.as_deref() == Some(&e.request_id.to_string()))
+            .unwrap();
         assert_eq!(e.status, UsageStatus::Ok);
         assert_eq!(e.completion_tokens, 60);
         assert_eq!(e.completion_tokens, i64::from(truth.completion_tokens));
@@ -170,7 +212,9 @@ async fn sigterm_deadline_cuts_and_bills_the_streams_still_running(pool: PgPool)
     let clients: Vec<_> = (0..8)
         .map(|_| {
             let (http, url, key) = (http.clone(), url.clone(), key.clone());
-            tokio::spawn(async move { client::send(&http, &url, &key, &stream_body(1000, 10), None).await })
+            tokio::spawn(async move {
+                client::send(&http, &url, &key, &stream_body(1000, 10), None).await
+            })
         })
         .collect();
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -183,9 +227,14 @@ async fn sigterm_deadline_cuts_and_bills_the_streams_still_running(pool: PgPool)
     assert_eq!(events.len(), 8);
     let ledger = sim.ledger();
     for e in events {
-        let truth = ledger.iter().find(|l| l.request_id.as_deref() == Some(&e.request_id.to_string())).unwrap();
+        let truth = ledger
+            .iter()
+            .find(|l| l.request_id.as_deref() == Some(&e.request_id.to_string()))
+            .unwrap();
         assert_eq!(e.status, UsageStatus::Interrupted);
-        assert!(e.completion_tokens > 0 && e.completion_tokens <= i64::from(truth.completion_tokens));
+        assert!(
+            e.completion_tokens > 0 && e.completion_tokens <= i64::from(truth.completion_tokens)
+        );
     }
 }
 
@@ -205,7 +254,11 @@ async fn postgres_outage_keeps_serving_and_every_event_arrives_once(pool: PgPool
     let http = reqwest::Client::new();
     let url = gw.url("/v1/chat/completions");
     // Warm the key cache, then cut PostgreSQL.
-    assert!(client::send(&http, &url, &gw.key, &stream_body(2, 0), None).await.completed);
+    assert!(
+        client::send(&http, &url, &gw.key, &stream_body(2, 0), None)
+            .await
+            .completed
+    );
     wait_for_events(&pool, 1).await;
     proxy.cut();
     let mut ids = Vec::new();
@@ -214,15 +267,27 @@ async fn postgres_outage_keeps_serving_and_every_event_arrives_once(pool: PgPool
         assert!(o.completed, "serving continues while PostgreSQL is down");
         ids.push(o.request_id.unwrap());
     }
-    assert!(gw.metric("tf_journal_backlog_bytes").await > 0.0 || gw.metric("tf_journal_ship_failures_total").await > 0.0);
-    assert_eq!(usage::query(&pool, None, None, None).await.unwrap().len(), 1);
+    assert!(
+        gw.metric("tf_journal_backlog_bytes").await > 0.0
+            || gw.metric("tf_journal_ship_failures_total").await > 0.0
+    );
+    assert_eq!(
+        usage::query(&pool, None, None, None).await.unwrap().len(),
+        1
+    );
     proxy.restore();
     let events = wait_for_events(&pool, 101).await;
     assert_eq!(events.len(), 101, "every event arrives once");
     let ledger = sim.ledger();
     for id in ids {
-        let e = events.iter().find(|e| e.request_id.to_string() == id).unwrap();
-        let truth = ledger.iter().find(|l| l.request_id.as_deref() == Some(id.as_str())).unwrap();
+        let e = events
+            .iter()
+            .find(|e| e.request_id.to_string() == id)
+            .unwrap();
+        let truth = ledger
+            .iter()
+            .find(|l| l.request_id.as_deref() == Some(id.as_str()))
+            .unwrap();
         assert_eq!(e.completion_tokens, i64::from(truth.completion_tokens));
     }
     gw.terminate();

@@ -118,7 +118,10 @@ async fn admin_lands_on_admin(pool: PgPool) {
         "{page}"
     );
     // The usage journal's backlog is on the admin home.
-    assert!(page.contains("Usage journal") && page.contains("4242 bytes, oldest 31 ms"), "{page}");
+    assert!(
+        page.contains("Usage journal") && page.contains("4242 bytes, oldest 31 ms"),
+        "{page}"
+    );
     assert_redirect(&b.get("/").await, "/admin");
 }
 

@@ -2,6 +2,8 @@
 //! aborted at random points, repeated prompts for cache hits, two tenants on one base); every
 //! usage event must match the simulator's ground truth, and every request must have exactly one.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may fail loudly
+
 mod common;
 
 use std::collections::HashMap;
@@ -22,11 +24,16 @@ const CONCURRENCY: usize = 32;
 async fn every_event_matches_the_engine_ledger(pool: PgPool) {
     let t = Arc::new(TestApp::spawn(pool).await);
     let tenants = Arc::new([t.tenant("acme").await, t.tenant("beta").await]);
-    let seed: u64 = std::env::var("TF_TEST_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(20261201);
+    let seed: u64 = std::env::var("TF_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(20261201);
     println!("seed {seed}");
     let prompts: Arc<Vec<String>> = Arc::new(
         (0..10)
-            .map(|i| format!("prompt {i}: ") + &"lorem ipsum dolor sit amet consectetur ".repeat(8 + i))
+            .map(|i| {
+                format!("prompt {i}: ") + &"lorem ipsum dolor sit amet consectetur ".repeat(8 + i)
+            })
             .collect(),
     );
 
@@ -41,7 +48,17 @@ async fn every_event_matches_the_engine_ledger(pool: PgPool) {
                 let abort = rng.gen_bool(0.2);
                 let abort_after: usize = rng.gen_range(0..=max_tokens as usize + 1);
                 let abort_ms: u64 = rng.gen_range(1..=15);
-                (rng.gen_range(0..2usize), rng.gen_range(0..10usize), stream, usage, continuous, max_tokens, abort, abort_after, abort_ms)
+                (
+                    rng.gen_range(0..2usize),
+                    rng.gen_range(0..10usize),
+                    stream,
+                    usage,
+                    continuous,
+                    max_tokens,
+                    abort,
+                    abort_after,
+                    abort_ms,
+                )
             })
             .collect()
     };
@@ -88,10 +105,16 @@ async fn every_event_matches_the_engine_ledger(pool: PgPool) {
     for _ in 0..1000 {
         ledger = t.sim.ledger();
         events = t.events().await;
-        let ids: std::collections::HashSet<_> = events.iter().map(|e| e.request_id.to_string()).collect();
-        let truth: std::collections::HashSet<_> = ledger.iter().filter_map(|l| l.request_id.clone()).collect();
-        let settled = ledger.iter().all(|l| l.request_id.as_ref().is_some_and(|id| ids.contains(id)))
-            && events.iter().all(|e| e.prompt_tokens == 0 || truth.contains(&e.request_id.to_string()));
+        let ids: std::collections::HashSet<_> =
+            events.iter().map(|e| e.request_id.to_string()).collect();
+        let truth: std::collections::HashSet<_> =
+            ledger.iter().filter_map(|l| l.request_id.clone()).collect();
+        let settled = ledger
+            .iter()
+            .all(|l| l.request_id.as_ref().is_some_and(|id| ids.contains(id)))
+            && events
+                .iter()
+                .all(|e| e.prompt_tokens == 0 || truth.contains(&e.request_id.to_string()));
         if settled {
             break;
         }
@@ -99,30 +122,54 @@ async fn every_event_matches_the_engine_ledger(pool: PgPool) {
     }
     // Non-streamed aborts may hang up before the gateway forwards anything: those never reach
     // the engine. Everything else does.
-    assert!(ledger.len() >= REQUESTS * 9 / 10, "engine saw {} requests", ledger.len());
-    let by_id: HashMap<String, _> = events.iter().map(|e| (e.request_id.to_string(), e)).collect();
+    assert!(
+        ledger.len() >= REQUESTS * 9 / 10,
+        "engine saw {} requests",
+        ledger.len()
+    );
+    let by_id: HashMap<String, _> = events
+        .iter()
+        .map(|e| (e.request_id.to_string(), e))
+        .collect();
     assert_eq!(by_id.len(), events.len(), "request ids are unique");
-    let truth_ids: std::collections::HashSet<_> = ledger.iter().filter_map(|l| l.request_id.clone()).collect();
+    let truth_ids: std::collections::HashSet<_> =
+        ledger.iter().filter_map(|l| l.request_id.clone()).collect();
     for e in &events {
         if !truth_ids.contains(&e.request_id.to_string()) {
             // Cut before the engine had the request: recorded, but nothing billed.
             assert_eq!(e.status, UsageStatus::ClientAbort);
-            assert_eq!((e.prompt_tokens, e.completion_tokens), (0, 0), "{}", e.request_id);
+            assert_eq!(
+                (e.prompt_tokens, e.completion_tokens),
+                (0, 0),
+                "{}",
+                e.request_id
+            );
         }
     }
 
     let (mut completed, mut aborted, mut partial, mut cache_hits, mut mismatches) = (0, 0, 0, 0, 0);
     for truth in &ledger {
-        let id = truth.request_id.clone().expect("gateway sends x-request-id");
-        let ev = by_id.get(&id).unwrap_or_else(|| panic!("no event for {id}"));
+        let id = truth
+            .request_id
+            .clone()
+            .expect("gateway sends x-request-id");
+        let ev = by_id
+            .get(&id)
+            .unwrap_or_else(|| panic!("no event for {id}"));
         let tenant = tenants.iter().find(|x| x.id == ev.tenant_id).unwrap();
-        assert_eq!(truth.cache_salt.as_deref(), Some(tenant.id.to_string().as_str()));
+        assert_eq!(
+            truth.cache_salt.as_deref(),
+            Some(tenant.id.to_string().as_str())
+        );
         if truth.cached_tokens > 0 {
             cache_hits += 1;
         }
         // Never more than the engine produced, whatever happened.
         assert!(ev.prompt_tokens <= i64::from(truth.prompt_tokens), "{id}");
-        assert!(ev.completion_tokens <= i64::from(truth.completion_tokens), "{id}: billed more than produced");
+        assert!(
+            ev.completion_tokens <= i64::from(truth.completion_tokens),
+            "{id}: billed more than produced"
+        );
         match ev.status {
             UsageStatus::Ok => {
                 completed += 1;
@@ -130,7 +177,11 @@ async fn every_event_matches_the_engine_ledger(pool: PgPool) {
                 assert_eq!(ev.provenance, Provenance::Engine, "{id}");
                 assert_eq!(ev.prompt_tokens, i64::from(truth.prompt_tokens), "{id}");
                 assert_eq!(ev.cached_tokens, i64::from(truth.cached_tokens), "{id}");
-                assert_eq!(ev.completion_tokens, i64::from(truth.completion_tokens), "{id}");
+                assert_eq!(
+                    ev.completion_tokens,
+                    i64::from(truth.completion_tokens),
+                    "{id}"
+                );
             }
             UsageStatus::ClientAbort => {
                 aborted += 1;
@@ -141,7 +192,11 @@ async fn every_event_matches_the_engine_ledger(pool: PgPool) {
                     if ev.completion_tokens != i64::from(truth.completion_tokens) {
                         // The one physical race left: the engine emitted a token in the very instant
                         // the client left, and it was still on the wire when the gateway hung up.
-                        assert_eq!(ev.completion_tokens + 1, i64::from(truth.completion_tokens), "{id}");
+                        assert_eq!(
+                            ev.completion_tokens + 1,
+                            i64::from(truth.completion_tokens),
+                            "{id}"
+                        );
                         println!("MISMATCH {id}: billed {} truth {} cancelled {} provenance {:?} stream {} duration {} ttft {:?}", ev.completion_tokens, truth.completion_tokens, truth.cancelled, ev.provenance, ev.stream, ev.duration_ms, ev.ttft_ms);
                         mismatches += 1;
                     }
@@ -151,8 +206,16 @@ async fn every_event_matches_the_engine_ledger(pool: PgPool) {
         }
     }
     println!("completed {completed}, aborted {aborted} ({partial} billed from continuous usage), cache hits {cache_hits}");
-    println!("engine-count aborts off by one token (a token in flight at the hang-up): {mismatches}");
-    assert!(mismatches * 100 <= partial.max(100), "{mismatches} of {partial} aborts billed from engine counts differ");
-    assert!(aborted >= REQUESTS / 10, "the mix aborted too few requests to prove anything");
+    println!(
+        "engine-count aborts off by one token (a token in flight at the hang-up): {mismatches}"
+    );
+    assert!(
+        mismatches * 100 <= partial.max(100),
+        "{mismatches} of {partial} aborts billed from engine counts differ"
+    );
+    assert!(
+        aborted >= REQUESTS / 10,
+        "the mix aborted too few requests to prove anything"
+    );
     assert!(partial > 0 && cache_hits > 0);
 }

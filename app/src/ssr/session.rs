@@ -120,14 +120,16 @@ pub async fn take_flash(session: &Session) -> Result<Option<String>, PortalError
 /// `"unknown"` (served without connect info). Parsing keeps arbitrary strings out of keys.
 pub async fn client_ip() -> String {
     let trusted = super::Portal::current().is_ok_and(|p| p.deps.trust_forwarded_for);
-    let forwarded = use_context::<Parts>().filter(|_| trusted).and_then(|parts| {
-        parts
-            .headers
-            .get("x-forwarded-for")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.split(',').next())
-            .and_then(|first| first.trim().parse::<IpAddr>().ok())
-    });
+    let forwarded = use_context::<Parts>()
+        .filter(|_| trusted)
+        .and_then(|parts| {
+            parts
+                .headers
+                .get("x-forwarded-for")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.split(',').next())
+                .and_then(|first| first.trim().parse::<IpAddr>().ok())
+        });
     if let Some(ip) = forwarded {
         return ip.to_string();
     }

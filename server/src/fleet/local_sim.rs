@@ -19,7 +19,10 @@ pub const DEMO_ADAPTERS: [(&str, &str); 2] = [
 ];
 
 /// Starts the engines; they stop when `cancel` fires.
-pub async fn start(tracker: &TaskTracker, cancel: &CancellationToken) -> anyhow::Result<Vec<BaseRegistration>> {
+pub async fn start(
+    tracker: &TaskTracker,
+    cancel: &CancellationToken,
+) -> anyhow::Result<Vec<BaseRegistration>> {
     let mut bases = Vec::new();
     for name in [DEMO_BASE, OTHER_BASE] {
         let loras = if name == DEMO_BASE {
@@ -43,7 +46,9 @@ pub async fn start(tracker: &TaskTracker, cancel: &CancellationToken) -> anyhow:
         let sim = EngineSim::new(config);
         let stop = cancel.clone();
         tracker.spawn(async move {
-            if let Err(e) = tf_engine_sim::serve(listener, sim, async move { stop.cancelled().await }).await {
+            if let Err(e) =
+                tf_engine_sim::serve(listener, sim, async move { stop.cancelled().await }).await
+            {
                 tracing::error!(error = %e, "simulated engine stopped");
             }
         });

@@ -41,7 +41,11 @@ pub struct BaseRegistration {
 }
 
 /// Upserts the bases a backend serves; a base that moved (new port) gets its new URL.
-pub async fn register_bases(pool: &PgPool, fleet: &str, bases: &[BaseRegistration]) -> sqlx::Result<()> {
+pub async fn register_bases(
+    pool: &PgPool,
+    fleet: &str,
+    bases: &[BaseRegistration],
+) -> sqlx::Result<()> {
     let mut tx = pool.begin().await?;
     for b in bases {
         sqlx::query(

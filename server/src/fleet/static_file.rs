@@ -62,7 +62,8 @@ pub fn parse(text: &str) -> anyhow::Result<Vec<BaseRegistration>> {
 
 /// Reads and parses the fleet file.
 pub fn load(path: &Path) -> anyhow::Result<Vec<BaseRegistration>> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading fleet file {}", path.display()))?;
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading fleet file {}", path.display()))?;
     parse(&text).with_context(|| format!("in fleet file {}", path.display()))
 }
 

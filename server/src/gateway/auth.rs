@@ -79,7 +79,11 @@ impl KeyCache {
             Some((lookup, true)) => lookup,
             stale => {
                 // With a stale answer in hand, do not let a slow database hold the request.
-                let limit = if stale.is_some() { STALE_REFRESH_TIMEOUT } else { COLD_LOOKUP_TIMEOUT };
+                let limit = if stale.is_some() {
+                    STALE_REFRESH_TIMEOUT
+                } else {
+                    COLD_LOOKUP_TIMEOUT
+                };
                 let fetched = tokio::time::timeout(limit, self.fetch(&hash))
                     .await
                     .unwrap_or(Err(sqlx::Error::PoolTimedOut));
@@ -139,11 +143,13 @@ impl KeyCache {
         Ok(match row {
             None | Some((_, _, _, _, true)) => Lookup::Unknown,
             Some((_, _, _, TenantStatus::Suspended, false)) => Lookup::Suspended,
-            Some((key_id, tenant_id, tenant_name, TenantStatus::Active, false)) => Lookup::Valid(Principal {
-                key_id,
-                tenant_id,
-                tenant_name,
-            }),
+            Some((key_id, tenant_id, tenant_name, TenantStatus::Active, false)) => {
+                Lookup::Valid(Principal {
+                    key_id,
+                    tenant_id,
+                    tenant_name,
+                })
+            }
         })
     }
 
@@ -166,7 +172,13 @@ impl KeyCache {
 
 /// The key from `Authorization: Bearer <key>`.
 fn bearer(headers: &HeaderMap) -> Option<&str> {
-    let value = headers.get(axum::http::header::AUTHORIZATION)?.to_str().ok()?;
+    let value = headers
+        .get(axum::http::header::AUTHORIZATION)?
+        .to_str()
+        .ok()?;
     let (scheme, key) = value.trim().split_once(' ')?;
-    scheme.eq_ignore_ascii_case("bearer").then(|| key.trim()).filter(|k| !k.is_empty())
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| key.trim())
+        .filter(|k| !k.is_empty())
 }

@@ -21,7 +21,10 @@ pub enum GatewayError {
     ModelNotFound(String),
     /// 400: the request is not what the API accepts.
     #[error("{message}")]
-    BadRequest { message: String, param: Option<&'static str> },
+    BadRequest {
+        message: String,
+        param: Option<&'static str>,
+    },
     /// 413: body over the configured limit.
     #[error("Request body too large (limit {0} bytes).")]
     PayloadTooLarge(usize),
@@ -42,6 +45,10 @@ pub enum GatewayError {
     /// 503: a dependency we need for this request (the database, for an uncached key) is down.
     #[error("The service is temporarily unavailable. Please retry.")]
     ServiceUnavailable,
+    /// 429 `rate_limit_error`: refused at admission (code `rate_limit_exceeded`, or
+    /// `insufficient_quota` for spend), with `retry-after` and `x-ratelimit-*` headers.
+    #[error("{}", .0.message())]
+    RateLimited(Box<crate::quota::Refusal>),
 }
 
 impl GatewayError {
@@ -58,6 +65,7 @@ impl GatewayError {
             Self::UpstreamUnavailable => "upstream_unavailable",
             Self::UpstreamTimeout => "upstream_timeout",
             Self::ServiceUnavailable => "service_unavailable",
+            Self::RateLimited(_) => "rate_limited",
         }
     }
 
@@ -79,20 +87,44 @@ impl GatewayError {
             Self::UpstreamUnavailable => StatusCode::BAD_GATEWAY,
             Self::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
             Self::ServiceUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            Self::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
         }
     }
 
     /// The envelope's `error` object.
     pub fn body(&self) -> serde_json::Value {
         let (kind, code, param): (String, serde_json::Value, Option<&str>) = match self {
-            Self::MissingKey | Self::InvalidKey => ("authentication_error".into(), json!("invalid_api_key"), None),
+            Self::MissingKey | Self::InvalidKey => (
+                "authentication_error".into(),
+                json!("invalid_api_key"),
+                None,
+            ),
             Self::TenantSuspended => ("permission_error".into(), json!("tenant_suspended"), None),
-            Self::ModelNotFound(_) => ("invalid_request_error".into(), json!("model_not_found"), Some("model")),
-            Self::BadRequest { param, .. } => ("invalid_request_error".into(), serde_json::Value::Null, *param),
-            Self::PayloadTooLarge(_) => ("invalid_request_error".into(), json!("request_too_large"), None),
-            Self::Upstream { kind, code, .. } => (kind.clone(), code.clone().unwrap_or_default(), None),
-            Self::UpstreamUnavailable | Self::UpstreamTimeout => ("api_error".into(), serde_json::Value::Null, None),
-            Self::ServiceUnavailable => ("service_unavailable".into(), serde_json::Value::Null, None),
+            Self::ModelNotFound(_) => (
+                "invalid_request_error".into(),
+                json!("model_not_found"),
+                Some("model"),
+            ),
+            Self::BadRequest { param, .. } => (
+                "invalid_request_error".into(),
+                serde_json::Value::Null,
+                *param,
+            ),
+            Self::PayloadTooLarge(_) => (
+                "invalid_request_error".into(),
+                json!("request_too_large"),
+                None,
+            ),
+            Self::Upstream { kind, code, .. } => {
+                (kind.clone(), code.clone().unwrap_or_default(), None)
+            }
+            Self::UpstreamUnavailable | Self::UpstreamTimeout => {
+                ("api_error".into(), serde_json::Value::Null, None)
+            }
+            Self::ServiceUnavailable => {
+                ("service_unavailable".into(), serde_json::Value::Null, None)
+            }
+            Self::RateLimited(r) => ("rate_limit_error".into(), json!(r.code()), None),
         };
         json!({"error": {"message": self.to_string(), "type": kind, "param": param, "code": code}})
     }
@@ -120,6 +152,9 @@ impl IntoResponse for GatewayError {
             response
                 .headers_mut()
                 .insert("www-authenticate", HeaderValue::from_static("Bearer"));
+        }
+        if let Self::RateLimited(r) = &self {
+            r.write_headers(response.headers_mut());
         }
         response
     }

@@ -41,20 +41,23 @@ pub async fn run(x: Exchange, mut ctx: MeterContext, mut reply: oneshot::Sender<
             // in flight), so the event records the abort with zero tokens: under-billing is the
             // safe side. Test: reconciliation::every_event_matches_the_engine_ledger.
             ctx.estimate_prompt = Box::new(|| 0);
-            ctx.settle(None, false, 0, UsageStatus::ClientAbort, None).await;
+            ctx.settle(None, false, 0, UsageStatus::ClientAbort, None)
+                .await;
             return;
         }
         Some(Ok(Ok(r))) => r,
         Some(Ok(Err(e))) => {
             tracing::warn!(%request_id, error = %e, "upstream unreachable");
             ctx.estimate_prompt = Box::new(|| 0);
-            ctx.settle(None, false, 0, UsageStatus::UpstreamError, None).await;
+            ctx.settle(None, false, 0, UsageStatus::UpstreamError, None)
+                .await;
             let _ = reply.send(Reply::Failed(GatewayError::UpstreamUnavailable));
             return;
         }
         Some(Err(_)) => {
             ctx.estimate_prompt = Box::new(|| 0);
-            ctx.settle(None, false, 0, UsageStatus::UpstreamError, None).await;
+            ctx.settle(None, false, 0, UsageStatus::UpstreamError, None)
+                .await;
             let _ = reply.send(Reply::Failed(GatewayError::UpstreamTimeout));
             return;
         }
@@ -64,7 +67,8 @@ pub async fn run(x: Exchange, mut ctx: MeterContext, mut reply: oneshot::Sender<
         let body = read_bounded(upstream, MAX_ERROR_BODY).await;
         // Refused before generating anything: the engine produced no tokens to bill.
         ctx.estimate_prompt = Box::new(|| 0);
-        ctx.settle(None, false, 0, UsageStatus::UpstreamError, None).await;
+        ctx.settle(None, false, 0, UsageStatus::UpstreamError, None)
+            .await;
         let _ = reply.send(Reply::Failed(upstream_error::reshape(status, &body)));
         return;
     }

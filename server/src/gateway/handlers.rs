@@ -15,8 +15,8 @@ use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
 use super::error::GatewayError;
-use super::request::{self, Endpoint};
 use super::exchange::{self, Exchange};
+use super::request::{self, Endpoint};
 use super::Gateway;
 use crate::metering::relay::{MeterContext, Reply};
 use crate::metering::usage::{Provenance, UsageEvent, UsageStatus};
@@ -101,7 +101,7 @@ async fn handle(
         .get(principal.tenant_id, &req.model)
         .cloned()
         .ok_or_else(|| GatewayError::ModelNotFound(req.model.clone()))?;
-    let upstream_body = request::upstream_body(&req, &route, principal.tenant_id)?;
+    let (stream, wants, raw) = (req.stream, req.wants, body.clone());
 
     let started = Instant::now();
     let event = UsageEvent {
@@ -118,25 +118,42 @@ async fn handle(
         completion_tokens: 0,
         provenance: Provenance::Estimated,
         status: UsageStatus::Ok,
-        stream: req.stream,
+        stream,
         ttft_ms: None,
         duration_ms: 0,
         started_at: OffsetDateTime::now_utc(),
     };
-    let stream = req.stream;
-    let wants = req.wants;
+    let admit = crate::quota::AdmitRequest {
+        request_id,
+        tenant: principal.tenant_id,
+        key: principal.key_id,
+        graph: &route.graph,
+        base: &route.base,
+        max_tokens: crate::quota::requested_max_tokens(&req.body),
+    };
+    let estimate = || request::estimate_parsed(endpoint, &req.body);
+    let admitted = match gw.quota.admit(admit, estimate).await {
+        Ok(admitted) => admitted,
+        Err(refusal) => {
+            crate::quota::admission::record_refusal(gw.sink.as_ref(), event, started).await;
+            return Err(GatewayError::RateLimited(Box::new(refusal)));
+        }
+    };
+    let limit_headers = admitted.as_ref().map(crate::quota::Admitted::headers);
+    let upstream_body = request::upstream_body(req.body, stream, &route, principal.tenant_id)?;
     let ctx = MeterContext {
         event,
         started,
-        estimate_prompt: Box::new(move || request::estimate_prompt_tokens(endpoint, &req.body)),
+        estimate_prompt: Box::new(move || request::estimate_prompt_tokens(endpoint, &raw)),
         sink: gw.sink.clone(),
         cut: gw.cut.clone(),
+        admitted,
     };
 
     let request = route
         .upstream
         .client
-        .post(route.upstream.url(endpoint.path()))
+        .post(route.upstream.url(endpoint))
         .header(header::CONTENT_TYPE, "application/json")
         .header("x-request-id", request_id.to_string())
         .body(upstream_body);
@@ -149,13 +166,16 @@ async fn handle(
         max_body_bytes: gw.max_body_bytes.max(64 << 20),
     };
     gw.tracker.spawn(exchange::run(x, ctx, reply_tx));
-    match reply_rx.await.map_err(|_| GatewayError::UpstreamUnavailable)? {
-        Reply::Failed(e) => Err(e),
-        Reply::Stream(rx) => Ok(Response::builder()
+    let mut response = match reply_rx
+        .await
+        .map_err(|_| GatewayError::UpstreamUnavailable)?
+    {
+        Reply::Failed(e) => e.into_response(),
+        Reply::Stream(rx) => Response::builder()
             .header(header::CONTENT_TYPE, "text/event-stream")
             .header(header::CACHE_CONTROL, "no-cache")
             .body(Body::from_stream(tokio_stream_from(rx)))
-            .unwrap_or_else(|_| GatewayError::UpstreamUnavailable.into_response())),
+            .unwrap_or_else(|_| GatewayError::UpstreamUnavailable.into_response()),
         Reply::Whole(whole) => {
             let mut response = Response::new(Body::from(whole.body));
             *response.status_mut() = whole.status;
@@ -165,9 +185,13 @@ async fn handle(
                     .content_type
                     .unwrap_or(HeaderValue::from_static("application/json")),
             );
-            Ok(response)
+            response
         }
+    };
+    if let Some(h) = limit_headers {
+        h.apply(response.headers_mut());
     }
+    Ok(response)
 }
 
 fn tokio_stream_from(

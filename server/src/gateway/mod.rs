@@ -36,6 +36,8 @@ pub struct GatewayInner {
     pub cut: tokio_util::sync::CancellationToken,
     /// Largest request body accepted, and largest non-streamed response read.
     pub max_body_bytes: usize,
+    /// Admission: rate limits, spend and concurrency caps, shared through Redis.
+    pub quota: crate::quota::Quota,
 }
 
 impl Gateway {

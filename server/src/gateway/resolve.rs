@@ -60,7 +60,11 @@ impl RouteSnapshot {
     pub fn visible(&self, tenant: Uuid) -> Vec<&Arc<Route>> {
         let mut public: Vec<_> = self.public.values().collect();
         public.sort_by(|a, b| a.served_name.cmp(&b.served_name));
-        let mut own: Vec<_> = self.owned.get(&tenant).map(|m| m.values().collect()).unwrap_or_default();
+        let mut own: Vec<_> = self
+            .owned
+            .get(&tenant)
+            .map(|m| m.values().collect())
+            .unwrap_or_default();
         own.sort_by(|a, b| a.served_name.cmp(&b.served_name));
         public.extend(own);
         public
@@ -151,7 +155,10 @@ impl RouteTable {
                     next.public.insert(row.served_name, route);
                 }
                 Some(owner) => {
-                    next.owned.entry(owner).or_default().insert(row.served_name, route);
+                    next.owned
+                        .entry(owner)
+                        .or_default()
+                        .insert(row.served_name, route);
                 }
             }
         }
@@ -175,7 +182,12 @@ impl RouteTable {
 
 /// Deletes a tenant's model and removes its route from this replica before returning (other
 /// replicas follow on NOTIFY). Returns whether it existed.
-pub async fn delete_adapter(pool: &PgPool, table: &RouteTable, tenant: Uuid, name: &str) -> anyhow::Result<bool> {
+pub async fn delete_adapter(
+    pool: &PgPool,
+    table: &RouteTable,
+    tenant: Uuid,
+    name: &str,
+) -> anyhow::Result<bool> {
     let done = sqlx::query("DELETE FROM adapters WHERE tenant_id = $1 AND name = $2")
         .bind(tenant)
         .bind(name)

@@ -18,8 +18,16 @@ pub fn reshape(status: StatusCode, body: &[u8]) -> GatewayError {
     let message = field("message")
         .and_then(Value::as_str)
         .map(str::to_owned)
-        .or_else(|| parsed.as_ref().and_then(|v| v.get("error")).and_then(Value::as_str).map(str::to_owned))
-        .or_else(|| field("detail").map(|d| d.as_str().map_or_else(|| d.to_string(), str::to_owned)))
+        .or_else(|| {
+            parsed
+                .as_ref()
+                .and_then(|v| v.get("error"))
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        })
+        .or_else(|| {
+            field("detail").map(|d| d.as_str().map_or_else(|| d.to_string(), str::to_owned))
+        })
         .unwrap_or_else(|| {
             let text = String::from_utf8_lossy(body);
             let text = text.trim();
@@ -31,9 +39,12 @@ pub fn reshape(status: StatusCode, body: &[u8]) -> GatewayError {
         });
     // Engines name types after exceptions (NotFoundError); clients expect OpenAI's names.
     let kind = type_for_status(status).to_owned();
-    let code = field("code").filter(|c| c.is_string()).cloned().or_else(|| {
-        (status == StatusCode::NOT_FOUND).then(|| Value::String("model_not_found".into()))
-    });
+    let code = field("code")
+        .filter(|c| c.is_string())
+        .cloned()
+        .or_else(|| {
+            (status == StatusCode::NOT_FOUND).then(|| Value::String("model_not_found".into()))
+        });
     GatewayError::Upstream {
         status: if status.is_client_error() || status.is_server_error() {
             status
@@ -56,7 +67,10 @@ mod tests {
 
     #[test]
     fn flat_dynamo_errors_become_envelopes() {
-        let e = reshape(StatusCode::NOT_FOUND, br#"{"message":"Model not found: x","type":"Not Found","code":404}"#);
+        let e = reshape(
+            StatusCode::NOT_FOUND,
+            br#"{"message":"Model not found: x","type":"Not Found","code":404}"#,
+        );
         assert_eq!(e.status(), StatusCode::NOT_FOUND);
         let b = body(&e);
         assert_eq!(b["error"]["message"], "Model not found: x");

@@ -40,7 +40,9 @@ impl FromStr for Durability {
             "off" => Ok(Self::Off),
             "process" => Ok(Self::Process),
             "machine" => Ok(Self::Machine),
-            _ => Err(format!("unknown durability {s:?}: use process, machine or off")),
+            _ => Err(format!(
+                "unknown durability {s:?}: use process, machine or off"
+            )),
         }
     }
 }

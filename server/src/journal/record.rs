@@ -13,7 +13,11 @@ pub const MAX_PAYLOAD: usize = 64 * 1024;
 pub fn encode(event: &UsageEvent) -> serde_json::Result<Vec<u8>> {
     let payload = serde_json::to_vec(event)?;
     let mut out = Vec::with_capacity(HEADER + payload.len());
-    out.extend_from_slice(&u32::try_from(payload.len()).unwrap_or(u32::MAX).to_le_bytes());
+    out.extend_from_slice(
+        &u32::try_from(payload.len())
+            .unwrap_or(u32::MAX)
+            .to_le_bytes(),
+    );
     out.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
     out.extend_from_slice(&payload);
     Ok(out)
@@ -77,7 +81,9 @@ pub(crate) mod tests {
             stream: true,
             ttft_ms: Some(3),
             duration_ms: 9,
-            started_at: time::OffsetDateTime::now_utc().replace_nanosecond(0).unwrap(),
+            started_at: time::OffsetDateTime::now_utc()
+                .replace_nanosecond(0)
+                .unwrap(),
         }
     }
 
@@ -85,14 +91,23 @@ pub(crate) mod tests {
     fn round_trips_and_detects_every_torn_or_flipped_byte() {
         let e = event(7);
         let rec = encode(&e).unwrap();
-        assert_eq!(decode(&rec), Decoded::Record { event: Box::new(e), len: rec.len() });
+        assert_eq!(
+            decode(&rec),
+            Decoded::Record {
+                event: Box::new(e),
+                len: rec.len()
+            }
+        );
         for cut in 0..rec.len() {
             assert_eq!(decode(&rec[..cut]), Decoded::Incomplete, "cut at {cut}");
         }
         for i in 0..rec.len() {
             let mut bad = rec.clone();
             bad[i] ^= 0x40;
-            assert!(!matches!(decode(&bad), Decoded::Record { .. }), "flip at {i} misread");
+            assert!(
+                !matches!(decode(&bad), Decoded::Record { .. }),
+                "flip at {i} misread"
+            );
         }
     }
 }

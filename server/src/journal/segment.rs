@@ -38,7 +38,10 @@ pub fn read_cursor(dir: &Path) -> io::Result<Cursor> {
             let mut parts = text.split_whitespace().map(str::parse::<u64>);
             match (parts.next(), parts.next()) {
                 (Some(Ok(seq)), Some(Ok(offset))) => Ok(Cursor { seq, offset }),
-                _ => Err(io::Error::new(io::ErrorKind::InvalidData, "journal cursor is unreadable")),
+                _ => Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "journal cursor is unreadable",
+                )),
             }
         }
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Cursor::default()),
@@ -110,7 +113,11 @@ pub fn backlog_bytes(dir: &Path, cursor: Cursor) -> io::Result<u64> {
             continue;
         }
         let len = fs::metadata(path(dir, seq))?.len();
-        total += if seq == cursor.seq { len.saturating_sub(cursor.offset) } else { len };
+        total += if seq == cursor.seq {
+            len.saturating_sub(cursor.offset)
+        } else {
+            len
+        };
     }
     Ok(total)
 }

@@ -106,7 +106,10 @@ impl Shipper {
         let later = segments.iter().any(|s| *s > seq);
         let path = segment::path(&self.dir, seq);
         let offset = cursor.offset;
-        let batch = tokio::task::spawn_blocking(move || segment::read_from(&path, offset, BATCH, BATCH_BYTES)).await??;
+        let batch = tokio::task::spawn_blocking(move || {
+            segment::read_from(&path, offset, BATCH, BATCH_BYTES)
+        })
+        .await??;
         let n = batch.events.len();
         if n > 0 {
             usage::insert_batch(&self.pool, &batch.events).await?;
@@ -118,7 +121,9 @@ impl Shipper {
                 .min();
             if let Some(t) = oldest_end {
                 let lag = (OffsetDateTime::now_utc() - t).whole_milliseconds().max(0);
-                self.metrics.ship_lag_ms.store(u64::try_from(lag).unwrap_or(0), Ordering::Relaxed);
+                self.metrics
+                    .ship_lag_ms
+                    .store(u64::try_from(lag).unwrap_or(0), Ordering::Relaxed);
             }
             cursor.offset = batch.end;
         } else if later {
@@ -126,9 +131,16 @@ impl Shipper {
             // is corrupt: move to the next one.
             if batch.corrupt {
                 self.metrics.corrupt_records.fetch_add(1, Ordering::Relaxed);
-                tracing::error!(segment = seq, offset, "corrupt journal record; skipping the rest of the segment");
+                tracing::error!(
+                    segment = seq,
+                    offset,
+                    "corrupt journal record; skipping the rest of the segment"
+                );
             }
-            cursor = Cursor { seq: seq + 1, offset: 0 };
+            cursor = Cursor {
+                seq: seq + 1,
+                offset: 0,
+            };
         } else {
             self.metrics.ship_lag_ms.store(0, Ordering::Relaxed);
         }
@@ -139,9 +151,10 @@ impl Shipper {
             }
             *guard = Some(cursor);
         }
-        self.metrics
-            .backlog_bytes
-            .store(segment::backlog_bytes(&self.dir, cursor).unwrap_or(0), Ordering::Relaxed);
+        self.metrics.backlog_bytes.store(
+            segment::backlog_bytes(&self.dir, cursor).unwrap_or(0),
+            Ordering::Relaxed,
+        );
         Ok(n)
     }
 }

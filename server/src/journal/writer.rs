@@ -64,7 +64,11 @@ impl Committer {
             let stopping = self.stop.load(Ordering::Acquire);
             let target = self.written.load(Ordering::Acquire);
             if target > *self.synced.borrow() {
-                let result = self.file.lock().map_err(|_| io::Error::other("journal poisoned")).and_then(|f| f.sync_data());
+                let result = self
+                    .file
+                    .lock()
+                    .map_err(|_| io::Error::other("journal poisoned"))
+                    .and_then(|f| f.sync_data());
                 self.metrics.fsyncs.fetch_add(1, Ordering::Relaxed);
                 match result {
                     Ok(()) => {
@@ -82,7 +86,9 @@ impl Committer {
             }
             if let Ok(guard) = self.wake_lock.lock() {
                 // Re-checked under the lock writers notify under: no wake-up is lost.
-                if self.written.load(Ordering::Acquire) == target && !self.stop.load(Ordering::Acquire) {
+                if self.written.load(Ordering::Acquire) == target
+                    && !self.stop.load(Ordering::Acquire)
+                {
                     let _ = self.wake.wait_timeout(guard, self.every);
                 }
             }
@@ -108,19 +114,39 @@ impl Committer {
 impl Journal {
     /// Opens (creating) the journal in `dir`: takes the directory lock, cuts a torn tail off the
     /// newest segment, and starts the group committer.
-    pub fn open(dir: &Path, durability: Durability, group_commit: Duration, metrics: Arc<JournalMetrics>) -> io::Result<Self> {
+    pub fn open(
+        dir: &Path,
+        durability: Durability,
+        group_commit: Duration,
+        metrics: Arc<JournalMetrics>,
+    ) -> io::Result<Self> {
         fs::create_dir_all(dir)?;
-        let lock = OpenOptions::new().create(true).truncate(false).write(true).open(dir.join("lock"))?;
+        let lock = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(dir.join("lock"))?;
         lock.try_lock().map_err(|_| {
             io::Error::new(
                 io::ErrorKind::WouldBlock,
-                format!("journal directory {} is in use by another process", dir.display()),
+                format!(
+                    "journal directory {} is in use by another process",
+                    dir.display()
+                ),
             )
         })?;
         let cursor = segment::read_cursor(dir)?;
-        let seq = segment::list(dir)?.last().copied().unwrap_or(0).max(cursor.seq);
+        let seq = segment::list(dir)?
+            .last()
+            .copied()
+            .unwrap_or(0)
+            .max(cursor.seq);
         let path = segment::path(dir, seq);
-        let mut file = OpenOptions::new().create(true).truncate(false).write(true).open(&path)?;
+        let mut file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)?;
         let valid = segment::valid_len(&path)?;
         if file.metadata()?.len() > valid {
             tracing::warn!(segment = %path.display(), valid, "dropping a torn tail from the journal");
@@ -144,7 +170,11 @@ impl Journal {
             .name("tf-journal-fsync".into())
             .spawn(move || runner.run())?;
         Ok(Self {
-            active: Mutex::new(Active { seq, file, len: valid }),
+            active: Mutex::new(Active {
+                seq,
+                file,
+                len: valid,
+            }),
             committer,
             thread: Mutex::new(Some(thread)),
             metrics,
@@ -168,7 +198,10 @@ impl Journal {
 
     /// One `write` of a whole record under the lock (a page-cache copy: microseconds).
     fn write(&self, bytes: &[u8]) -> io::Result<u64> {
-        let mut active = self.active.lock().map_err(|_| io::Error::other("journal poisoned"))?;
+        let mut active = self
+            .active
+            .lock()
+            .map_err(|_| io::Error::other("journal poisoned"))?;
         if self.committer.stop.load(Ordering::Acquire) {
             return Err(io::Error::other("journal closed"));
         }
@@ -187,7 +220,11 @@ impl Journal {
         // Everything in the old segment is fsynced before the committer moves to the new one.
         active.file.sync_data()?;
         let seq = active.seq + 1;
-        let file = OpenOptions::new().create(true).truncate(false).append(true).open(segment::path(&self.dir, seq))?;
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .append(true)
+            .open(segment::path(&self.dir, seq))?;
         if let Ok(mut f) = self.committer.file.lock() {
             *f = file.try_clone()?;
         }

@@ -24,6 +24,9 @@ pub struct MeterContext {
     pub sink: Arc<dyn UsageSink>,
     /// Fires at the shutdown deadline: the stream is cut, billed and ended with an error event.
     pub cut: tokio_util::sync::CancellationToken,
+    /// The request's hold on its limits: settled from the final event below; dropped unsettled
+    /// (error path, panic) it frees its slots by itself.
+    pub admitted: Option<crate::quota::Admitted>,
 }
 
 impl MeterContext {
@@ -36,15 +39,25 @@ impl MeterContext {
         status: UsageStatus,
         ttft_ms: Option<i32>,
     ) -> UsageEvent {
+        let admitted = self.admitted;
         let mut event = self.event;
         let (prompt, cached, completion, provenance) = match usage {
             Some(u) => (
                 u.prompt_tokens,
                 u.cached_tokens(),
                 u.completion_tokens,
-                if completed { Provenance::Engine } else { Provenance::Partial },
+                if completed {
+                    Provenance::Engine
+                } else {
+                    Provenance::Partial
+                },
             ),
-            None => ((self.estimate_prompt)(), 0, generated_chunks, Provenance::Estimated),
+            None => (
+                (self.estimate_prompt)(),
+                0,
+                generated_chunks,
+                Provenance::Estimated,
+            ),
         };
         event.prompt_tokens = clamp_i64(prompt);
         event.cached_tokens = clamp_i64(cached);
@@ -53,6 +66,11 @@ impl MeterContext {
         event.status = status;
         event.ttft_ms = ttft_ms;
         event.duration_ms = i32::try_from(self.started.elapsed().as_millis()).unwrap_or(i32::MAX);
+        // Quota first: Redis then never counts less than PostgreSQL has billed, so the spend
+        // reconciler only ever needs to raise counters (see quota/reconciler.rs).
+        if let Some(admitted) = admitted {
+            admitted.settle(&event).await;
+        }
         if let Err(e) = self.sink.record(&event).await {
             tracing::error!(request_id = %event.request_id, error = %e, "usage event not recorded");
         }
@@ -151,7 +169,13 @@ pub async fn relay_stream(
         meter.on_cut(&mut out);
     }
     let event = ctx
-        .settle(meter.last_usage(), completed, meter.generated_chunks(), status, ttft)
+        .settle(
+            meter.last_usage(),
+            completed,
+            meter.generated_chunks(),
+            status,
+            ttft,
+        )
         .await;
     // INVARIANT: recorded before the final bytes leave (test: gateway_ledger reconciliation).
     match end {
@@ -211,7 +235,10 @@ pub async fn relay_whole(
     max_bytes: usize,
 ) -> UsageEvent {
     let status = upstream.status();
-    let content_type = upstream.headers().get(reqwest::header::CONTENT_TYPE).cloned();
+    let content_type = upstream
+        .headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .cloned();
     let mut body = upstream.bytes_stream();
     let mut buf = Vec::new();
     let mut reply = reply;
@@ -232,7 +259,9 @@ pub async fn relay_whole(
     drop(body);
     match outcome {
         Ok(()) => {
-            let usage = serde_json::from_slice::<UsageProbe>(&buf).ok().and_then(|p| p.usage);
+            let usage = serde_json::from_slice::<UsageProbe>(&buf)
+                .ok()
+                .and_then(|p| p.usage);
             let event = ctx.settle(usage, true, 0, UsageStatus::Ok, None).await;
             let _ = reply.send(Reply::Whole(WholeResponse {
                 status,

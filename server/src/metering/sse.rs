@@ -49,7 +49,10 @@ impl SseParser {
                 let data = self.take_data();
                 let raw = self.buf.split_to(next).freeze();
                 self.line_start = 0;
-                if raw.len() == next && data.is_none() && raw.iter().all(|b| *b == b'\n' || *b == b'\r') {
+                if raw.len() == next
+                    && data.is_none()
+                    && raw.iter().all(|b| *b == b'\n' || *b == b'\r')
+                {
                     // Stray blank lines between events carry nothing; forward them anyway.
                     return Some(SseEvent { raw, data: None });
                 }
@@ -107,7 +110,9 @@ mod tests {
 
     #[test]
     fn splits_anywhere_give_the_same_events() {
-        let input = "data: {\"a\":\"é\"}\n\n: keep-alive\n\ndata: x\r\ndata: y\r\n\r\ndata: [DONE]\n\n".as_bytes();
+        let input =
+            "data: {\"a\":\"é\"}\n\n: keep-alive\n\ndata: x\r\ndata: y\r\n\r\ndata: [DONE]\n\n"
+                .as_bytes();
         let whole = all_events(input, &[]);
         assert_eq!(whole.len(), 4);
         assert_eq!(whole[0].data.as_deref(), Some("{\"a\":\"é\"}".as_bytes()));
@@ -130,7 +135,10 @@ mod tests {
         p.push(b"data: {\"x\":1}\n");
         assert_eq!(p.next_event(), None);
         p.push(b"\n");
-        assert_eq!(p.next_event().and_then(|e| e.data).as_deref(), Some(&b"{\"x\":1}"[..]));
+        assert_eq!(
+            p.next_event().and_then(|e| e.data).as_deref(),
+            Some(&b"{\"x\":1}"[..])
+        );
         assert_eq!(p.pending(), 0);
     }
 }

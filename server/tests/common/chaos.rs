@@ -22,7 +22,9 @@ impl ChaosProxy {
         let state = up.clone();
         tokio::spawn(async move {
             loop {
-                let Ok((mut client, _)) = listener.accept().await else { return };
+                let Ok((mut client, _)) = listener.accept().await else {
+                    return;
+                };
                 if !*state.borrow() {
                     drop(client);
                     continue;
@@ -30,7 +32,9 @@ impl ChaosProxy {
                 let mut down = state.subscribe();
                 let target = target.clone();
                 tokio::spawn(async move {
-                    let Ok(mut server) = TcpStream::connect(&target).await else { return };
+                    let Ok(mut server) = TcpStream::connect(&target).await else {
+                        return;
+                    };
                     tokio::select! {
                         _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
                         _ = down.wait_for(|up| !*up) => {}

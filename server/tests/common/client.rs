@@ -12,17 +12,35 @@ pub struct Outcome {
 }
 
 /// Sends `body` and reads the answer; hangs up after `hang_up_after` SSE events if set.
-pub async fn send(http: &reqwest::Client, url: &str, key: &str, body: &Value, hang_up_after: Option<usize>) -> Outcome {
+pub async fn send(
+    http: &reqwest::Client,
+    url: &str,
+    key: &str,
+    body: &Value,
+    hang_up_after: Option<usize>,
+) -> Outcome {
     let resp = match http.post(url).bearer_auth(key).json(body).send().await {
         Ok(r) => r,
-        Err(_) => return Outcome { request_id: None, completed: false },
+        Err(_) => {
+            return Outcome {
+                request_id: None,
+                completed: false,
+            }
+        }
     };
-    let request_id = resp.headers().get("x-request-id").and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let request_id = resp
+        .headers()
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
     let ok = resp.status().is_success();
     let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
     if !stream {
         let body = resp.bytes().await;
-        return Outcome { request_id, completed: ok && body.is_ok() };
+        return Outcome {
+            request_id,
+            completed: ok && body.is_ok(),
+        };
     }
     let mut s = resp.bytes_stream();
     let mut buf = Vec::new();
@@ -31,10 +49,16 @@ pub async fn send(http: &reqwest::Client, url: &str, key: &str, body: &Value, ha
         buf.extend_from_slice(&chunk);
         if let Some(n) = hang_up_after {
             if buf.windows(2).filter(|w| w == b"\n\n").count() >= n {
-                return Outcome { request_id, completed: false };
+                return Outcome {
+                    request_id,
+                    completed: false,
+                };
             }
         }
     }
     let completed = ok && buf.ends_with(b"data: [DONE]\n\n");
-    Outcome { request_id, completed }
+    Outcome {
+        request_id,
+        completed,
+    }
 }

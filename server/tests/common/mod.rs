@@ -1,7 +1,7 @@
 //! Test harness: the real server on port 0 in front of an in-process engine simulator, on the
 //! fresh database `#[sqlx::test]` made for the test.
 
-#![allow(dead_code)]
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test harness: fails loudly
 
 pub mod chaos;
 pub mod client;
@@ -47,7 +47,11 @@ impl TestApp {
         let sim = EngineSim::new(sim_config);
         let sim_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let sim_addr = sim_listener.local_addr().unwrap();
-        tokio::spawn(tf_engine_sim::serve(sim_listener, sim.clone(), std::future::pending()));
+        tokio::spawn(tf_engine_sim::serve(
+            sim_listener,
+            sim.clone(),
+            std::future::pending(),
+        ));
         fleet::register_bases(
             &pool,
             "static",
@@ -66,9 +70,12 @@ impl TestApp {
         let addr = listener.local_addr().unwrap();
         let router = app.router.clone();
         tokio::spawn(async move {
-            axum::serve(listener, router.into_make_service_with_connect_info::<SocketAddr>())
-                .await
-                .unwrap();
+            axum::serve(
+                listener,
+                router.into_make_service_with_connect_info::<SocketAddr>(),
+            )
+            .await
+            .unwrap();
         });
         Self {
             addr,
@@ -85,8 +92,12 @@ impl TestApp {
     }
 
     pub async fn tenant(&self, name: &str) -> Tenant {
-        let t = tf_core::accounts::create_tenant(&self.pool, name, name).await.unwrap();
-        let (_, key) = tf_core::keys::issue(&self.pool, t.id, "test").await.unwrap();
+        let t = tf_core::accounts::create_tenant(&self.pool, name, name)
+            .await
+            .unwrap();
+        let (_, key) = tf_core::keys::issue(&self.pool, t.id, "test")
+            .await
+            .unwrap();
         Tenant {
             id: t.id,
             name: name.into(),
@@ -105,7 +116,9 @@ impl TestApp {
             .await
             .unwrap();
         assert!(r.status().is_success(), "{}", r.text().await.unwrap());
-        fleet::register_adapter(&self.pool, tenant.id, name, BASE, &lora).await.unwrap();
+        fleet::register_adapter(&self.pool, tenant.id, name, BASE, &lora)
+            .await
+            .unwrap();
         self.app.gateway.routes.reload().await.unwrap();
         lora
     }

@@ -65,7 +65,10 @@ impl Gateway {
         let read = async {
             while let Some(line) = lines.next_line().await.unwrap() {
                 if let Some(rest) = line.trim().strip_prefix("API:") {
-                    let url = rest.trim().trim_start_matches("http://").trim_end_matches("/v1");
+                    let url = rest
+                        .trim()
+                        .trim_start_matches("http://")
+                        .trim_end_matches("/v1");
                     addr = Some(url.parse().unwrap());
                 }
                 if let Some(rest) = line.trim().strip_prefix("API key:") {
@@ -74,7 +77,9 @@ impl Gateway {
                 }
             }
         };
-        tokio::time::timeout(Duration::from_secs(60), read).await.expect("gateway did not start");
+        tokio::time::timeout(Duration::from_secs(60), read)
+            .await
+            .expect("gateway did not start");
         // Keep draining stdout so the child never blocks on a full pipe.
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
         Self {
@@ -94,17 +99,30 @@ impl Gateway {
 
     pub fn terminate(&self) {
         let pid = self.child.id().unwrap();
-        std::process::Command::new("kill").arg("-TERM").arg(pid.to_string()).status().unwrap();
+        std::process::Command::new("kill")
+            .arg("-TERM")
+            .arg(pid.to_string())
+            .status()
+            .unwrap();
     }
 
     /// Waits for exit after `terminate`; returns the exit code.
     pub async fn wait(mut self) -> Option<i32> {
-        tokio::time::timeout(Duration::from_secs(60), self.child.wait()).await.unwrap().unwrap().code()
+        tokio::time::timeout(Duration::from_secs(60), self.child.wait())
+            .await
+            .unwrap()
+            .unwrap()
+            .code()
     }
 
     /// A counter from `/metrics`.
     pub async fn metric(&self, name: &str) -> f64 {
-        let text = reqwest::get(self.url("/metrics")).await.unwrap().text().await.unwrap();
+        let text = reqwest::get(self.url("/metrics"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
         text.lines()
             .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
             .unwrap_or(f64::NAN)

@@ -1,0 +1,175 @@
+//! Admission benchmark, in one run: (1) the cost of one admission decision against Redis (every
+//! limit kind set: two RPM windows, two TPM windows, two spend budgets, in-flight and long-prompt
+//! caps), p50/p99 in microseconds; (2) gateway throughput for a tenant with limits vs one without,
+//! on the same server, as a ratio. Targets: admission p99 <= 300 us; throughput >= 0.8 x.
+//!
+//! `cargo bench -p tokenfactory --bench admission` (needs PostgreSQL and Redis at
+//! redis://127.0.0.1:6379; uses database `tokenfactory_bench_quota`, recreated each run). Env:
+//! `TF_BENCH_SECONDS` (per throughput phase, default 5), `TF_BENCH_CONNECTIONS` (default 50),
+//! `TF_BENCH_ADMISSIONS` (default 5000).
+
+#![allow(clippy::print_stdout, clippy::unwrap_used, clippy::expect_used)]
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use tf_engine_sim::{EngineSim, SimConfig};
+use tokenfactory::app::{self, AppOptions};
+use tokenfactory::fleet::{self, BaseRegistration};
+use tokenfactory::journal::{Durability, Journal};
+use tokenfactory::quota::AdmitRequest;
+
+fn env(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
+
+fn pct(v: &mut [u64], p: f64) -> u64 {
+    v.sort_unstable();
+    v.get(((v.len().max(1) - 1) as f64 * p) as usize)
+        .copied()
+        .unwrap_or(0)
+}
+
+/// Requests per second of `conns` clients sending `body` for `dur`.
+async fn throughput(url: &str, key: &str, conns: usize, dur: Duration) -> f64 {
+    let body = Arc::new(serde_json::to_vec(&json!({"model": "bench-base", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1})).unwrap());
+    let deadline = Instant::now() + dur;
+    let start = Instant::now();
+    let tasks: Vec<_> = (0..conns)
+        .map(|_| {
+            let (url, key, body) = (url.to_owned(), key.to_owned(), body.clone());
+            tokio::spawn(async move {
+                let client = reqwest::Client::builder()
+                    .pool_max_idle_per_host(1)
+                    .tcp_nodelay(true)
+                    .build()
+                    .unwrap();
+                let mut n = 0u64;
+                while Instant::now() < deadline {
+                    let r = client
+                        .post(&url)
+                        .bearer_auth(&key)
+                        .header("content-type", "application/json")
+                        .body(body.to_vec())
+                        .send()
+                        .await
+                        .unwrap();
+                    assert!(r.status().is_success(), "{}", r.status());
+                    r.bytes().await.unwrap();
+                    n += 1;
+                }
+                n
+            })
+        })
+        .collect();
+    let mut total = 0;
+    for t in tasks {
+        total += t.await.unwrap();
+    }
+    total as f64 / start.elapsed().as_secs_f64()
+}
+
+fn main() {
+    let secs = env("TF_BENCH_SECONDS", 5);
+    let conns = usize::try_from(env("TF_BENCH_CONNECTIONS", 50)).unwrap();
+    let admissions = env("TF_BENCH_ADMISSIONS", 5000);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async move {
+        let sim = EngineSim::new(SimConfig { models: vec!["bench-base".into()], ..SimConfig::default() });
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let sim_addr = l.local_addr().unwrap();
+        tokio::spawn(tf_engine_sim::serve(l, sim, std::future::pending()));
+
+        let admin = std::env::var("DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
+        let base = admin.rsplit_once('/').map(|(b, _)| b.to_owned()).unwrap();
+        let maint = sqlx::PgPool::connect(&format!("{base}/postgres")).await.unwrap();
+        sqlx::query("DROP DATABASE IF EXISTS tokenfactory_bench_quota WITH (FORCE)").execute(&maint).await.unwrap();
+        let url = format!("{base}/tokenfactory_bench_quota");
+        let pool = tf_core::db::connect(&url, 16).await.unwrap();
+        tf_core::db::migrate(&pool, &url).await.unwrap();
+        let reg = BaseRegistration {
+            name: "bench-base".into(),
+            graph: "bench".into(),
+            upstream_url: format!("http://{sim_addr}/v1"),
+            upstream_model: "bench-base".into(),
+            continuous_usage: true,
+        };
+        fleet::register_bases(&pool, "static", &[reg]).await.unwrap();
+        sqlx::query("UPDATE base_models SET micros_per_1k_tokens = 1").execute(&pool).await.unwrap();
+        let free = tf_core::accounts::create_tenant(&pool, "free", "Free").await.unwrap();
+        let (_, free_key) = tf_core::keys::issue(&pool, free.id, "bench").await.unwrap();
+        let limited = tf_core::accounts::create_tenant(&pool, "limited", "Limited").await.unwrap();
+        let (limited_key_row, limited_key) = tf_core::keys::issue(&pool, limited.id, "bench").await.unwrap();
+        let big = 1_000_000_000_000i64;
+        sqlx::query("INSERT INTO tenant_limits VALUES ($1, $2, $2, $2, $2, $2, 1)").bind(limited.id).bind(big).execute(&pool).await.unwrap();
+        sqlx::query("INSERT INTO key_limits (api_key_id, tenant_id, requests_per_minute, tokens_per_minute, spend_limit_micros) VALUES ($1, $2, $3, $3, $3)")
+            .bind(limited_key_row.id)
+            .bind(limited.id)
+            .bind(big)
+            .execute(&pool)
+            .await
+            .unwrap();
+
+        let redis = redis::Client::open("redis://127.0.0.1:6379").unwrap().get_connection_manager().await.unwrap();
+        let dir = std::env::temp_dir().join(format!("tf-bench-quota-journal-{}", std::process::id()));
+        let journal = Journal::open(&dir, Durability::Process, Duration::from_millis(5), Default::default()).unwrap();
+        let options = AppOptions {
+            redis: Some(redis),
+            redis_prefix: format!("tfbench-{}:", uuid::Uuid::new_v4().simple()),
+            journal: Some(Arc::new(journal)),
+            ..AppOptions::default()
+        };
+        let built = app::build(pool.clone(), options).await.unwrap();
+        let quota = built.gateway.quota.clone();
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let gw: SocketAddr = l.local_addr().unwrap();
+        let router = built.router.clone();
+        tokio::spawn(async move { axum::serve(l, router.into_make_service_with_connect_info::<SocketAddr>()).await });
+
+        // (1) One admission at a time: the decision's own cost (cache probe, estimate, one Redis
+        // script round trip). The long-prompt threshold is 1 token so every check runs.
+        let mut lat = Vec::with_capacity(usize::try_from(admissions).unwrap());
+        for i in 0..admissions + 200 {
+            let req = AdmitRequest {
+                request_id: uuid::Uuid::now_v7(),
+                tenant: limited.id,
+                key: limited_key_row.id,
+                graph: "bench",
+                base: "bench-base",
+                max_tokens: Some(16),
+            };
+            let t0 = Instant::now();
+            let admitted = quota.admit(req, || 7).await.unwrap().expect("limits apply");
+            let us = t0.elapsed().as_micros() as u64;
+            drop(admitted); // releases in the background
+            if i >= 200 {
+                lat.push(us);
+            }
+        }
+        let (p50, p99) = (pct(&mut lat, 0.5), pct(&mut lat, 0.99));
+        println!("admission with Redis (8 checks): p50 {p50} us, p99 {p99} us over {admissions} (target p99 <= 300 us)");
+
+        // (2) Throughput through the gateway, limits off vs on, alternating to spread noise.
+        let gw_url = format!("http://{gw}/v1/chat/completions");
+        throughput(&gw_url, &free_key, 4, Duration::from_millis(300)).await;
+        throughput(&gw_url, &limited_key, 4, Duration::from_millis(300)).await;
+        let half = Duration::from_secs(secs) / 2;
+        let off1 = throughput(&gw_url, &free_key, conns, half).await;
+        let on1 = throughput(&gw_url, &limited_key, conns, half).await;
+        let off2 = throughput(&gw_url, &free_key, conns, half).await;
+        let on2 = throughput(&gw_url, &limited_key, conns, half).await;
+        let off = (off1 + off2) / 2.0;
+        let on = (on1 + on2) / 2.0;
+        println!("gateway throughput, {conns} connections: limits off {off:.0} req/s, on {on:.0} req/s");
+        println!("  ratio on/off: {:.2} (target >= 0.8)", on / off);
+        let _ = std::fs::remove_dir_all(&dir);
+    });
+}

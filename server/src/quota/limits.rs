@@ -1,0 +1,238 @@
+//! Limits as configured in PostgreSQL (`tenant_limits`, `key_limits`, and the placeholder price
+//! `base_models.micros_per_1k_tokens`), cached per replica. A cached answer is trusted for
+//! [`FRESH_FOR`]; NOTIFY `tf_limits_changed` (or a catalog change, for prices) drops the cache, so a
+//! change reaches every replica within a second. When PostgreSQL is down, stale answers keep
+//! serving (fail-static), and a key never seen before is admitted without limits (fail-open) while
+//! the database is unreachable; both are logged.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use sqlx::PgPool;
+use uuid::Uuid;
+
+/// How long a cached row is trusted without asking PostgreSQL again.
+pub const FRESH_FOR: Duration = Duration::from_secs(1);
+/// How long a refresh may hold a request before the stale (or empty) answer is used.
+const LOOKUP_TIMEOUT: Duration = Duration::from_millis(250);
+/// Bound on cached entries.
+const MAX_ENTRIES: usize = 100_000;
+
+/// Rate and spend limits of one subject (a tenant or a key); `None`: unlimited.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, sqlx::FromRow)]
+pub struct RateLimits {
+    pub requests_per_minute: Option<i64>,
+    pub tokens_per_minute: Option<i64>,
+    pub spend_limit_micros: Option<i64>,
+}
+
+impl RateLimits {
+    fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+/// A tenant's concurrency caps, each applied per graph.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Caps {
+    pub max_in_flight: Option<i64>,
+    pub max_long_prompts: Option<i64>,
+    /// From how many prompt tokens a request is long (`None`: the server's default).
+    pub long_prompt_tokens: Option<i64>,
+}
+
+/// Everything admission needs to know about one key: its own limits and its tenant's.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Limits {
+    pub tenant: RateLimits,
+    pub key: RateLimits,
+    pub caps: Caps,
+}
+
+impl Limits {
+    /// No limit at all: admission does no work and no I/O.
+    pub fn is_empty(&self) -> bool {
+        self.tenant.is_empty()
+            && self.key.is_empty()
+            && self.caps.max_in_flight.is_none()
+            && self.caps.max_long_prompts.is_none()
+    }
+}
+
+/// Base model name -> micro-units per 1000 tokens.
+type Prices = Arc<HashMap<String, i64>>;
+
+struct Entry<T> {
+    value: T,
+    fetched: Instant,
+}
+
+/// The per-replica cache of limits (by key id) and placeholder prices (by base model name).
+pub struct LimitCache {
+    pool: PgPool,
+    by_key: RwLock<HashMap<Uuid, Entry<Limits>>>,
+    prices: RwLock<Option<Entry<Prices>>>,
+}
+
+impl LimitCache {
+    pub fn new(pool: PgPool) -> Self {
+        Self {
+            pool,
+            by_key: RwLock::new(HashMap::new()),
+            prices: RwLock::new(None),
+        }
+    }
+
+    /// Forgets everything (on NOTIFY, or when the listener reconnects and may have missed one).
+    pub fn invalidate_all(&self) {
+        if let Ok(mut m) = self.by_key.write() {
+            m.clear();
+        }
+        if let Ok(mut p) = self.prices.write() {
+            *p = None;
+        }
+    }
+
+    /// The limits of `key` (and its tenant).
+    pub async fn limits(&self, tenant: Uuid, key: Uuid) -> Limits {
+        let cached = self.by_key.read().ok().and_then(|m| {
+            m.get(&key)
+                .map(|e| (e.value, e.fetched.elapsed() < FRESH_FOR))
+        });
+        if let Some((value, true)) = cached {
+            return value;
+        }
+        let fetched =
+            tokio::time::timeout(LOOKUP_TIMEOUT, fetch_limits(&self.pool, tenant, key)).await;
+        let value = match (fetched, cached) {
+            (Ok(Ok(v)), _) => v,
+            (Ok(Err(e)), stale) => {
+                tracing::warn!(error = %e, "limits lookup failed; serving the cached answer");
+                stale.map(|(v, _)| v).unwrap_or_default()
+            }
+            (Err(_), stale) => {
+                tracing::warn!("limits lookup timed out; serving the cached answer");
+                stale.map(|(v, _)| v).unwrap_or_default()
+            }
+        };
+        if let Ok(mut m) = self.by_key.write() {
+            if m.len() >= MAX_ENTRIES {
+                m.clear();
+            }
+            m.insert(
+                key,
+                Entry {
+                    value,
+                    fetched: Instant::now(),
+                },
+            );
+        }
+        value
+    }
+
+    /// Micro-units per 1000 tokens on `base` (0 when unknown). Placeholder until billing.
+    pub async fn price(&self, base: &str) -> i64 {
+        let cached = self.prices.read().ok().and_then(|p| {
+            p.as_ref()
+                .map(|e| (e.value.clone(), e.fetched.elapsed() < FRESH_FOR))
+        });
+        let table = match cached {
+            Some((t, true)) => t,
+            stale => {
+                let fetched = tokio::time::timeout(LOOKUP_TIMEOUT, fetch_prices(&self.pool)).await;
+                let table = match fetched {
+                    Ok(Ok(t)) => Arc::new(t),
+                    _ => {
+                        tracing::warn!("price lookup failed; serving the cached prices");
+                        stale.map(|(t, _)| t).unwrap_or_default()
+                    }
+                };
+                if let Ok(mut p) = self.prices.write() {
+                    *p = Some(Entry {
+                        value: table.clone(),
+                        fetched: Instant::now(),
+                    });
+                }
+                table
+            }
+        };
+        table.get(base).copied().unwrap_or(0)
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct Row {
+    t_rpm: Option<i64>,
+    t_tpm: Option<i64>,
+    t_spend: Option<i64>,
+    max_in_flight: Option<i64>,
+    max_long_prompts: Option<i64>,
+    long_prompt_tokens: Option<i64>,
+    k_rpm: Option<i64>,
+    k_tpm: Option<i64>,
+    k_spend: Option<i64>,
+}
+
+async fn fetch_limits(pool: &PgPool, tenant: Uuid, key: Uuid) -> sqlx::Result<Limits> {
+    let row: Row = sqlx::query_as(
+        "SELECT t.requests_per_minute AS t_rpm, t.tokens_per_minute AS t_tpm, t.spend_limit_micros AS t_spend,
+                t.max_in_flight, t.max_long_prompts, t.long_prompt_tokens,
+                k.requests_per_minute AS k_rpm, k.tokens_per_minute AS k_tpm, k.spend_limit_micros AS k_spend
+         FROM (SELECT 1) AS one
+              LEFT JOIN tenant_limits t ON t.tenant_id = $1
+              LEFT JOIN key_limits k ON k.api_key_id = $2 AND k.tenant_id = $1",
+    )
+    .bind(tenant)
+    .bind(key)
+    .fetch_one(pool)
+    .await?;
+    Ok(Limits {
+        tenant: RateLimits {
+            requests_per_minute: row.t_rpm,
+            tokens_per_minute: row.t_tpm,
+            spend_limit_micros: row.t_spend,
+        },
+        key: RateLimits {
+            requests_per_minute: row.k_rpm,
+            tokens_per_minute: row.k_tpm,
+            spend_limit_micros: row.k_spend,
+        },
+        caps: Caps {
+            max_in_flight: row.max_in_flight,
+            max_long_prompts: row.max_long_prompts,
+            long_prompt_tokens: row.long_prompt_tokens,
+        },
+    })
+}
+
+async fn fetch_prices(pool: &PgPool) -> sqlx::Result<HashMap<String, i64>> {
+    let rows: Vec<(String, i64)> =
+        sqlx::query_as("SELECT name, micros_per_1k_tokens FROM base_models")
+            .fetch_all(pool)
+            .await?;
+    Ok(rows.into_iter().collect())
+}
+
+/// Cost in micro-units of `tokens` at `micros_per_1k` (rounded up per request, as the reconciler's
+/// SQL does, so counters and billed sums agree to the micro).
+pub fn cost_micros(tokens: u64, micros_per_1k: i64) -> i64 {
+    let price = u64::try_from(micros_per_1k).unwrap_or(0);
+    let micros = tokens.saturating_mul(price).saturating_add(999) / 1000;
+    i64::try_from(micros).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cost_micros;
+
+    #[test]
+    fn cost_rounds_up_per_request() {
+        assert_eq!(cost_micros(0, 1000), 0);
+        assert_eq!(cost_micros(1, 1), 1);
+        assert_eq!(cost_micros(1000, 1), 1);
+        assert_eq!(cost_micros(1001, 1), 2);
+        assert_eq!(cost_micros(30, 1000), 30);
+        assert_eq!(cost_micros(5, 0), 0);
+    }
+}

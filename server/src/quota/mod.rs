@@ -1,0 +1,32 @@
+//! Quotas, rate limits and per-tenant fairness: fast approximate enforcement shared by every
+//! replica through Redis, kept apart from billing (DESIGN.md section 4).
+//!
+//! - [`limits`]: limits from PostgreSQL, cached per replica (changes apply within a second).
+//! - [`plan`]: the ordered checks of one request (cheapest first) and its estimate.
+//! - [`scripts`]: the atomic Redis Lua scripts (admit, settle, renew, reconcile, merge).
+//! - [`local`]: per-replica fallback limits while Redis is down (fail-open for rates).
+//! - [`admission`]: the entry point the request path calls after resolution.
+//! - [`settle`]: the admitted request's guard; settles at completion, frees on every path.
+//! - [`headers`]: `x-ratelimit-*` headers and refusals.
+//! - [`reconciler`]: the cluster leader's spend reset from billed usage.
+//! - [`admin`]: `tokenfactory admin limits`.
+//!
+//! On failure: Redis down or slow -> local limits, serving continues; PostgreSQL down -> cached
+//! limits keep applying; a request that dies -> its slots are freed by its guard, or expire with
+//! the lease if the replica dies.
+
+pub mod admin;
+pub mod admission;
+pub mod config;
+pub mod headers;
+pub mod limits;
+pub mod local;
+pub mod plan;
+mod reconciler;
+pub mod scripts;
+pub mod settle;
+
+pub use admission::{requested_max_tokens, AdmitRequest, Quota};
+pub use config::QuotaArgs;
+pub use headers::{RateHeaders, Refusal};
+pub use settle::Admitted;

@@ -1,0 +1,121 @@
+//! The spend reconciler: one leader per cluster (a PostgreSQL session advisory lock held on a
+//! dedicated connection) periodically brings each limited subject's settled-spend counter in Redis
+//! up to the spend billed in PostgreSQL this period, so drift (a settle lost while Redis was down,
+//! a Redis restart or flush, spend admitted on local limits) self-corrects. It runs at once when
+//! Redis comes back. Counters are only raised, never lowered: a request settles in Redis before
+//! its event is recorded, so PostgreSQL lower than Redis only means events in transit (the
+//! journal's shipping lag, or a race with this pass); lowering would forget them and let spend
+//! overshoot (an early version did: quota::spend_overshoots_by_at_most_the_reservations_in_flight
+//! caught it). The one upward drift left, an event Redis counted but the sink lost, errs on the
+//! safe side. Live reservations are kept apart from settled spend, so a pass never touches
+//! requests in flight. Failures are logged and retried next pass.
+
+use std::time::Duration;
+
+use sqlx::pool::PoolConnection;
+use sqlx::{PgPool, Postgres};
+use time::OffsetDateTime;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use super::admission::Inner;
+use super::plan;
+use super::scripts::SETTLED_TTL_S;
+
+/// Advisory lock key of the reconciler ("tfquota" in ASCII).
+const LOCK_KEY: i64 = 0x0074_6671_756f_7461;
+
+/// Runs until `cancel`: leader election, then a pass every `quota_reconcile_ms` or when Redis
+/// comes back.
+pub(super) async fn run(inner: std::sync::Arc<Inner>, pool: PgPool, cancel: CancellationToken) {
+    if inner.redis.is_none() {
+        return;
+    }
+    let every = Duration::from_millis(inner.cfg.quota_reconcile_ms.max(50));
+    let mut leader: Option<PoolConnection<Postgres>> = None;
+    loop {
+        tokio::select! {
+            () = cancel.cancelled() => break,
+            () = tokio::time::sleep(every) => {}
+            () = inner.recovered.notified() => {}
+        }
+        if leader.is_none() {
+            leader = try_lead(&pool).await;
+        } else if let Some(conn) = leader.as_mut() {
+            // A broken connection has lost the lock: step down and compete again.
+            if sqlx::query("SELECT 1").execute(&mut **conn).await.is_err() {
+                leader = None;
+                continue;
+            }
+        }
+        if leader.is_some() {
+            if let Err(e) = reconcile_once(&inner, &pool).await {
+                tracing::warn!(error = %e, "spend reconciliation failed");
+            }
+        }
+    }
+    if let Some(mut conn) = leader {
+        let _ = sqlx::query("SELECT pg_advisory_unlock($1)")
+            .bind(LOCK_KEY)
+            .execute(&mut *conn)
+            .await;
+    }
+}
+
+async fn try_lead(pool: &PgPool) -> Option<PoolConnection<Postgres>> {
+    let mut conn = pool.acquire().await.ok()?;
+    let won: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
+        .bind(LOCK_KEY)
+        .fetch_one(&mut *conn)
+        .await
+        .ok()?;
+    // INVARIANT: the lock is held by this connection's session; keeping the connection out of the
+    // pool keeps the lock (test: quota::spend_counters_recover_after_a_redis_outage).
+    won.then_some(conn)
+}
+
+/// One pass: billed spend this period for every subject with a spend limit, written to Redis.
+pub(super) async fn reconcile_once(inner: &Inner, pool: &PgPool) -> anyhow::Result<usize> {
+    let now = OffsetDateTime::now_utc();
+    let (period, _) = plan::period(now);
+    let start = now
+        .date()
+        .replace_day(1)
+        .map(|d| d.midnight().assume_utc())
+        .unwrap_or(now);
+    let rows: Vec<(String, Uuid, i64)> = sqlx::query_as(
+        "SELECT 't', l.tenant_id, COALESCE(SUM(((e.prompt_tokens + e.completion_tokens) * b.micros_per_1k_tokens + 999) / 1000), 0)::bigint
+         FROM tenant_limits l
+              LEFT JOIN usage_events e ON e.tenant_id = l.tenant_id AND e.started_at >= $1
+              LEFT JOIN base_models b ON b.name = e.base_model
+         WHERE l.spend_limit_micros IS NOT NULL
+         GROUP BY l.tenant_id
+         UNION ALL
+         SELECT 'k', l.api_key_id, COALESCE(SUM(((e.prompt_tokens + e.completion_tokens) * b.micros_per_1k_tokens + 999) / 1000), 0)::bigint
+         FROM key_limits l
+              LEFT JOIN usage_events e ON e.api_key_id = l.api_key_id AND e.tenant_id = l.tenant_id AND e.started_at >= $1
+              LEFT JOIN base_models b ON b.name = e.base_model
+         WHERE l.spend_limit_micros IS NOT NULL
+         GROUP BY l.api_key_id",
+    )
+    .bind(start)
+    .fetch_all(pool)
+    .await?;
+    for batch in rows.chunks(500) {
+        let mut inv = inner.scripts.reconcile.prepare_invoke();
+        inv.arg(SETTLED_TTL_S);
+        for (kind, id, billed) in batch {
+            inv.key(plan::settled_key(
+                &inner.prefix,
+                &format!("{kind}:{id}"),
+                &period,
+            ))
+            .arg(*billed);
+        }
+        inner
+            .call::<i64>(&inv)
+            .await
+            .ok_or_else(|| anyhow::anyhow!("Redis unavailable"))?;
+    }
+    Ok(rows.len())
+}
