@@ -45,17 +45,16 @@ impl SseParser {
             let (start, next) = (self.line_start, nl + 1);
             self.line_start = next;
             if start == end {
-                // Blank line: the event is complete.
-                let data = self.take_data();
+                // Blank line: the event is complete. Its data is sliced out of the raw bytes
+                // (no copy) unless it spans several `data:` lines.
                 let raw = self.buf.split_to(next).freeze();
                 self.line_start = 0;
-                if raw.len() == next
-                    && data.is_none()
-                    && raw.iter().all(|b| *b == b'\n' || *b == b'\r')
-                {
-                    // Stray blank lines between events carry nothing; forward them anyway.
-                    return Some(SseEvent { raw, data: None });
-                }
+                let data = match self.data.len() {
+                    0 => None,
+                    1 => Some(raw.slice(self.data[0].0..self.data[0].1)),
+                    _ => Some(join_lines(&raw, &self.data)),
+                };
+                self.data.clear();
                 return Some(SseEvent { raw, data });
             }
             let line = &self.buf[start..end];
@@ -67,27 +66,17 @@ impl SseParser {
             }
         }
     }
+}
 
-    fn take_data(&mut self) -> Option<Bytes> {
-        match self.data.len() {
-            0 => None,
-            1 => {
-                let (s, e) = self.data[0];
-                self.data.clear();
-                Some(Bytes::copy_from_slice(&self.buf[s..e]))
-            }
-            _ => {
-                let mut joined = Vec::new();
-                for (i, (s, e)) in self.data.drain(..).enumerate() {
-                    if i > 0 {
-                        joined.push(b'\n');
-                    }
-                    joined.extend_from_slice(&self.buf[s..e]);
-                }
-                Some(Bytes::from(joined))
-            }
+fn join_lines(raw: &Bytes, ranges: &[(usize, usize)]) -> Bytes {
+    let mut joined = Vec::new();
+    for (i, (s, e)) in ranges.iter().enumerate() {
+        if i > 0 {
+            joined.push(b'\n');
         }
+        joined.extend_from_slice(&raw[*s..*e]);
     }
+    Bytes::from(joined)
 }
 
 #[cfg(test)]
