@@ -42,6 +42,8 @@ enum Lookup {
 struct Entry {
     lookup: Lookup,
     fetched: Instant,
+    /// The cache epoch it was fetched in; an older epoch means "re-check before trusting".
+    epoch: u64,
 }
 
 /// The per-replica key cache and the batch of keys seen since the last `last_used_at` flush.
@@ -49,6 +51,7 @@ pub struct KeyCache {
     pool: PgPool,
     entries: RwLock<HashMap<[u8; 32], Entry>>,
     used: Mutex<HashSet<Uuid>>,
+    epoch: std::sync::atomic::AtomicU64,
 }
 
 impl KeyCache {
@@ -57,14 +60,20 @@ impl KeyCache {
             pool,
             entries: RwLock::new(HashMap::new()),
             used: Mutex::new(HashSet::new()),
+            epoch: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
     /// Forgets everything (on NOTIFY, or when the listener reconnects and may have missed one).
+    ///
+    /// Entries are marked stale, not dropped: each is re-read on its next use, and if PostgreSQL
+    /// cannot answer then (a reconnect during an outage), the stale answer keeps serving.
     pub fn invalidate_all(&self) {
-        if let Ok(mut map) = self.entries.write() {
-            map.clear();
-        }
+        self.epoch.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    }
+
+    fn current_epoch(&self) -> u64 {
+        self.epoch.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Authenticates the `Authorization` header.
@@ -72,8 +81,12 @@ impl KeyCache {
         let secret = bearer(headers).ok_or(GatewayError::MissingKey)?;
         let hash = tf_core::keys::hash_secret(secret);
         let cached = self.entries.read().ok().and_then(|map| {
-            map.get(&hash)
-                .map(|e| (e.lookup.clone(), e.fetched.elapsed() < FRESH_FOR))
+            map.get(&hash).map(|e| {
+                (
+                    e.lookup.clone(),
+                    e.epoch == self.current_epoch() && e.fetched.elapsed() < FRESH_FOR,
+                )
+            })
         });
         let lookup = match cached {
             Some((lookup, true)) => lookup,
@@ -127,6 +140,7 @@ impl KeyCache {
                 Entry {
                     lookup,
                     fetched: Instant::now(),
+                    epoch: self.current_epoch(),
                 },
             );
         }
