@@ -41,9 +41,9 @@ echo "$out" | grep -q '"completion_tokens"' || { echo "printed curl failed: $out
 echo "printed curl line: OK"
 
 # The official openai Python package.
-python3 -m venv "$work/venv"
-"$work/venv/bin/pip" install -q openai
-TF_BASE_URL="http://127.0.0.1:$port" TF_API_KEY="$key" "$work/venv/bin/python" end2end/openai_sdk.py
+# Installed into a scratch directory (no venv: ensurepip is not reliable on every image).
+python3 -m pip install -q --disable-pip-version-check --target "$work/py" openai
+PYTHONPATH="$work/py" TF_BASE_URL="http://127.0.0.1:$port" TF_API_KEY="$key" python3 end2end/openai_sdk.py
 
 # The portal in a real browser, JavaScript off.
 (cd end2end && npm ci --silent --no-audit --no-fund)
