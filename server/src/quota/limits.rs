@@ -66,6 +66,8 @@ type Prices = Arc<HashMap<String, i64>>;
 struct Entry<T> {
     value: T,
     fetched: Instant,
+    /// The cache epoch it was read in; an older epoch means "re-check before trusting".
+    epoch: u64,
 }
 
 /// The per-replica cache of limits (by key id) and placeholder prices (by base model name).
@@ -73,6 +75,7 @@ pub struct LimitCache {
     pool: PgPool,
     by_key: RwLock<HashMap<Uuid, Entry<Limits>>>,
     prices: RwLock<Option<Entry<Prices>>>,
+    epoch: std::sync::atomic::AtomicU64,
 }
 
 impl LimitCache {
@@ -81,25 +84,32 @@ impl LimitCache {
             pool,
             by_key: RwLock::new(HashMap::new()),
             prices: RwLock::new(None),
+            epoch: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
-    /// Forgets everything (on NOTIFY, or when the listener reconnects and may have missed one).
+    fn epoch(&self) -> u64 {
+        self.epoch.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    fn fresh<T>(&self, e: &Entry<T>) -> bool {
+        e.epoch == self.epoch() && e.fetched.elapsed() < FRESH_FOR
+    }
+
+    /// Marks everything stale (on NOTIFY, or when the listener reconnects and may have missed
+    /// one). Entries are re-read on next use, but kept: if PostgreSQL cannot answer then, the
+    /// stale limits keep applying instead of failing open to "no limits".
     pub fn invalidate_all(&self) {
-        if let Ok(mut m) = self.by_key.write() {
-            m.clear();
-        }
-        if let Ok(mut p) = self.prices.write() {
-            *p = None;
-        }
+        self.epoch.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
     }
 
     /// The limits of `key` (and its tenant).
     pub async fn limits(&self, tenant: Uuid, key: Uuid) -> Limits {
-        let cached = self.by_key.read().ok().and_then(|m| {
-            m.get(&key)
-                .map(|e| (e.value, e.fetched.elapsed() < FRESH_FOR))
-        });
+        let cached = self
+            .by_key
+            .read()
+            .ok()
+            .and_then(|m| m.get(&key).map(|e| (e.value, self.fresh(e))));
         if let Some((value, true)) = cached {
             return value;
         }
@@ -125,6 +135,7 @@ impl LimitCache {
                 Entry {
                     value,
                     fetched: Instant::now(),
+                    epoch: self.epoch(),
                 },
             );
         }
@@ -133,10 +144,11 @@ impl LimitCache {
 
     /// Micro-units per 1000 tokens on `base` (0 when unknown). Placeholder until billing.
     pub async fn price(&self, base: &str) -> i64 {
-        let cached = self.prices.read().ok().and_then(|p| {
-            p.as_ref()
-                .map(|e| (e.value.clone(), e.fetched.elapsed() < FRESH_FOR))
-        });
+        let cached = self
+            .prices
+            .read()
+            .ok()
+            .and_then(|p| p.as_ref().map(|e| (e.value.clone(), self.fresh(e))));
         let table = match cached {
             Some((t, true)) => t,
             stale => {
@@ -152,6 +164,7 @@ impl LimitCache {
                     *p = Some(Entry {
                         value: table.clone(),
                         fetched: Instant::now(),
+                        epoch: self.epoch(),
                     });
                 }
                 table
