@@ -5,18 +5,17 @@
 
 use std::time::Duration;
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
 use super::error::GatewayError;
 use super::upstream_error;
 use crate::metering::meter::{ClientWants, StreamMeter};
 use crate::metering::relay::{self, MeterContext, Reply};
+use crate::metering::stream::MeteredStream;
 use crate::metering::usage::UsageStatus;
 
 /// How much of an upstream error body is read.
 const MAX_ERROR_BODY: usize = 64 * 1024;
-/// Chunks buffered between the metering task and a slow client.
-const CLIENT_CHANNEL: usize = 32;
 
 /// What the exchange needs besides the request.
 pub struct Exchange {
@@ -73,10 +72,12 @@ pub async fn run(x: Exchange, mut ctx: MeterContext, mut reply: oneshot::Sender<
         return;
     }
     if x.stream {
-        let (tx, rx) = mpsc::channel(CLIENT_CHANNEL);
-        // If the handler is gone, `tx` is already closed and the relay settles a client abort.
-        let _ = reply.send(Reply::Stream(rx));
-        relay::relay_stream(upstream, tx, StreamMeter::new(x.wants), ctx).await;
+        // If the handler is gone, the stream comes back and is dropped: it records a client abort.
+        let _ = reply.send(Reply::Stream(Box::new(MeteredStream::new(
+            upstream,
+            StreamMeter::new(x.wants),
+            ctx,
+        ))));
     } else {
         relay::relay_whole(upstream, reply, ctx, x.max_body_bytes).await;
     }

@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use serde_json::json;
 use time::OffsetDateTime;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use uuid::Uuid;
 
 use super::error::GatewayError;
@@ -148,6 +148,7 @@ async fn handle(
         sink: gw.sink.clone(),
         cut: gw.cut.clone(),
         admitted,
+        tracker: gw.tracker.clone(),
     };
 
     let request = route
@@ -171,10 +172,10 @@ async fn handle(
         .map_err(|_| GatewayError::UpstreamUnavailable)?
     {
         Reply::Failed(e) => e.into_response(),
-        Reply::Stream(rx) => Response::builder()
+        Reply::Stream(stream) => Response::builder()
             .header(header::CONTENT_TYPE, "text/event-stream")
             .header(header::CACHE_CONTROL, "no-cache")
-            .body(Body::from_stream(tokio_stream_from(rx)))
+            .body(Body::from_stream(*stream))
             .unwrap_or_else(|_| GatewayError::UpstreamUnavailable.into_response()),
         Reply::Whole(whole) => {
             let mut response = Response::new(Body::from(whole.body));
@@ -192,10 +193,4 @@ async fn handle(
         h.apply(response.headers_mut());
     }
     Ok(response)
-}
-
-fn tokio_stream_from(
-    mut rx: mpsc::Receiver<Result<Bytes, std::io::Error>>,
-) -> impl futures::Stream<Item = Result<Bytes, std::io::Error>> {
-    futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
 }

@@ -70,13 +70,8 @@ struct ChunkInfo {
 fn inspect(raw: &Bytes, data: &Bytes) -> Option<ChunkInfo> {
     let probe: Probe<'_> = serde_json::from_slice(data).ok()?;
     let choices = probe.choices.as_deref().unwrap_or_default();
-    // The usage value is located, not parsed: only the last one seen is ever parsed. Its text
-    // cannot occur earlier in the event (inside strings, quotes are escaped), so the first match
-    // is the value itself (test: strips_usage_bytes_exactly).
-    let usage_span = probe.usage.and_then(|u| {
-        let text = u.get();
-        memchr::memmem::find(raw, text.as_bytes()).map(|s| (s, s + text.len()))
-    });
+    // The usage value is located, not parsed: only the last one seen is ever parsed.
+    let usage_span = probe.usage.and_then(|u| span_in(raw, u.get().as_bytes()));
     let generated = choices.iter().any(|c| {
         c.text.as_deref().is_some_and(|t| !t.is_empty())
             || c.delta.as_ref().is_some_and(|d| {
@@ -94,6 +89,20 @@ fn inspect(raw: &Bytes, data: &Bytes) -> Option<ChunkInfo> {
         generated,
         error: probe.error.is_some(),
     })
+}
+
+/// Where `part` (a slice borrowed from the event's data) sits in `raw`. The data of a one-line
+/// event is a slice of `raw` itself, so the offset is pointer arithmetic, no search; a multi-line
+/// event's data is a joined copy, so its value is searched for: its text cannot occur earlier in
+/// the event (inside strings, quotes are escaped), so the first match is the value itself
+/// (test: strips_usage_bytes_exactly).
+fn span_in(raw: &[u8], part: &[u8]) -> Option<(usize, usize)> {
+    let (base, at) = (raw.as_ptr() as usize, part.as_ptr() as usize);
+    let start = match at.checked_sub(base) {
+        Some(offset) if offset + part.len() <= raw.len() => offset,
+        _ => memchr::memmem::find(raw, part)?,
+    };
+    Some((start, start + part.len()))
 }
 
 /// Replaces the usage value at `span` with `null`, leaving every other byte as the engine sent it.
@@ -331,6 +340,17 @@ mod tests {
         assert_eq!(m.last_usage().unwrap().completion_tokens, 2);
         let (sent, _) = run(&engine, ClientWants::default());
         assert_eq!(sent[1], chunk(" b", "\"stop\"", "null"));
+    }
+
+    #[test]
+    fn usage_is_found_in_multi_line_events_too() {
+        // Two `data:` lines: the data is a joined copy, not a slice of the raw bytes.
+        let mut p = SseParser::default();
+        p.push(format!("data: {{\"choices\":[],\ndata: \"usage\":{U1}}}\n\n").as_bytes());
+        let event = p.next_event().unwrap();
+        let info = inspect(&event.raw, event.data.as_ref().unwrap()).unwrap();
+        let (s, e) = info.usage_span.unwrap();
+        assert_eq!(&event.raw[s..e], U1.as_bytes());
     }
 
     #[test]

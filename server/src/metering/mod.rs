@@ -3,4 +3,5 @@
 pub mod meter;
 pub mod relay;
 pub mod sse;
+pub mod stream;
 pub mod usage;

@@ -8,10 +8,8 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use futures::StreamExt;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
-use super::meter::{Outgoing, StreamMeter};
-use super::sse::SseParser;
 use super::usage::{Provenance, Usage, UsageEvent, UsageSink, UsageStatus};
 
 /// Everything needed to finish the usage event of one request.
@@ -27,6 +25,8 @@ pub struct MeterContext {
     /// The request's hold on its limits: settled from the final event below; dropped unsettled
     /// (error path, panic) it frees its slots by itself.
     pub admitted: Option<crate::quota::Admitted>,
+    /// Where a hung-up stream's accounting runs (shutdown waits for it).
+    pub tracker: tokio_util::task::TaskTracker,
 }
 
 impl MeterContext {
@@ -82,133 +82,12 @@ fn clamp_i64(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
-fn ms_since(start: Instant) -> i32 {
-    i32::try_from(start.elapsed().as_millis()).unwrap_or(i32::MAX)
-}
-
-/// The SSE event a client receives when the upstream breaks mid-stream.
-fn error_event() -> Bytes {
-    Bytes::from_static(
-        b"data: {\"error\":{\"message\":\"The model backend failed during generation.\",\"type\":\"api_error\",\"param\":null,\"code\":\"upstream_error\"}}\n\n",
-    )
-}
-
-enum End {
-    Complete(Option<Bytes>),
-    ClientGone,
-    UpstreamBroken,
-    Cut,
-}
-
-/// Relays a streamed response chunk by chunk.
-pub async fn relay_stream(
-    upstream: reqwest::Response,
-    tx: mpsc::Sender<Result<Bytes, std::io::Error>>,
-    mut meter: StreamMeter,
-    ctx: MeterContext,
-) -> UsageEvent {
-    let mut body = upstream.bytes_stream();
-    let mut parser = SseParser::default();
-    let mut out = Vec::with_capacity(4);
-    let mut ttft = None;
-    let cut = ctx.cut.clone();
-    let end = 'read: loop {
-        let next = tokio::select! {
-            biased;
-            () = tx.closed() => break 'read End::ClientGone,
-            () = cut.cancelled() => break 'read End::Cut,
-            next = body.next() => next,
-        };
-        let bytes = match next {
-            Some(Ok(bytes)) => bytes,
-            Some(Err(e)) => {
-                tracing::warn!(error = %e, "upstream stream broke");
-                break 'read End::UpstreamBroken;
-            }
-            None if meter.completed() => break 'read End::Complete(None),
-            None => break 'read End::UpstreamBroken,
-        };
-        parser.push(&bytes);
-        while let Some(event) = parser.next_event() {
-            meter.on_event(event, &mut out);
-        }
-        if ttft.is_none() && meter.generated_chunks() > 0 {
-            ttft = Some(ms_since(ctx.started));
-        }
-        for o in out.drain(..) {
-            match o {
-                Outgoing::Send(b) => {
-                    if tx.send(Ok(b)).await.is_err() {
-                        break 'read End::ClientGone;
-                    }
-                }
-                Outgoing::Done(b) => break 'read End::Complete(Some(b)),
-            }
-        }
-    };
-    if matches!(end, End::ClientGone | End::Cut) {
-        // Count what the engine already sent and we have not read yet, without waiting for more.
-        let mut discard = Vec::new();
-        while let Some(Some(Ok(bytes))) = futures::FutureExt::now_or_never(body.next()) {
-            parser.push(&bytes);
-            while let Some(event) = parser.next_event() {
-                meter.on_event(event, &mut discard);
-            }
-        }
-    }
-    // Dropping the body closes the upstream connection: the engine stops generating.
-    drop(body);
-    let status = match (&end, meter.saw_error()) {
-        (End::ClientGone, _) => UsageStatus::ClientAbort,
-        (End::Cut, _) => UsageStatus::Interrupted,
-        (End::UpstreamBroken, _) | (_, true) => UsageStatus::UpstreamError,
-        (End::Complete(_), false) => UsageStatus::Ok,
-    };
-    let completed = matches!(end, End::Complete(_));
-    if !completed {
-        meter.on_cut(&mut out);
-    }
-    let event = ctx
-        .settle(
-            meter.last_usage(),
-            completed,
-            meter.generated_chunks(),
-            status,
-            ttft,
-        )
-        .await;
-    // INVARIANT: recorded before the final bytes leave (test: gateway_ledger reconciliation).
-    match end {
-        End::Complete(done) => {
-            for o in out.drain(..) {
-                if let Outgoing::Send(b) = o {
-                    let _ = tx.send(Ok(b)).await;
-                }
-            }
-            if let Some(done) = done {
-                let _ = tx.send(Ok(done)).await;
-            }
-        }
-        End::UpstreamBroken => {
-            let _ = tx.send(Ok(error_event())).await;
-        }
-        End::Cut => {
-            let _ = tx.send(Ok(Bytes::from_static(
-                b"data: {\"error\":{\"message\":\"The server is restarting; the response was cut.\",\"type\":\"service_unavailable\",\"param\":null,\"code\":\"server_shutdown\"}}\n\n",
-            )))
-            .await;
-        }
-        End::ClientGone => {}
-    }
-    event
-}
-
 /// What the metering task hands the waiting handler.
 pub enum Reply {
     /// No usable answer; the event is already recorded.
     Failed(crate::gateway::error::GatewayError),
-    /// A stream: the handler returns a body reading this channel.
-    Stream(mpsc::Receiver<Result<Bytes, std::io::Error>>),
+    /// A stream: the handler returns it as the body.
+    Stream(Box<super::stream::MeteredStream>),
     /// A whole, metered response.
     Whole(WholeResponse),
 }

@@ -1,0 +1,227 @@
+//! A metered streamed response: the response body itself reads the upstream, meters each event
+//! and yields what the client receives, so a chunk costs no task hop or channel. The accounting
+//! never depends on the client staying: when the body is dropped unfinished (the client hung up),
+//! its `Drop` drops the upstream response (which cancels the engine's work), counts what the
+//! engine already sent and records the event on a tracked task. The event is recorded before the
+//! stream's final bytes are released.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use futures::stream::BoxStream;
+use futures::{FutureExt, Stream, StreamExt};
+use tokio_util::sync::WaitForCancellationFutureOwned;
+use tokio_util::task::TaskTracker;
+
+use super::meter::{Outgoing, StreamMeter};
+use super::relay::MeterContext;
+use super::sse::SseParser;
+use super::usage::UsageStatus;
+
+/// The SSE event a client receives when the upstream breaks mid-stream.
+const UPSTREAM_ERROR_EVENT: &[u8] = b"data: {\"error\":{\"message\":\"The model backend failed during generation.\",\"type\":\"api_error\",\"param\":null,\"code\":\"upstream_error\"}}\n\n";
+/// The SSE event a client receives when shutdown cuts its stream.
+const CUT_EVENT: &[u8] = b"data: {\"error\":{\"message\":\"The server is restarting; the response was cut.\",\"type\":\"service_unavailable\",\"param\":null,\"code\":\"server_shutdown\"}}\n\n";
+
+/// How a stream ended.
+enum End {
+    /// `[DONE]` (or the end of a stream after it), with the final bytes if any.
+    Complete(Option<Bytes>),
+    ClientGone,
+    UpstreamBroken,
+    Cut,
+}
+
+enum State {
+    Reading {
+        upstream: BoxStream<'static, reqwest::Result<Bytes>>,
+        ctx: Box<MeterContext>,
+    },
+    /// The event is being recorded; `tail` is released once it is.
+    Settling {
+        record: BoxFuture<'static, ()>,
+        tail: Vec<Bytes>,
+    },
+    Finished,
+}
+
+/// The body of a streamed response (see the module doc).
+pub struct MeteredStream {
+    state: State,
+    parser: SseParser,
+    meter: StreamMeter,
+    /// Bytes ready for the client.
+    ready: VecDeque<Bytes>,
+    scratch: Vec<Outgoing>,
+    ttft: Option<i32>,
+    cut: Pin<Box<WaitForCancellationFutureOwned>>,
+    tracker: TaskTracker,
+}
+
+impl MeteredStream {
+    pub fn new(upstream: reqwest::Response, meter: StreamMeter, ctx: MeterContext) -> Self {
+        Self {
+            cut: Box::pin(ctx.cut.clone().cancelled_owned()),
+            tracker: ctx.tracker.clone(),
+            state: State::Reading {
+                upstream: upstream.bytes_stream().boxed(),
+                ctx: Box::new(ctx),
+            },
+            parser: SseParser::default(),
+            meter,
+            ready: VecDeque::new(),
+            scratch: Vec::with_capacity(4),
+            ttft: None,
+        }
+    }
+
+    /// Meters one upstream read; returns the final bytes if the stream completed in it.
+    fn absorb(&mut self, bytes: &[u8], started: Instant) -> Option<Option<Bytes>> {
+        self.parser.push(bytes);
+        while let Some(event) = self.parser.next_event() {
+            self.meter.on_event(event, &mut self.scratch);
+        }
+        if self.ttft.is_none() && self.meter.generated_chunks() > 0 {
+            self.ttft = Some(ms_since(started));
+        }
+        let mut done = None;
+        for o in self.scratch.drain(..) {
+            match o {
+                Outgoing::Send(b) => self.ready.push_back(b),
+                Outgoing::Done(b) => {
+                    done = Some(Some(b));
+                    break;
+                }
+            }
+        }
+        done
+    }
+
+    /// Ends the stream: drops the upstream (the engine stops) and starts recording the event.
+    fn finish(&mut self, end: End) {
+        let State::Reading { upstream, ctx } = std::mem::replace(&mut self.state, State::Finished)
+        else {
+            return;
+        };
+        let mut upstream = upstream;
+        if matches!(end, End::ClientGone | End::Cut) {
+            // Count what the engine already sent and was not read yet, without waiting for more.
+            let mut discard = Vec::new();
+            while let Some(Some(Ok(bytes))) = upstream.next().now_or_never() {
+                self.parser.push(&bytes);
+                while let Some(event) = self.parser.next_event() {
+                    self.meter.on_event(event, &mut discard);
+                }
+            }
+        }
+        // Dropping the response closes the upstream connection: the engine stops generating.
+        drop(upstream);
+        let status = match (&end, self.meter.saw_error()) {
+            (End::ClientGone, _) => UsageStatus::ClientAbort,
+            (End::Cut, _) => UsageStatus::Interrupted,
+            (End::UpstreamBroken, _) | (_, true) => UsageStatus::UpstreamError,
+            (End::Complete(_), false) => UsageStatus::Ok,
+        };
+        let completed = matches!(end, End::Complete(_));
+        let mut held = Vec::new();
+        if !completed {
+            self.meter.on_cut(&mut held);
+        }
+        // INVARIANT: recorded before the final bytes leave (test: gateway_ledger reconciliation).
+        let mut tail: Vec<Bytes> = match end {
+            End::Complete(_) => held
+                .into_iter()
+                .filter_map(|o| match o {
+                    Outgoing::Send(b) => Some(b),
+                    Outgoing::Done(_) => None,
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        match end {
+            End::Complete(Some(done)) => tail.push(done),
+            End::Complete(None) | End::ClientGone => {}
+            End::UpstreamBroken => tail.push(Bytes::from_static(UPSTREAM_ERROR_EVENT)),
+            End::Cut => tail.push(Bytes::from_static(CUT_EVENT)),
+        }
+        let record = ctx
+            .settle(
+                self.meter.last_usage(),
+                completed,
+                self.meter.generated_chunks(),
+                status,
+                self.ttft,
+            )
+            .map(drop)
+            .boxed();
+        self.state = State::Settling { record, tail };
+    }
+}
+
+fn ms_since(start: Instant) -> i32 {
+    i32::try_from(start.elapsed().as_millis()).unwrap_or(i32::MAX)
+}
+
+impl Stream for MeteredStream {
+    type Item = Result<Bytes, std::io::Error>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = &mut *self;
+        loop {
+            if let Some(b) = this.ready.pop_front() {
+                return Poll::Ready(Some(Ok(b)));
+            }
+            match &mut this.state {
+                State::Finished => return Poll::Ready(None),
+                State::Settling { record, tail } => {
+                    std::task::ready!(record.as_mut().poll(cx));
+                    this.ready.extend(tail.drain(..));
+                    this.state = State::Finished;
+                }
+                State::Reading { upstream, ctx } => {
+                    if this.cut.as_mut().poll(cx).is_ready() {
+                        this.finish(End::Cut);
+                        continue;
+                    }
+                    let started = ctx.started;
+                    let end = match std::task::ready!(upstream.poll_next_unpin(cx)) {
+                        Some(Ok(bytes)) => match this.absorb(&bytes, started) {
+                            Some(done) => End::Complete(done),
+                            None => continue,
+                        },
+                        Some(Err(e)) => {
+                            tracing::warn!(error = %e, "upstream stream broke");
+                            End::UpstreamBroken
+                        }
+                        None if this.meter.completed() => End::Complete(None),
+                        None => End::UpstreamBroken,
+                    };
+                    this.finish(end);
+                }
+            }
+        }
+    }
+}
+
+impl Drop for MeteredStream {
+    fn drop(&mut self) {
+        // The client went away (or the response was never sent): the accounting still runs.
+        if matches!(self.state, State::Reading { .. }) {
+            self.finish(End::ClientGone);
+        }
+        if let State::Settling { record, .. } = std::mem::replace(&mut self.state, State::Finished)
+        {
+            match tokio::runtime::Handle::try_current() {
+                Ok(handle) => {
+                    self.tracker.spawn_on(record, &handle);
+                }
+                Err(_) => tracing::error!("usage event dropped: no runtime to record it on"),
+            }
+        }
+    }
+}
