@@ -25,7 +25,8 @@ pub enum CapKind {
 /// One check; its Redis keys double as the local limiter's keys.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Check {
-    /// A sliding 60 s window of one-second buckets (a hash: second -> amount).
+    /// A sliding 60 s window of one-second buckets (a hash: second -> amount, plus the running
+    /// total `t` and the oldest live second `o`, so a check costs O(1), not a scan of 60 buckets).
     Window {
         key: String,
         limit: i64,

@@ -13,7 +13,7 @@ pub const SETTLED_TTL_S: i64 = 40 * 86_400;
 
 /// Checks every step of a plan, then applies all of them or none.
 /// Returns `{failed_index (0: admitted), retry_ms, used_1, reset_ms_1, used_2, ...}`.
-const ADMIT: &str = r"-- tokenfactory quota admit v1
+const ADMIT: &str = r"-- tokenfactory quota admit v2
 local now, member, expiry, kttl, sttl = tonumber(ARGV[1]), ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local sec = math.floor(now / 1000)
 local checks, out = {}, {0, 0}
@@ -25,24 +25,50 @@ while ARGV[a] do
   local used, reset = 0, 0
   if kind == 'W' then
     local key = KEYS[k]; k = k + 1
-    local h = redis.call('HGETALL', key)
-    local live = {}
-    for i = 1, #h, 2 do
-      local s, c = tonumber(h[i]), tonumber(h[i + 1])
-      if s <= sec - 60 then redis.call('HDEL', key, h[i]) else used = used + c; live[#live + 1] = {s, c} end
+    local lo = sec - 59
+    local ot = redis.call('HMGET', key, 'o', 't')
+    local o, t = tonumber(ot[1]), tonumber(ot[2]) or 0
+    if o == nil or lo - o > 120 then
+      -- First use or a long idle: rebuild the total from the buckets.
+      local h = redis.call('HGETALL', key)
+      t, o = 0, sec
+      for i = 1, #h, 2 do
+        local s = tonumber(h[i])
+        if s then
+          if s < lo then redis.call('HDEL', key, h[i]) else t = t + tonumber(h[i + 1]); if s < o then o = s end end
+        end
+      end
+      redis.call('HSET', key, 'o', o, 't', t)
+      redis.call('PEXPIRE', key, 122000)
+    elseif o < sec then
+      local o0 = o
+      while o < lo do
+        local c = redis.call('HGET', key, o)
+        if c then t = t - tonumber(c); redis.call('HDEL', key, o) end
+        o = o + 1
+      end
+      while o < sec and redis.call('HEXISTS', key, o) == 0 do o = o + 1 end
+      if o ~= o0 then redis.call('HSET', key, 'o', o, 't', t) end
     end
-    table.sort(live, function(x, y) return x[1] < y[1] end)
+    used = t
     reset = 60000
-    if #live > 0 then reset = (live[1][1] + 60) * 1000 - now end
+    if t > 0 then reset = (o + 60) * 1000 - now end
     if fail == 0 and used + cost > limit then
       fail = n; out[2] = 60000
+      local h = redis.call('HGETALL', key)
+      local live = {}
+      for i = 1, #h, 2 do
+        local s = tonumber(h[i])
+        if s and s >= lo then live[#live + 1] = {s, tonumber(h[i + 1])} end
+      end
+      table.sort(live, function(x, y) return x[1] < y[1] end)
       local need, freed = used + cost - limit, 0
       for _, b in ipairs(live) do
         freed = freed + b[2]
         if freed >= need then out[2] = (b[1] + 60) * 1000 - now; break end
       end
     end
-    checks[n] = {kind, cost, key}
+    checks[n] = {kind, cost, key, o}
   elseif kind == 'S' then
     local skey, lkey, akey = KEYS[k], KEYS[k + 1], KEYS[k + 2]; k = k + 3
     local gone = redis.call('ZRANGEBYSCORE', lkey, '-inf', now)
@@ -71,6 +97,9 @@ if fail == 0 then
   for _, c in ipairs(checks) do
     if c[1] == 'W' then
       redis.call('HINCRBY', c[3], sec, c[2])
+      redis.call('HINCRBY', c[3], 't', c[2])
+      -- A replica whose clock lags may write behind the oldest-bucket mark: move the mark back.
+      if sec < c[4] then redis.call('HSET', c[3], 'o', sec) end
       redis.call('PEXPIRE', c[3], 122000)
     elseif c[1] == 'S' then
       redis.call('SET', c[3], 0, 'NX', 'EX', sttl)
@@ -90,7 +119,7 @@ return out
 
 /// Ends a request: corrects token windows by `actual - estimate`, turns its spend reservation
 /// into settled spend, frees its cap slots. Idempotent per request for reservations and slots.
-const SETTLE: &str = r"-- tokenfactory quota settle v1
+const SETTLE: &str = r"-- tokenfactory quota settle v2
 local now, member, sttl = tonumber(ARGV[1]), ARGV[2], ARGV[3]
 local sec = math.floor(now / 1000)
 local k, a = 1, 4
@@ -101,6 +130,7 @@ while ARGV[a] do
     local b, d = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
     if d ~= 0 and b > sec - 60 and redis.call('HEXISTS', key, ARGV[a + 1]) == 1 then
       redis.call('HINCRBY', key, ARGV[a + 1], d)
+      redis.call('HINCRBY', key, 't', d)
     end
   elseif kind == 'S' then
     local skey, lkey, akey = KEYS[k], KEYS[k + 1], KEYS[k + 2]; k = k + 3
@@ -146,12 +176,15 @@ return raised
 ";
 
 /// Adds window buckets counted locally (while Redis was unreachable) into the shared windows.
-const MERGE: &str = r"-- tokenfactory quota merge v1
+const MERGE: &str = r"-- tokenfactory quota merge v2
 local sec = math.floor(tonumber(ARGV[1]) / 1000)
 for i, key in ipairs(KEYS) do
   local b, c = ARGV[2 * i], ARGV[2 * i + 1]
   if tonumber(b) > sec - 60 then
     redis.call('HINCRBY', key, b, c)
+    redis.call('HINCRBY', key, 't', c)
+    local o = tonumber(redis.call('HGET', key, 'o'))
+    if o and tonumber(b) < o then redis.call('HSET', key, 'o', b) end
     redis.call('PEXPIRE', key, 122000)
   end
 end
