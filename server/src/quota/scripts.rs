@@ -40,15 +40,17 @@ while ARGV[a] do
       end
       redis.call('HSET', key, 'o', o, 't', t)
       redis.call('PEXPIRE', key, 122000)
-    elseif o < sec then
-      local o0 = o
+    elseif o < lo then
+      -- Buckets left the window (at most once a second): drop them, move the mark to the oldest
+      -- live bucket, refresh the TTL (a key is created by the rebuild above, with its TTL).
       while o < lo do
         local c = redis.call('HGET', key, o)
         if c then t = t - tonumber(c); redis.call('HDEL', key, o) end
         o = o + 1
       end
       while o < sec and redis.call('HEXISTS', key, o) == 0 do o = o + 1 end
-      if o ~= o0 then redis.call('HSET', key, 'o', o, 't', t) end
+      redis.call('HSET', key, 'o', o, 't', t)
+      redis.call('PEXPIRE', key, 122000)
     end
     used = t
     reset = 60000
@@ -78,9 +80,10 @@ while ARGV[a] do
       redis.call('HINCRBY', akey, '~total', -amt)
     end
     if #gone > 0 then redis.call('ZREMRANGEBYSCORE', lkey, '-inf', now) end
-    used = tonumber(redis.call('GET', skey) or '0') + tonumber(redis.call('HGET', akey, '~total') or '0')
+    local settled = redis.call('GET', skey)
+    used = tonumber(settled or '0') + tonumber(redis.call('HGET', akey, '~total') or '0')
     if fail == 0 and used + cost > limit then fail = n end
-    checks[n] = {kind, cost, skey, lkey, akey}
+    checks[n] = {kind, cost, skey, lkey, akey, settled == false}
   else
     local key = KEYS[k]; k = k + 1
     redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
@@ -100,9 +103,8 @@ if fail == 0 then
       redis.call('HINCRBY', c[3], 't', c[2])
       -- A replica whose clock lags may write behind the oldest-bucket mark: move the mark back.
       if sec < c[4] then redis.call('HSET', c[3], 'o', sec) end
-      redis.call('PEXPIRE', c[3], 122000)
     elseif c[1] == 'S' then
-      redis.call('SET', c[3], 0, 'NX', 'EX', sttl)
+      if c[6] then redis.call('SET', c[3], 0, 'NX', 'EX', sttl) end
       redis.call('ZADD', c[4], expiry, member)
       redis.call('HSET', c[5], member, c[2])
       redis.call('HINCRBY', c[5], '~total', c[2])
