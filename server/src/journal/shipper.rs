@@ -19,7 +19,7 @@ use crate::metering::usage;
 /// Events per INSERT (17 parameters each; PostgreSQL allows 65,535 per statement).
 const BATCH: usize = 2_000;
 const BATCH_BYTES: usize = 8 * 1024 * 1024;
-/// Pause when there is nothing to ship.
+/// Pause after a pass that found less than a full batch.
 const IDLE: Duration = Duration::from_millis(20);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
@@ -45,10 +45,16 @@ impl Shipper {
         let mut backoff = Duration::from_millis(100);
         loop {
             let pause = match self.ship_once().await {
-                Ok(0) => IDLE,
-                Ok(_) => {
+                Ok(n) => {
                     backoff = Duration::from_millis(100);
-                    Duration::ZERO
+                    // A full batch means a backlog: go again at once. Otherwise wait, so that
+                    // steady traffic ships in batches of IDLE's worth of events, not one INSERT
+                    // (and a directory scan and a cursor write) per handful of requests.
+                    if n >= BATCH {
+                        Duration::ZERO
+                    } else {
+                        IDLE
+                    }
                 }
                 Err(e) => {
                     self.metrics.ship_failures.fetch_add(1, Ordering::Relaxed);
