@@ -1,6 +1,6 @@
 //! One upstream exchange, run as its own task so that a client hanging up never cancels the
 //! accounting: the task sends the request, waits for the answer's head, and hands the handler
-//! either an error, a stream channel or a whole response, metering all the way. A client gone
+//! either an error, a metered stream or a whole response, metering all the way. A client gone
 //! before the head arrives cancels the upstream request and is still recorded.
 
 use std::time::Duration;

@@ -1,7 +1,7 @@
-//! The metering task: it owns the upstream response and the accounting; the client is only the
-//! consumer of a channel. When the client goes away the task notices at once (the channel
-//! closes), drops the upstream response (which cancels the engine's work) and still records what
-//! the engine produced. The event is recorded before the response's final bytes are released.
+//! The accounting of one request ([`MeterContext`]) and the metering of a whole (non-streamed)
+//! response on the exchange task: when the client goes away the task notices at once, drops the
+//! upstream response (which cancels the engine's work) and still records the event. The event is
+//! recorded before the response is released. Streams are metered by [`super::stream`].
 
 use std::sync::Arc;
 use std::time::Instant;
