@@ -210,11 +210,6 @@ impl StreamMeter {
             _ => out.push(Outgoing::Send(event.raw)),
         }
     }
-
-    /// The stream ended without `[DONE]`: release anything held back.
-    pub fn on_cut(&mut self, out: &mut Vec<Outgoing>) {
-        self.release_held(false, out);
-    }
 }
 
 #[cfg(test)]

@@ -45,7 +45,7 @@ enum State {
     /// The event is being recorded; `tail` is released once it is.
     Settling {
         record: BoxFuture<'static, ()>,
-        tail: Vec<Bytes>,
+        tail: Option<Bytes>,
     },
     Finished,
 }
@@ -80,8 +80,8 @@ impl MeteredStream {
         }
     }
 
-    /// Meters one upstream read; returns the final bytes if the stream completed in it.
-    fn absorb(&mut self, bytes: &[u8], started: Instant) -> Option<Option<Bytes>> {
+    /// Meters one upstream read; returns the final bytes (`[DONE]`) if the stream completed in it.
+    fn absorb(&mut self, bytes: &[u8], started: Instant) -> Option<Bytes> {
         self.parser.push(bytes);
         while let Some(event) = self.parser.next_event() {
             self.meter.on_event(event, &mut self.scratch);
@@ -89,26 +89,22 @@ impl MeteredStream {
         if self.ttft.is_none() && self.meter.generated_chunks() > 0 {
             self.ttft = Some(ms_since(started));
         }
-        let mut done = None;
         for o in self.scratch.drain(..) {
             match o {
                 Outgoing::Send(b) => self.ready.push_back(b),
-                Outgoing::Done(b) => {
-                    done = Some(Some(b));
-                    break;
-                }
+                Outgoing::Done(b) => return Some(b),
             }
         }
-        done
+        None
     }
 
     /// Ends the stream: drops the upstream (the engine stops) and starts recording the event.
     fn finish(&mut self, end: End) {
-        let State::Reading { upstream, ctx } = std::mem::replace(&mut self.state, State::Finished)
+        let State::Reading { mut upstream, ctx } =
+            std::mem::replace(&mut self.state, State::Finished)
         else {
             return;
         };
-        let mut upstream = upstream;
         if matches!(end, End::ClientGone | End::Cut) {
             // Count what the engine already sent and was not read yet, without waiting for more.
             let mut discard = Vec::new();
@@ -128,27 +124,15 @@ impl MeteredStream {
             (End::Complete(_), false) => UsageStatus::Ok,
         };
         let completed = matches!(end, End::Complete(_));
-        let mut held = Vec::new();
-        if !completed {
-            self.meter.on_cut(&mut held);
-        }
-        // INVARIANT: recorded before the final bytes leave (test: gateway_ledger reconciliation).
-        let mut tail: Vec<Bytes> = match end {
-            End::Complete(_) => held
-                .into_iter()
-                .filter_map(|o| match o {
-                    Outgoing::Send(b) => Some(b),
-                    Outgoing::Done(_) => None,
-                })
-                .collect(),
-            _ => Vec::new(),
+        // A chunk the meter still holds back is not sent on a broken or cut stream: the client
+        // gets the error event instead. INVARIANT: recorded before the final bytes leave
+        // (test: gateway_ledger reconciliation).
+        let tail = match end {
+            End::Complete(done) => done,
+            End::ClientGone => None,
+            End::UpstreamBroken => Some(Bytes::from_static(UPSTREAM_ERROR_EVENT)),
+            End::Cut => Some(Bytes::from_static(CUT_EVENT)),
         };
-        match end {
-            End::Complete(Some(done)) => tail.push(done),
-            End::Complete(None) | End::ClientGone => {}
-            End::UpstreamBroken => tail.push(Bytes::from_static(UPSTREAM_ERROR_EVENT)),
-            End::Cut => tail.push(Bytes::from_static(CUT_EVENT)),
-        }
         let record = ctx
             .settle(
                 self.meter.last_usage(),
@@ -180,7 +164,7 @@ impl Stream for MeteredStream {
                 State::Finished => return Poll::Ready(None),
                 State::Settling { record, tail } => {
                     std::task::ready!(record.as_mut().poll(cx));
-                    this.ready.extend(tail.drain(..));
+                    this.ready.extend(tail.take());
                     this.state = State::Finished;
                 }
                 State::Reading { upstream, ctx } => {
@@ -191,7 +175,7 @@ impl Stream for MeteredStream {
                     let started = ctx.started;
                     let end = match std::task::ready!(upstream.poll_next_unpin(cx)) {
                         Some(Ok(bytes)) => match this.absorb(&bytes, started) {
-                            Some(done) => End::Complete(done),
+                            Some(done) => End::Complete(Some(done)),
                             None => continue,
                         },
                         Some(Err(e)) => {
