@@ -192,7 +192,7 @@ async fn setup_gateway(sim: SocketAddr) -> (SocketAddr, String) {
     let addr = l.local_addr().unwrap();
     tokio::spawn(async move {
         axum::serve(
-            l,
+            app::nodelay(l),
             built
                 .router
                 .into_make_service_with_connect_info::<SocketAddr>(),

@@ -199,3 +199,17 @@ async fn render_metrics(journal: Option<Arc<JournalMetrics>>) -> impl axum::resp
         out,
     )
 }
+
+/// The listener the server accepts on: TCP_NODELAY on every connection, so a streamed chunk
+/// leaves at once instead of waiting behind an unacknowledged one (Nagle).
+pub fn nodelay(
+    listener: tokio::net::TcpListener,
+) -> axum::serve::TapIo<tokio::net::TcpListener, fn(&mut tokio::net::TcpStream)> {
+    use axum::serve::ListenerExt;
+    fn set(tcp: &mut tokio::net::TcpStream) {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "could not set TCP_NODELAY");
+        }
+    }
+    listener.tap_io(set as fn(&mut tokio::net::TcpStream))
+}

@@ -82,7 +82,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let stopping = stop.clone();
     let mut server = tokio::spawn(
         axum::serve(
-            listener,
+            crate::app::nodelay(listener),
             built
                 .router
                 .into_make_service_with_connect_info::<SocketAddr>(),

@@ -1,8 +1,9 @@
 //! The Redis window script against a reference model: a sliding 60 s window of one-second
 //! buckets, driven with synthetic clocks (the scripts take `now` as an argument), random costs,
-//! settle corrections, idle gaps longer than the window and a lagging replica's clock. The
-//! script keeps a running total instead of scanning the buckets; this proves the total never
-//! drifts from the sum of the live buckets.
+//! extra credit granted to the replica, corrections and unspent credit given back, idle gaps
+//! longer than the window and a lagging replica's clock. The script keeps a running total
+//! instead of scanning the buckets; this proves the total never drifts from the sum of the live
+//! buckets, and that a grant never exceeds a sixteenth of the room left.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -10,7 +11,7 @@ use std::collections::BTreeMap;
 
 use rand::{Rng, SeedableRng};
 use tokenfactory::quota::plan::{Check, Dim};
-use tokenfactory::quota::scripts::{self, Scripts, SettleOp};
+use tokenfactory::quota::scripts::{self, Scripts, SyncOp};
 
 /// The reference: buckets by second; live means `second > now_sec - 60` (and not yet dropped by a
 /// replica whose clock runs ahead).
@@ -51,15 +52,21 @@ async fn window_total_equals_the_sum_of_live_buckets() {
         let sec = clock.div_euclid(1000);
         let cost = rng.gen_range(1..40);
         let check = Check::Window {
-            key: key.clone(),
+            key: key.as_str().into(),
             limit,
             cost,
             dim: Dim::Tokens,
         };
-        let mut inv = scripts.admit.prepare_invoke();
-        scripts::admit_args(
+        let want = if rng.gen_bool(0.5) {
+            rng.gen_range(0..200)
+        } else {
+            0
+        };
+        let mut inv = scripts.acquire.prepare_invoke();
+        scripts::acquire_args(
             &mut inv,
             std::slice::from_ref(&check),
+            &[want],
             clock,
             "m",
             clock + 1000,
@@ -70,18 +77,32 @@ async fn window_total_equals_the_sum_of_live_buckets() {
         assert_eq!(out[2], expected_used, "used at step {step}");
         let ok = expected_used + cost <= limit;
         assert_eq!(out[0] == 0, ok, "decision at step {step}");
+        let extra = want
+            .min((limit - expected_used - cost).div_euclid(16))
+            .max(0);
+        assert_eq!(out[4], extra, "credit granted at step {step}");
         if ok {
             admitted += 1;
-            *model.0.entry(sec).or_default() += cost;
-            // Settle: the real usage differs from the estimate.
+            *model.0.entry(sec).or_default() += cost + extra;
+            // A correction (real usage below the estimate) or unspent credit given back.
             if rng.gen_bool(0.5) {
-                let delta = -rng.gen_range(0..cost);
-                let mut inv = scripts.settle.prepare_invoke();
-                let ops = [SettleOp::Window { bucket: sec, delta }];
-                if scripts::settle_args(&mut inv, std::slice::from_ref(&check), &ops, clock, "m") {
-                    let _: i64 = inv.invoke_async(&mut con).await.unwrap();
-                    *model.0.entry(sec).or_default() += delta;
-                }
+                let delta = -rng.gen_range(0..cost + extra);
+                let mut inv = scripts.sync.prepare_invoke();
+                let ops = [SyncOp::Window {
+                    key: key.as_str().into(),
+                    bucket: sec,
+                    delta,
+                }];
+                assert!(scripts::sync_args(
+                    &mut inv,
+                    &ops,
+                    clock,
+                    "m",
+                    clock + 1000,
+                    2000
+                ));
+                let _: i64 = inv.invoke_async(&mut con).await.unwrap();
+                *model.0.entry(sec).or_default() += delta;
             }
         } else {
             refused += 1;

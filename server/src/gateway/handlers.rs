@@ -11,7 +11,6 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use serde_json::json;
 use time::OffsetDateTime;
-use tokio::sync::oneshot;
 use uuid::Uuid;
 
 use super::error::GatewayError;
@@ -151,26 +150,15 @@ async fn handle(
         tracker: gw.tracker.clone(),
     };
 
-    let request = route
-        .upstream
-        .client
-        .post(route.upstream.url(endpoint))
-        .header(header::CONTENT_TYPE, "application/json")
-        .header("x-request-id", request_id.to_string())
-        .body(upstream_body);
-    let (reply_tx, reply_rx) = oneshot::channel();
     let x = Exchange {
-        request,
-        first_byte_timeout: route.upstream.first_byte_timeout,
+        upstream: route.upstream.clone(),
+        endpoint,
+        body: Bytes::from(upstream_body),
         stream,
         wants,
         max_body_bytes: gw.max_body_bytes.max(64 << 20),
     };
-    gw.tracker.spawn(exchange::run(x, ctx, reply_tx));
-    let mut response = match reply_rx
-        .await
-        .map_err(|_| GatewayError::UpstreamUnavailable)?
-    {
+    let mut response = match exchange::run(x, ctx).await {
         Reply::Failed(e) => e.into_response(),
         Reply::Stream(stream) => Response::builder()
             .header(header::CONTENT_TYPE, "text/event-stream")

@@ -2,11 +2,12 @@
 
 pub mod auth;
 pub mod error;
-mod exchange;
+pub mod exchange;
 mod handlers;
 pub mod request;
 pub mod resolve;
 pub mod upstream;
+pub mod upstream_conn;
 mod upstream_error;
 
 use std::sync::Arc;

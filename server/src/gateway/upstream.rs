@@ -1,9 +1,17 @@
-//! One pooled HTTP/1.1 keep-alive client per upstream graph, with connect and first-byte
-//! timeouts (no total timeout: a stream may legitimately run for minutes).
+//! One pool of HTTP/1.1 keep-alive connections per upstream graph (see [`super::upstream_conn`]),
+//! with connect and first-byte timeouts (no total timeout: a stream may legitimately run for
+//! minutes).
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
+use http::{header, HeaderValue, Method, Request, Uri};
+use http_body_util::Full;
+use uuid::Uuid;
+
 use super::request::Endpoint;
+use super::upstream_conn::{ConnPool, UpstreamFailure, UpstreamResponse};
 
 /// Timeouts and pool sizes shared by every upstream client.
 #[derive(Debug, Clone)]
@@ -23,46 +31,84 @@ impl From<&crate::cli::GatewayArgs> for UpstreamOptions {
     }
 }
 
-/// An upstream's base URL (ending in `/v1`) and its client.
-#[derive(Debug)]
+/// An upstream's base URL (ending in `/v1`) and its connections.
 pub struct Upstream {
     pub base_url: String,
-    pub client: reqwest::Client,
     pub first_byte_timeout: Duration,
+    pool: Arc<ConnPool>,
     /// Parsed once, not per request.
-    chat_url: reqwest::Url,
-    completions_url: reqwest::Url,
+    chat_path: Uri,
+    completions_path: Uri,
+}
+
+impl std::fmt::Debug for Upstream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Upstream")
+            .field("base_url", &self.base_url)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Upstream {
     pub fn new(base_url: &str, options: &UpstreamOptions) -> anyhow::Result<Self> {
-        let client = reqwest::Client::builder()
-            .http1_only()
-            .connect_timeout(options.connect_timeout)
-            .pool_max_idle_per_host(options.pool_idle_per_host)
-            .pool_idle_timeout(Duration::from_secs(60))
-            .tcp_nodelay(true)
-            .no_proxy()
-            .build()?;
         let base_url = base_url.trim_end_matches('/').to_owned();
-        let parse = |path: &str| {
-            reqwest::Url::parse(&format!("{base_url}{path}"))
-                .map_err(|e| anyhow::anyhow!("upstream URL {base_url:?} is invalid: {e}"))
+        let invalid = |why: &str| anyhow::anyhow!("upstream URL {base_url:?} is invalid: {why}");
+        let uri: Uri = base_url.parse().map_err(|e| invalid(&format!("{e}")))?;
+        if uri.scheme_str() != Some("http") {
+            return Err(invalid(
+                "only http:// is supported (engines are reached inside the cluster network)",
+            ));
+        }
+        let authority = uri.authority().ok_or_else(|| invalid("no host"))?;
+        let addr = format!(
+            "{}:{}",
+            authority.host(),
+            authority.port_u16().unwrap_or(80)
+        );
+        let host =
+            HeaderValue::from_str(authority.as_str()).map_err(|e| invalid(&e.to_string()))?;
+        let path = |endpoint: Endpoint| -> anyhow::Result<Uri> {
+            format!("{}{}", uri.path().trim_end_matches('/'), endpoint.path())
+                .parse()
+                .map_err(|e| invalid(&format!("{e}")))
         };
         Ok(Self {
-            chat_url: parse(Endpoint::Chat.path())?,
-            completions_url: parse(Endpoint::Completions.path())?,
+            chat_path: path(Endpoint::Chat)?,
+            completions_path: path(Endpoint::Completions)?,
+            pool: Arc::new(ConnPool::new(
+                addr,
+                host,
+                options.pool_idle_per_host,
+                options.connect_timeout,
+            )),
             base_url,
-            client,
             first_byte_timeout: options.first_byte_timeout,
         })
     }
 
-    /// The endpoint's URL on this upstream.
-    pub fn url(&self, endpoint: Endpoint) -> reqwest::Url {
-        match endpoint {
-            Endpoint::Chat => self.chat_url.clone(),
-            Endpoint::Completions => self.completions_url.clone(),
+    /// Sends a JSON body to the endpoint and waits for the answer's head.
+    pub async fn send(
+        &self,
+        endpoint: Endpoint,
+        request_id: Uuid,
+        body: Bytes,
+    ) -> Result<UpstreamResponse, UpstreamFailure> {
+        let mut request = Request::new(Full::new(body));
+        *request.method_mut() = Method::POST;
+        *request.uri_mut() = match endpoint {
+            Endpoint::Chat => self.chat_path.clone(),
+            Endpoint::Completions => self.completions_path.clone(),
+        };
+        let headers = request.headers_mut();
+        headers.insert(header::HOST, self.pool.host().clone());
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        let mut id = Uuid::encode_buffer();
+        if let Ok(v) = HeaderValue::from_str(request_id.hyphenated().encode_lower(&mut id)) {
+            headers.insert("x-request-id", v);
         }
+        self.pool.send(request).await
     }
 }

@@ -1,6 +1,6 @@
 //! The accounting of one request ([`MeterContext`]) and the metering of a whole (non-streamed)
-//! response on the exchange task: when the client goes away the task notices at once, drops the
-//! upstream response (which cancels the engine's work) and still records the event. The event is
+//! response: when the client goes away hyper drops the handler, which drops the upstream response
+//! (cancelling the engine's work), and the exchange's guard still records the event. The event is
 //! recorded before the response is released. Streams are metered by [`super::stream`].
 
 use std::sync::Arc;
@@ -8,7 +8,6 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use futures::StreamExt;
-use tokio::sync::oneshot;
 
 use super::usage::{Provenance, Usage, UsageEvent, UsageSink, UsageStatus};
 
@@ -82,7 +81,7 @@ fn clamp_i64(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
-/// What the metering task hands the waiting handler.
+/// What the exchange hands the handler.
 pub enum Reply {
     /// No usable answer; the event is already recorded.
     Failed(crate::gateway::error::GatewayError),
@@ -94,8 +93,8 @@ pub enum Reply {
 
 /// A non-streamed upstream answer, relayed whole once metered.
 pub struct WholeResponse {
-    pub status: reqwest::StatusCode,
-    pub content_type: Option<reqwest::header::HeaderValue>,
+    pub status: http::StatusCode,
+    pub content_type: Option<http::HeaderValue>,
     pub body: Bytes,
 }
 
@@ -105,27 +104,22 @@ struct UsageProbe {
     usage: Option<Usage>,
 }
 
-/// Reads a non-streamed response, meters it, then hands it to the waiting handler (a dropped
-/// sender tells the handler the upstream broke).
+/// Reads a non-streamed response, meters it, records the event and returns the response. The
+/// accounting stays in `pending` while the body is read, so a hang-up then is still recorded.
 pub async fn relay_whole(
-    upstream: reqwest::Response,
-    reply: oneshot::Sender<Reply>,
-    ctx: MeterContext,
+    upstream: crate::gateway::upstream_conn::UpstreamResponse,
+    pending: &mut crate::gateway::exchange::Pending,
     max_bytes: usize,
-) -> UsageEvent {
-    let status = upstream.status();
-    let content_type = upstream
-        .headers()
-        .get(reqwest::header::CONTENT_TYPE)
-        .cloned();
-    let mut body = upstream.bytes_stream();
+) -> Reply {
+    use crate::gateway::exchange::settle;
+    let status = upstream.status;
+    let content_type = upstream.headers.get(http::header::CONTENT_TYPE).cloned();
+    let cut = pending.cut();
+    let mut body = upstream.body;
     let mut buf = Vec::new();
-    let mut reply = reply;
-    let cut = ctx.cut.clone();
     let outcome: Result<(), UsageStatus> = loop {
         let next = tokio::select! {
             biased;
-            () = reply.closed() => break Err(UsageStatus::ClientAbort),
             () = cut.cancelled() => break Err(UsageStatus::Interrupted),
             next = body.next() => next,
         };
@@ -136,19 +130,24 @@ pub async fn relay_whole(
         }
     };
     drop(body);
+    let Some(ctx) = pending.take() else {
+        return Reply::Failed(crate::gateway::error::GatewayError::UpstreamUnavailable);
+    };
     match outcome {
         Ok(()) => {
             let usage = serde_json::from_slice::<UsageProbe>(&buf)
                 .ok()
                 .and_then(|p| p.usage);
-            let event = ctx.settle(usage, true, 0, UsageStatus::Ok, None).await;
-            let _ = reply.send(Reply::Whole(WholeResponse {
+            settle(ctx, usage, true, UsageStatus::Ok).await;
+            Reply::Whole(WholeResponse {
                 status,
                 content_type,
                 body: Bytes::from(buf),
-            }));
-            event
+            })
         }
-        Err(status) => ctx.settle(None, false, 0, status, None).await,
+        Err(status) => {
+            settle(ctx, None, false, status).await;
+            Reply::Failed(crate::gateway::error::GatewayError::UpstreamUnavailable)
+        }
     }
 }

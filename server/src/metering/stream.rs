@@ -13,7 +13,6 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use futures::future::BoxFuture;
-use futures::stream::BoxStream;
 use futures::{FutureExt, Stream, StreamExt};
 use tokio_util::sync::WaitForCancellationFutureOwned;
 use tokio_util::task::TaskTracker;
@@ -22,6 +21,7 @@ use super::meter::{Outgoing, StreamMeter};
 use super::relay::MeterContext;
 use super::sse::SseParser;
 use super::usage::UsageStatus;
+use crate::gateway::upstream_conn::{UpstreamBody, UpstreamResponse};
 
 /// The SSE event a client receives when the upstream breaks mid-stream.
 const UPSTREAM_ERROR_EVENT: &[u8] = b"data: {\"error\":{\"message\":\"The model backend failed during generation.\",\"type\":\"api_error\",\"param\":null,\"code\":\"upstream_error\"}}\n\n";
@@ -39,7 +39,7 @@ enum End {
 
 enum State {
     Reading {
-        upstream: BoxStream<'static, reqwest::Result<Bytes>>,
+        upstream: Box<UpstreamBody>,
         ctx: Box<MeterContext>,
     },
     /// The event is being recorded; `tail` is released once it is.
@@ -64,12 +64,12 @@ pub struct MeteredStream {
 }
 
 impl MeteredStream {
-    pub fn new(upstream: reqwest::Response, meter: StreamMeter, ctx: MeterContext) -> Self {
+    pub fn new(upstream: UpstreamResponse, meter: StreamMeter, ctx: MeterContext) -> Self {
         Self {
             cut: Box::pin(ctx.cut.clone().cancelled_owned()),
             tracker: ctx.tracker.clone(),
             state: State::Reading {
-                upstream: upstream.bytes_stream().boxed(),
+                upstream: Box::new(upstream.body),
                 ctx: Box::new(ctx),
             },
             parser: SseParser::default(),

@@ -1,12 +1,13 @@
 //! Admission: for each request after resolution, look up the limits (cached), estimate the
 //! request (prompt by the base's tokenizer, plus `max_tokens` or the configured default), build the
-//! ordered plan and run it in one atomic Redis script, or on the local limiter when Redis is
-//! unreachable or slow (then Redis is skipped for [`REDIS_BACKOFF`]). A request with no limits
-//! costs one cache probe and no I/O. Admission never blocks serving on Redis.
+//! ordered plan and run it: on this replica's credit from Redis when it covers every check (no
+//! I/O, see [`super::credit`]), else in one atomic Redis script that also grants new credit, or on
+//! the local limiter when Redis is unreachable or slow (then Redis is skipped for
+//! [`REDIS_BACKOFF`]). A request with no limits costs one cache probe and no I/O. Admission never
+//! blocks serving on Redis.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::ConnectionManager;
@@ -20,12 +21,14 @@ use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
 use super::config::QuotaArgs;
+use super::credit::{Credits, Grant};
 use super::headers::{RateHeaders, Refusal};
 use super::limits::LimitCache;
 use super::local::LocalLimiter;
 use super::plan::{self, Check, Estimate, Target};
 use super::scripts::{self, Scripts};
 use super::settle::{Admitted, Backend};
+use super::sync::Syncer;
 
 /// How long Redis is skipped after a failed or slow call.
 pub const REDIS_BACKOFF: Duration = Duration::from_secs(1);
@@ -40,14 +43,23 @@ pub(super) struct Inner {
     pub(super) scripts: Scripts,
     pub(super) local: LocalLimiter,
     pub(super) prefix: String,
+    /// The Redis keys of each (tenant, key, graph), formatted once.
+    names: plan::NameCache,
     pub(super) cfg: QuotaArgs,
     down_until_ms: AtomicI64,
     was_down: AtomicBool,
     /// Set by [`Quota::halt`]: this replica writes nothing more to Redis, as if it had crashed.
     pub(super) halted: AtomicBool,
-    /// Live Redis leases of this replica: request id -> lease sets, renewed in the background.
-    pub(super) leases: Mutex<HashMap<String, Vec<String>>>,
-    pub(super) tracker: TaskTracker,
+    /// This replica's name in Redis holdings (a new one per process: a restart never inherits).
+    pub(super) rid: String,
+    /// Credit granted by Redis, spent locally.
+    pub(super) credits: Credits,
+    /// Held by whoever talks to Redis about credit (ACQUIRE, holdings in SYNC): one at a time.
+    pub(super) refill: tokio::sync::Mutex<()>,
+    pub(super) syncer: Syncer,
+    /// Admissions decided on credit / by a Redis call (for the benchmark and `/metrics`).
+    pub(super) from_credit: AtomicU64,
+    pub(super) from_redis: AtomicU64,
     /// Wakes the reconciler when Redis comes back.
     pub(super) recovered: Notify,
 }
@@ -107,17 +119,30 @@ impl Quota {
             scripts,
             local: LocalLimiter::default(),
             prefix,
+            names: plan::NameCache::default(),
             cfg,
             down_until_ms: AtomicI64::new(0),
             was_down: AtomicBool::new(false),
             halted: AtomicBool::new(false),
-            leases: Mutex::new(HashMap::new()),
-            tracker: tracker.clone(),
+            rid: Uuid::new_v4().simple().to_string(),
+            credits: Credits::default(),
+            refill: tokio::sync::Mutex::new(()),
+            syncer: Syncer::default(),
+            from_credit: AtomicU64::new(0),
+            from_redis: AtomicU64::new(0),
             recovered: Notify::new(),
         }));
-        tracker.spawn(super::settle::renew_leases(quota.0.clone(), cancel.clone()));
+        tracker.spawn(super::sync::run(quota.0.clone(), cancel.clone()));
         tracker.spawn(super::reconciler::run(quota.0.clone(), pool, cancel));
         quota
+    }
+
+    /// Admissions decided so far on local credit and by a Redis call.
+    pub fn admissions(&self) -> (u64, u64) {
+        (
+            self.0.from_credit.load(Ordering::Relaxed),
+            self.0.from_redis.load(Ordering::Relaxed),
+        )
     }
 
     /// The limits cache (dropped on NOTIFY by the change listener).
@@ -174,64 +199,116 @@ impl Quota {
             key: req.key,
             graph: req.graph,
         };
-        let checks = plan::build(
-            &inner.prefix,
-            &limits,
-            target,
-            &est,
-            &period,
-            est.prompt_tokens >= threshold,
-        );
+        let names = inner.names.get(&inner.prefix, target, &period);
+        let checks = plan::build(&names, &limits, &est, est.prompt_tokens >= threshold);
         if checks.is_empty() {
             return Ok(None);
         }
-        let member = req.request_id.to_string();
-        let now = now_ms();
-        let (backend, failed, retry_ms, used_reset) =
-            match inner.redis_admit(&checks, &member, now).await {
-                Some((failed, retry, used_reset)) => (Backend::Redis, failed, retry, used_reset),
-                None => {
-                    let a = inner
-                        .local
-                        .admit(&checks, &member, now, inner.cfg.fraction());
-                    (Backend::Local, a.failed, a.retry_ms, a.used_reset)
+        let micros_per_1k = est.micros_per_1k;
+        let mut now = now_ms();
+        if inner.redis_ready(now) {
+            if let Some((i, retry_ms, headers)) = inner.credits.refused(&checks, now) {
+                return Err(refusal(&checks[i], retry_ms, period_left_s, headers));
+            }
+            if let Some(taken) = inner.credits.try_take(&checks, now) {
+                inner.from_credit.fetch_add(1, Ordering::Relaxed);
+                let headers = RateHeaders::from_answer(&checks, &taken.used_reset, true);
+                return Ok(Some(Admitted::new(
+                    self.0.clone(),
+                    String::new(),
+                    checks,
+                    taken.buckets,
+                    Backend::Redis,
+                    micros_per_1k,
+                    headers,
+                )));
+            }
+            let refill = inner.refill.lock().await;
+            now = now_ms();
+            // Another request may have refilled (or been refused) while this one waited.
+            if let Some((i, retry_ms, headers)) = inner.credits.refused(&checks, now) {
+                return Err(refusal(&checks[i], retry_ms, period_left_s, headers));
+            }
+            if let Some(taken) = inner.credits.try_take(&checks, now) {
+                drop(refill);
+                inner.from_credit.fetch_add(1, Ordering::Relaxed);
+                let headers = RateHeaders::from_answer(&checks, &taken.used_reset, true);
+                return Ok(Some(Admitted::new(
+                    self.0.clone(),
+                    String::new(),
+                    checks,
+                    taken.buckets,
+                    Backend::Redis,
+                    micros_per_1k,
+                    headers,
+                )));
+            }
+            let wants = inner.credits.wants(&checks, now);
+            if let Some((failed, retry_ms, grants)) =
+                inner.redis_acquire(&checks, &wants, now).await
+            {
+                inner.from_redis.fetch_add(1, Ordering::Relaxed);
+                let used_reset: Vec<(i64, i64)> =
+                    grants.iter().map(|g| (g.used, g.reset_ms)).collect();
+                let headers = RateHeaders::from_answer(&checks, &used_reset, failed == 0);
+                if let Some(i) = failed.checked_sub(1).filter(|i| *i < checks.len()) {
+                    let used = grants.get(i).map_or(0, |g| g.used);
+                    inner
+                        .credits
+                        .remember_refusal(&checks[i], used, retry_ms, headers, now);
+                    return Err(refusal(&checks[i], retry_ms, period_left_s, headers));
                 }
-            };
-        let headers = RateHeaders::from_answer(&checks, &used_reset, failed == 0);
-        if let Some(check) = failed.checked_sub(1).and_then(|i| checks.get(i)) {
-            let retry_ms = match check {
-                Check::Spend { .. } => {
-                    i64::try_from(period_left_s).unwrap_or(i64::MAX / 1000) * 1000
-                }
-                _ => retry_ms,
-            };
-            return Err(Refusal::new(check, retry_ms, headers));
-        }
-        if backend == Backend::Redis {
-            let keys: Vec<String> = checks
-                .iter()
-                .flat_map(|c| c.lease_keys())
-                .map(str::to_owned)
-                .collect();
-            if !keys.is_empty() {
-                if let Ok(mut l) = inner.leases.lock() {
-                    l.insert(member.clone(), keys);
-                }
+                let buckets = inner.credits.deposit(&checks, &grants, now);
+                drop(refill);
+                return Ok(Some(Admitted::new(
+                    self.0.clone(),
+                    String::new(),
+                    checks,
+                    buckets,
+                    Backend::Redis,
+                    micros_per_1k,
+                    headers,
+                )));
             }
         }
+        let member = req.request_id.to_string();
+        let a = inner
+            .local
+            .admit(&checks, &member, now, inner.cfg.fraction());
+        let headers = RateHeaders::from_answer(&checks, &a.used_reset, a.failed == 0);
+        if let Some(check) = a.failed.checked_sub(1).and_then(|i| checks.get(i)) {
+            return Err(refusal(check, a.retry_ms, period_left_s, headers));
+        }
+        let buckets = vec![now.div_euclid(1000); checks.len()];
         Ok(Some(Admitted::new(
             self.0.clone(),
             member,
             checks,
-            now,
-            backend,
-            est.micros_per_1k,
+            buckets,
+            Backend::Local,
+            micros_per_1k,
             headers,
         )))
     }
 }
 
+/// The refusal for a failed check: spend is refused until the period ends.
+fn refusal(check: &Check, retry_ms: i64, period_left_s: u64, headers: RateHeaders) -> Refusal {
+    let retry_ms = match check {
+        Check::Spend { .. } => i64::try_from(period_left_s).unwrap_or(i64::MAX / 1000) * 1000,
+        _ => retry_ms,
+    };
+    Refusal::new(check, retry_ms, headers)
+}
+
 impl Inner {
+    /// Whether Redis may be asked now (present, not halted, not in back-off).
+    fn redis_ready(&self, now: i64) -> bool {
+        self.redis.is_some()
+            && !self.halted.load(Ordering::Relaxed)
+            && now >= self.down_until_ms.load(Ordering::Relaxed)
+    }
+
     /// Runs a script unless Redis is absent, halted or in back-off; `None` means "use local".
     pub(super) async fn call<T: FromRedisValue>(&self, inv: &ScriptInvocation<'_>) -> Option<T> {
         let con = self.redis.as_ref()?;
@@ -253,6 +330,7 @@ impl Inner {
                 let backoff = i64::try_from(REDIS_BACKOFF.as_millis()).unwrap_or(1000);
                 self.down_until_ms
                     .store(now_ms() + backoff, Ordering::Relaxed);
+                self.credits.forget_windows();
                 if !self.was_down.swap(true, Ordering::SeqCst) {
                     match failed {
                         Ok(Err(e)) => {
@@ -266,27 +344,43 @@ impl Inner {
         }
     }
 
-    async fn redis_admit(
+    /// One ACQUIRE: `(failed_index, retry_ms, per check grant)`, or `None` (use local limits).
+    async fn redis_acquire(
         &self,
         checks: &[Check],
-        member: &str,
+        wants: &[i64],
         now: i64,
-    ) -> Option<(usize, i64, Vec<(i64, i64)>)> {
+    ) -> Option<(usize, i64, Vec<Grant>)> {
         let lease = i64::try_from(self.cfg.lease().as_millis()).unwrap_or(30_000);
-        let mut inv = self.scripts.admit.prepare_invoke();
-        scripts::admit_args(&mut inv, checks, now, member, now + lease, lease * 2);
+        let mut inv = self.scripts.acquire.prepare_invoke();
+        scripts::acquire_args(
+            &mut inv,
+            checks,
+            wants,
+            now,
+            &self.rid,
+            now + lease,
+            lease * 2,
+        );
         let out: Vec<i64> = self.call(&inv).await?;
-        if out.len() != 2 + 2 * checks.len() {
-            tracing::error!(len = out.len(), "unexpected answer from the admit script");
+        if out.len() != 2 + 3 * checks.len() {
+            tracing::error!(len = out.len(), "unexpected answer from the acquire script");
             return None;
         }
-        let used_reset: Vec<(i64, i64)> = out[2..].chunks(2).map(|p| (p[0], p[1])).collect();
-        for (c, (used, _)) in checks.iter().zip(&used_reset) {
+        let grants: Vec<Grant> = out[2..]
+            .chunks(3)
+            .map(|g| Grant {
+                used: g[0],
+                reset_ms: g[1],
+                extra: g[2],
+            })
+            .collect();
+        for (c, g) in checks.iter().zip(&grants) {
             if let Check::Spend { settled, .. } = c {
-                self.local.observe_spend(settled, *used);
+                self.local.observe_spend(settled, g.used);
             }
         }
-        Some((usize::try_from(out[0]).unwrap_or(0), out[1], used_reset))
+        Some((usize::try_from(out[0]).unwrap_or(0), out[1], grants))
     }
 
     /// Redis answered again after failing: merge what was counted locally, wake the reconciler.
@@ -300,7 +394,7 @@ impl Inner {
         let mut inv = self.scripts.merge.prepare_invoke();
         inv.arg(now_ms());
         for (key, sec, count) in &buckets {
-            inv.key(key).arg(*sec).arg(*count);
+            inv.key(&**key).arg(*sec).arg(*count);
         }
         let Some(con) = &self.redis else { return };
         let mut con = con.clone();

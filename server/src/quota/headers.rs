@@ -52,18 +52,27 @@ impl RateHeaders {
 
     /// Adds the headers to a response.
     pub fn apply(&self, headers: &mut HeaderMap) {
-        for (t, suffix) in [(self.requests, "requests"), (self.tokens, "tokens")] {
+        const NAMES: [[&str; 3]; 2] = [
+            [
+                "x-ratelimit-limit-requests",
+                "x-ratelimit-remaining-requests",
+                "x-ratelimit-reset-requests",
+            ],
+            [
+                "x-ratelimit-limit-tokens",
+                "x-ratelimit-remaining-tokens",
+                "x-ratelimit-reset-tokens",
+            ],
+        ];
+        for (t, [limit, remaining, reset]) in [self.requests, self.tokens].into_iter().zip(NAMES) {
             let Some(t) = t else { continue };
-            for (name, value) in [
-                ("limit", t.limit.to_string()),
-                ("remaining", t.remaining.to_string()),
-                ("reset", duration(t.reset_ms)),
-            ] {
-                let name =
-                    HeaderName::from_bytes(format!("x-ratelimit-{name}-{suffix}").as_bytes());
-                if let (Ok(n), Ok(v)) = (name, HeaderValue::from_str(&value)) {
-                    headers.insert(n, v);
-                }
+            headers.insert(HeaderName::from_static(limit), HeaderValue::from(t.limit));
+            headers.insert(
+                HeaderName::from_static(remaining),
+                HeaderValue::from(t.remaining),
+            );
+            if let Ok(v) = HeaderValue::from_str(&duration(t.reset_ms)) {
+                headers.insert(HeaderName::from_static(reset), v);
             }
         }
     }
@@ -186,7 +195,7 @@ mod tests {
     #[test]
     fn the_tightest_window_wins() {
         let w = |limit, dim| Check::Window {
-            key: String::new(),
+            key: "".into(),
             limit,
             cost: 1,
             dim,

@@ -8,16 +8,28 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
-use super::plan::Check;
-use super::scripts::SettleOp;
+use super::plan::{Check, Key};
+
+/// How one check of a locally admitted request is settled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SettleOp {
+    /// Add `delta` to the bucket of second `bucket` (token windows only).
+    Window { bucket: i64, delta: i64 },
+    /// Drop the reservation, add `actual` micros to the settled spend.
+    Spend { actual: i64 },
+    /// Free the slot.
+    Release,
+    /// Nothing to do (request windows).
+    Skip,
+}
 
 enum Slot {
     Window(BTreeMap<i64, i64>),
     Spend {
         settled: i64,
-        reserved: HashMap<String, i64>,
+        reserved: HashMap<Key, i64>,
     },
-    Cap(HashMap<String, ()>),
+    Cap(HashMap<Key, ()>),
 }
 
 /// Result of a local admission, shaped like the ADMIT script's answer.
@@ -32,9 +44,9 @@ pub struct LocalAnswer {
 /// In-memory limits of this replica.
 #[derive(Default)]
 pub struct LocalLimiter {
-    slots: Mutex<HashMap<String, Slot>>,
+    slots: Mutex<HashMap<Key, Slot>>,
     /// Settled + reserved spend per settled-spend key, as Redis last reported it.
-    last_spend: Mutex<HashMap<String, i64>>,
+    last_spend: Mutex<HashMap<Key, i64>>,
 }
 
 fn scaled(limit: i64, fraction: f64) -> i64 {
@@ -47,7 +59,7 @@ impl LocalLimiter {
     /// Remembers spend Redis reported, so an outage starts from it.
     pub fn observe_spend(&self, key: &str, used: i64) {
         if let Ok(mut m) = self.last_spend.lock() {
-            m.insert(key.to_owned(), used);
+            m.insert(key.into(), used);
         }
     }
 
@@ -112,7 +124,9 @@ impl LocalLimiter {
                     let used = known + *s + reserved.values().sum::<i64>();
                     (used, 0, known + scaled(limit - known, fraction), 0)
                 }
-                Check::Cap { key, limit, .. } => {
+                Check::Cap {
+                    leases: key, limit, ..
+                } => {
                     let slot = slots
                         .entry(key.clone())
                         .or_insert_with(|| Slot::Cap(HashMap::new()));
@@ -134,10 +148,10 @@ impl LocalLimiter {
                         *b.entry(sec).or_default() += cost
                     }
                     (Check::Spend { cost, .. }, Some(Slot::Spend { reserved, .. })) => {
-                        reserved.insert(member.to_owned(), *cost);
+                        reserved.insert(member.into(), *cost);
                     }
                     (Check::Cap { .. }, Some(Slot::Cap(m))) => {
-                        m.insert(member.to_owned(), ());
+                        m.insert(member.into(), ());
                     }
                     _ => {}
                 }
@@ -174,7 +188,7 @@ impl LocalLimiter {
     }
 
     /// Takes the live window buckets counted locally, to be merged into Redis.
-    pub fn drain_windows(&self, now_ms: i64) -> Vec<(String, i64, i64)> {
+    pub fn drain_windows(&self, now_ms: i64) -> Vec<(Key, i64, i64)> {
         let sec = now_ms.div_euclid(1000);
         let Ok(mut slots) = self.slots.lock() else {
             return Vec::new();
@@ -197,10 +211,7 @@ impl LocalLimiter {
 }
 
 fn c_key(c: &Check) -> &str {
-    match c {
-        Check::Window { key, .. } | Check::Cap { key, .. } => key,
-        Check::Spend { settled, .. } => settled,
-    }
+    c.key()
 }
 
 #[cfg(test)]
@@ -218,7 +229,8 @@ mod tests {
             dim: Dim::Requests,
         };
         let c = Check::Cap {
-            key: "c".into(),
+            leases: "c".into(),
+            amounts: "ca".into(),
             limit: 4,
             kind: CapKind::InFlight,
         };
@@ -236,6 +248,6 @@ mod tests {
             1,
             "rate share is 5 (the refused request took nothing)"
         );
-        assert_eq!(l.drain_windows(now), vec![("w".to_owned(), 1000, 5)]);
+        assert_eq!(l.drain_windows(now), vec![("w".into(), 1000, 5)]);
     }
 }

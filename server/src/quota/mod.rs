@@ -3,7 +3,9 @@
 //!
 //! - [`limits`]: limits from PostgreSQL, cached per replica (changes apply within a second).
 //! - [`plan`]: the ordered checks of one request (cheapest first) and its estimate.
-//! - [`scripts`]: the atomic Redis Lua scripts (admit, settle, renew, reconcile, merge).
+//! - [`scripts`]: the atomic Redis Lua scripts (acquire, sync, reconcile, merge).
+//! - [`credit`]: this replica's credit from Redis, spent without I/O.
+//! - [`sync`]: the one writer of what this replica owes Redis (spend, refunds, holdings).
 //! - [`local`]: per-replica fallback limits while Redis is down (fail-open for rates).
 //! - [`admission`]: the entry point the request path calls after resolution.
 //! - [`settle`]: the admitted request's guard; settles at completion, frees on every path.
@@ -13,11 +15,12 @@
 //!
 //! On failure: Redis down or slow -> local limits, serving continues; PostgreSQL down -> cached
 //! limits keep applying; a request that dies -> its slots are freed by its guard, or expire with
-//! the lease if the replica dies.
+//! the replica's holding if the replica dies.
 
 pub mod admin;
 pub mod admission;
 pub mod config;
+pub mod credit;
 pub mod headers;
 pub mod limits;
 pub mod local;
@@ -25,6 +28,7 @@ pub mod plan;
 mod reconciler;
 pub mod scripts;
 pub mod settle;
+mod sync;
 
 pub use admission::{requested_max_tokens, AdmitRequest, Quota};
 pub use config::QuotaArgs;

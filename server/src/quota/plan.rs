@@ -3,10 +3,16 @@
 //! graph. A plan is pure data (Redis keys, limits, costs); the Redis scripts and the local limiter
 //! both execute it, so the two paths cannot disagree about what is checked.
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use super::limits::{cost_micros, Limits, RateLimits};
+use super::limits::{cost_micros, Limits};
+
+/// A Redis key, shared by every plan that uses it (cloning one is a reference count).
+pub type Key = Arc<str>;
 
 /// What a window counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,34 +34,36 @@ pub enum Check {
     /// A sliding 60 s window of one-second buckets (a hash: second -> amount, plus the running
     /// total `t` and the oldest live second `o`, so a check costs O(1), not a scan of 60 buckets).
     Window {
-        key: String,
+        key: Key,
         limit: i64,
         cost: i64,
         dim: Dim,
     },
-    /// Spend this period: settled micros plus live reservations (leases that expire).
+    /// Spend this period: settled micros plus what each replica holds for requests in flight
+    /// (a hash: replica -> micros, plus `~total`, under leases that expire).
     Spend {
-        settled: String,
-        leases: String,
-        amounts: String,
+        settled: Key,
+        leases: Key,
+        amounts: Key,
         limit: i64,
         cost: i64,
     },
-    /// Concurrent leases on a graph (a sorted set: request id -> expiry).
+    /// Concurrent requests on a graph: each replica's slots (a hash: replica -> slots, plus the
+    /// total `~total`) under a lease (a sorted set: replica -> expiry).
     Cap {
-        key: String,
+        leases: Key,
+        amounts: Key,
         limit: i64,
         kind: CapKind,
     },
 }
 
 impl Check {
-    /// The lease sets this check adds the request to (renewed while it runs).
-    pub fn lease_keys(&self) -> Vec<&str> {
+    /// The Redis key that names this check (also the local limiter's key).
+    pub fn key(&self) -> &str {
         match self {
-            Self::Window { .. } => Vec::new(),
-            Self::Spend { leases, .. } => vec![leases.as_str()],
-            Self::Cap { key, .. } => vec![key.as_str()],
+            Self::Window { key, .. } | Self::Cap { leases: key, .. } => key,
+            Self::Spend { settled, .. } => settled,
         }
     }
 
@@ -115,60 +123,130 @@ pub fn period(now: OffsetDateTime) -> (String, u64) {
     (label, u64::try_from(left.max(1)).unwrap_or(1))
 }
 
+/// The Redis keys one (tenant, key, graph) uses in one period, formatted once and shared by
+/// every plan (formatting them per request was a tenth of a limited request's cost).
+#[derive(Debug)]
+pub struct KeyNames {
+    period: Arc<str>,
+    /// Per subject (key, then tenant): rpm window, tpm window, settled, spend leases, amounts.
+    subjects: [[Key; 5]; 2],
+    /// In-flight and long-prompt caps: leases, amounts.
+    caps: [[Key; 2]; 2],
+}
+
+impl KeyNames {
+    pub fn new(prefix: &str, t: Target<'_>, period: &str) -> Self {
+        let subject = |s: String| -> [Key; 5] {
+            [
+                format!("{prefix}q:w:{s}:rpm").into(),
+                format!("{prefix}q:w:{s}:tpm").into(),
+                format!("{prefix}q:s:{s}:{period}").into(),
+                format!("{prefix}q:sl:{s}:{period}").into(),
+                format!("{prefix}q:sa:{s}:{period}").into(),
+            ]
+        };
+        let cap = |kind: &str| -> [Key; 2] {
+            [
+                format!("{prefix}q:cl:{}:{}:{kind}", t.tenant, t.graph).into(),
+                format!("{prefix}q:ca:{}:{}:{kind}", t.tenant, t.graph).into(),
+            ]
+        };
+        Self {
+            period: period.into(),
+            subjects: [
+                subject(format!("k:{}", t.key)),
+                subject(format!("t:{}", t.tenant)),
+            ],
+            caps: [cap("inflight"), cap("long")],
+        }
+    }
+}
+
+/// [`KeyNames`] by tenant, key and graph, rebuilt when the period changes.
+#[derive(Default)]
+pub struct NameCache(std::sync::Mutex<HashMap<(Uuid, Uuid), ByGraph>>);
+
+type ByGraph = HashMap<Box<str>, Arc<KeyNames>>;
+
+/// Entries kept before the cache starts over (names are cheap to rebuild).
+const NAME_CACHE_MAX: usize = 100_000;
+
+impl NameCache {
+    pub fn get(&self, prefix: &str, t: Target<'_>, period: &str) -> Arc<KeyNames> {
+        let mut map = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(n) = map.get(&(t.tenant, t.key)).and_then(|g| g.get(t.graph)) {
+            if &*n.period == period {
+                return n.clone();
+            }
+        }
+        if map.len() >= NAME_CACHE_MAX {
+            map.clear();
+        }
+        let names = Arc::new(KeyNames::new(prefix, t, period));
+        map.entry((t.tenant, t.key))
+            .or_default()
+            .insert(t.graph.into(), names.clone());
+        names
+    }
+}
+
 /// Builds the ordered checks. `prompt_long` says whether the prompt estimate reaches the
 /// tenant's long-prompt threshold.
-pub fn build(
-    prefix: &str,
-    limits: &Limits,
-    t: Target<'_>,
-    est: &Estimate,
-    period: &str,
-    prompt_long: bool,
-) -> Vec<Check> {
+pub fn build(names: &KeyNames, limits: &Limits, est: &Estimate, prompt_long: bool) -> Vec<Check> {
     let tokens = i64::try_from(est.tokens()).unwrap_or(i64::MAX);
     let subjects = [
-        (format!("k:{}", t.key), &limits.key),
-        (format!("t:{}", t.tenant), &limits.tenant),
+        (&names.subjects[0], &limits.key),
+        (&names.subjects[1], &limits.tenant),
     ];
-    let mut checks = Vec::new();
-    let mut windows = |dim: Dim, pick: fn(&RateLimits) -> Option<i64>, cost: i64, tag: &str| {
-        for (subject, l) in &subjects {
-            if let Some(limit) = pick(l) {
+    let mut checks = Vec::with_capacity(8);
+    let windows = [(Dim::Requests, 0, 1), (Dim::Tokens, 1, tokens)];
+    for (dim, at, cost) in windows {
+        for (keys, l) in &subjects {
+            let limit = match dim {
+                Dim::Requests => l.requests_per_minute,
+                Dim::Tokens => l.tokens_per_minute,
+            };
+            if let Some(limit) = limit {
                 checks.push(Check::Window {
-                    key: format!("{prefix}q:w:{subject}:{tag}"),
+                    key: keys[at].clone(),
                     limit,
                     cost,
                     dim,
                 });
             }
         }
-    };
-    windows(Dim::Requests, |l| l.requests_per_minute, 1, "rpm");
-    windows(Dim::Tokens, |l| l.tokens_per_minute, tokens, "tpm");
-    for (subject, l) in &subjects {
+    }
+    for (keys, l) in &subjects {
         if let Some(limit) = l.spend_limit_micros {
             checks.push(Check::Spend {
-                settled: format!("{prefix}q:s:{subject}:{period}"),
-                leases: format!("{prefix}q:sl:{subject}:{period}"),
-                amounts: format!("{prefix}q:sa:{subject}:{period}"),
+                settled: keys[2].clone(),
+                leases: keys[3].clone(),
+                amounts: keys[4].clone(),
                 limit,
                 cost: est.micros(),
             });
         }
     }
-    if let Some(limit) = limits.caps.max_in_flight {
-        checks.push(Check::Cap {
-            key: format!("{prefix}q:c:{}:{}:inflight", t.tenant, t.graph),
-            limit,
-            kind: CapKind::InFlight,
-        });
-    }
-    if let (Some(limit), true) = (limits.caps.max_long_prompts, prompt_long) {
-        checks.push(Check::Cap {
-            key: format!("{prefix}q:c:{}:{}:long", t.tenant, t.graph),
-            limit,
-            kind: CapKind::LongPrompts,
-        });
+    let caps = [
+        (limits.caps.max_in_flight, CapKind::InFlight, true),
+        (
+            limits.caps.max_long_prompts,
+            CapKind::LongPrompts,
+            prompt_long,
+        ),
+    ];
+    for ((limit, kind, applies), keys) in caps.into_iter().zip(&names.caps) {
+        if let (Some(limit), true) = (limit, applies) {
+            checks.push(Check::Cap {
+                leases: keys[0].clone(),
+                amounts: keys[1].clone(),
+                limit,
+                kind,
+            });
+        }
     }
     checks
 }
@@ -181,7 +259,7 @@ pub fn settled_key(prefix: &str, subject: &str, period: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::quota::limits::Caps;
+    use crate::quota::limits::{Caps, RateLimits};
 
     #[test]
     fn checks_come_cheapest_first_and_only_when_limited() {
@@ -212,10 +290,21 @@ mod tests {
             completion_tokens: 20,
             micros_per_1k: 1000,
         };
-        let c = build("p:", &limits, t, &est, "202612", false);
+        let names = KeyNames::new("p:", t, "202612");
+        let c = build(&names, &limits, &est, false);
         let kinds: Vec<_> = c.iter().map(|c| (c.limit(), c.cost())).collect();
         assert_eq!(kinds, vec![(3, 1), (10, 1), (100, 30), (5, 30), (2, 1)]);
-        assert_eq!(build("p:", &limits, t, &est, "202612", true).len(), 6);
+        assert_eq!(build(&names, &limits, &est, true).len(), 6);
+        let cache = NameCache::default();
+        let a = cache.get("p:", t, "202612");
+        assert!(
+            Arc::ptr_eq(&a, &cache.get("p:", t, "202612")),
+            "names are shared"
+        );
+        assert!(
+            !Arc::ptr_eq(&a, &cache.get("p:", t, "202701")),
+            "a new period renames"
+        );
     }
 
     #[test]

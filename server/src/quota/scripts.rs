@@ -1,4 +1,4 @@
-//! The Redis side of admission: one versioned Lua script per operation (admit, settle, renew,
+//! The Redis side of admission: one versioned Lua script per operation (acquire, sync,
 //! reconcile, merge), loaded at start-up and called with EVALSHA (re-loaded by the client if Redis
 //! lost them). Each script is atomic, so replicas never race each other; nothing is ever read in
 //! Rust and written back. Every key written gets a TTL. A failed call changes nothing the caller
@@ -6,21 +6,35 @@
 
 use redis::{Script, ScriptInvocation};
 
-use super::plan::{Check, Dim};
+use super::plan::{Check, Key};
 
 /// TTL of a settled-spend counter, in seconds (longer than any month).
 pub const SETTLED_TTL_S: i64 = 40 * 86_400;
 
-/// Checks every step of a plan, then applies all of them or none.
-/// Returns `{failed_index (0: admitted), retry_ms, used_1, reset_ms_1, used_2, ...}`.
-const ADMIT: &str = r"-- tokenfactory quota admit v2
-local now, member, expiry, kttl, sttl = tonumber(ARGV[1]), ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+/// Checks every step of a plan, then applies all of them or none. Each check takes its cost
+/// (`need`) plus up to `want` more as this replica's credit, but never more than a sixteenth of
+/// the room left, so a limit near exhaustion is shared out one request at a time.
+/// Window costs are charged to the current second's bucket; spend and slots are added to this
+/// replica's holding (a hash member named by the replica, with a lease it renews).
+/// Returns `{failed_index (0: admitted), retry_ms, used_1, reset_ms_1, extra_1, used_2, ...}`.
+const ACQUIRE: &str = r"-- tokenfactory quota acquire v3
+local now, rid, expiry, kttl, sttl = tonumber(ARGV[1]), ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local sec = math.floor(now / 1000)
 local checks, out = {}, {0, 0}
 local fail = 0
 local k, a = 1, 6
+local function purge(lkey, akey)
+  local gone = redis.call('ZRANGEBYSCORE', lkey, '-inf', now)
+  for _, m in ipairs(gone) do
+    local amt = tonumber(redis.call('HGET', akey, m) or '0')
+    redis.call('HDEL', akey, m)
+    redis.call('HINCRBY', akey, '~total', -amt)
+  end
+  if #gone > 0 then redis.call('ZREMRANGEBYSCORE', lkey, '-inf', now) end
+  return tonumber(redis.call('HGET', akey, '~total') or '0')
+end
 while ARGV[a] do
-  local kind, limit, cost = ARGV[a], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
+  local kind, limit, need, want = ARGV[a], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
   local n = #checks + 1
   local used, reset = 0, 0
   if kind == 'W' then
@@ -55,7 +69,7 @@ while ARGV[a] do
     used = t
     reset = 60000
     if t > 0 then reset = (o + 60) * 1000 - now end
-    if fail == 0 and used + cost > limit then
+    if fail == 0 and used + need > limit then
       fail = n; out[2] = 60000
       local h = redis.call('HGETALL', key)
       local live = {}
@@ -64,54 +78,48 @@ while ARGV[a] do
         if s and s >= lo then live[#live + 1] = {s, tonumber(h[i + 1])} end
       end
       table.sort(live, function(x, y) return x[1] < y[1] end)
-      local need, freed = used + cost - limit, 0
+      local short, freed = used + need - limit, 0
       for _, b in ipairs(live) do
         freed = freed + b[2]
-        if freed >= need then out[2] = (b[1] + 60) * 1000 - now; break end
+        if freed >= short then out[2] = (b[1] + 60) * 1000 - now; break end
       end
     end
-    checks[n] = {kind, cost, key, o}
+    checks[n] = {kind, key, o}
   elseif kind == 'S' then
     local skey, lkey, akey = KEYS[k], KEYS[k + 1], KEYS[k + 2]; k = k + 3
-    local gone = redis.call('ZRANGEBYSCORE', lkey, '-inf', now)
-    for _, m in ipairs(gone) do
-      local amt = tonumber(redis.call('HGET', akey, m) or '0')
-      redis.call('HDEL', akey, m)
-      redis.call('HINCRBY', akey, '~total', -amt)
-    end
-    if #gone > 0 then redis.call('ZREMRANGEBYSCORE', lkey, '-inf', now) end
+    local held = purge(lkey, akey)
     local settled = redis.call('GET', skey)
-    used = tonumber(settled or '0') + tonumber(redis.call('HGET', akey, '~total') or '0')
-    if fail == 0 and used + cost > limit then fail = n end
-    checks[n] = {kind, cost, skey, lkey, akey, settled == false}
+    used = tonumber(settled or '0') + held
+    if fail == 0 and used + need > limit then fail = n end
+    checks[n] = {kind, lkey, akey, skey, settled == false}
   else
-    local key = KEYS[k]; k = k + 1
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
-    used = redis.call('ZCARD', key)
-    if fail == 0 and used + cost > limit then fail = n; out[2] = 1000 end
-    checks[n] = {kind, cost, key}
+    local lkey, akey = KEYS[k], KEYS[k + 1]; k = k + 2
+    used = purge(lkey, akey)
+    if fail == 0 and used + need > limit then fail = n; out[2] = 1000 end
+    checks[n] = {kind, lkey, akey}
   end
+  local extra = 0
+  if want > 0 then extra = math.max(0, math.min(want, math.floor((limit - used - need) / 16))) end
+  checks[n].grant = need + extra
   out[#out + 1] = used
   out[#out + 1] = reset
-  a = a + 3
+  out[#out + 1] = extra
+  a = a + 4
 end
 out[1] = fail
 if fail == 0 then
   for _, c in ipairs(checks) do
     if c[1] == 'W' then
-      redis.call('HINCRBY', c[3], sec, c[2])
-      redis.call('HINCRBY', c[3], 't', c[2])
+      redis.call('HINCRBY', c[2], sec, c.grant)
+      redis.call('HINCRBY', c[2], 't', c.grant)
       -- A replica whose clock lags may write behind the oldest-bucket mark: move the mark back.
-      if sec < c[4] then redis.call('HSET', c[3], 'o', sec) end
-    elseif c[1] == 'S' then
-      if c[6] then redis.call('SET', c[3], 0, 'NX', 'EX', sttl) end
-      redis.call('ZADD', c[4], expiry, member)
-      redis.call('HSET', c[5], member, c[2])
-      redis.call('HINCRBY', c[5], '~total', c[2])
-      redis.call('PEXPIRE', c[4], kttl)
-      redis.call('PEXPIRE', c[5], kttl)
+      if sec < c[3] then redis.call('HSET', c[2], 'o', sec) end
     else
-      redis.call('ZADD', c[3], expiry, member)
+      if c[1] == 'S' and c[5] then redis.call('SET', c[4], 0, 'NX', 'EX', sttl) end
+      redis.call('ZADD', c[2], expiry, rid)
+      redis.call('HINCRBY', c[3], rid, c.grant)
+      redis.call('HINCRBY', c[3], '~total', c.grant)
+      redis.call('PEXPIRE', c[2], kttl)
       redis.call('PEXPIRE', c[3], kttl)
     end
   end
@@ -119,48 +127,47 @@ end
 return out
 ";
 
-/// Ends a request: corrects token windows by `actual - estimate`, turns its spend reservation
-/// into settled spend, frees its cap slots. Idempotent per request for reservations and slots.
-const SETTLE: &str = r"-- tokenfactory quota settle v2
-local now, member, sttl = tonumber(ARGV[1]), ARGV[2], ARGV[3]
+/// What this replica owes Redis, in one call: window corrections and unused credit given back
+/// (`W`: add `delta` to a live bucket), settled spend (`S`: add micros), and the absolute size
+/// of each holding (`H`: set this replica's member, renew its lease; 0 removes it). Holdings are
+/// absolute so a lost or repeated call heals on the next one.
+const SYNC: &str = r"-- tokenfactory quota sync v3
+local now, rid, expiry, kttl, sttl = tonumber(ARGV[1]), ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local sec = math.floor(now / 1000)
-local k, a = 1, 4
+local k, a = 1, 6
 while ARGV[a] do
-  local kind = ARGV[a]
-  if kind == 'W' then
+  local op = ARGV[a]
+  if op == 'W' then
     local key = KEYS[k]; k = k + 1
     local b, d = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
     if d ~= 0 and b > sec - 60 and redis.call('HEXISTS', key, ARGV[a + 1]) == 1 then
       redis.call('HINCRBY', key, ARGV[a + 1], d)
       redis.call('HINCRBY', key, 't', d)
     end
-  elseif kind == 'S' then
-    local skey, lkey, akey = KEYS[k], KEYS[k + 1], KEYS[k + 2]; k = k + 3
-    local amt = redis.call('HGET', akey, member)
-    if amt then
-      redis.call('HDEL', akey, member)
-      redis.call('HINCRBY', akey, '~total', -tonumber(amt))
-      redis.call('ZREM', lkey, member)
-    end
+  elseif op == 'S' then
+    local skey = KEYS[k]; k = k + 1
     if tonumber(ARGV[a + 1]) > 0 then
       redis.call('INCRBY', skey, ARGV[a + 1])
       redis.call('EXPIRE', skey, sttl)
     end
   else
-    redis.call('ZREM', KEYS[k], member); k = k + 1
+    local lkey, akey = KEYS[k], KEYS[k + 1]; k = k + 2
+    local amt = tonumber(ARGV[a + 1])
+    local old = tonumber(redis.call('HGET', akey, rid) or '0')
+    if amt ~= old then redis.call('HINCRBY', akey, '~total', amt - old) end
+    if amt > 0 then
+      redis.call('HSET', akey, rid, amt)
+      redis.call('ZADD', lkey, expiry, rid)
+      redis.call('PEXPIRE', lkey, kttl)
+      redis.call('PEXPIRE', akey, kttl)
+    elseif old ~= 0 then
+      redis.call('HDEL', akey, rid)
+      redis.call('ZREM', lkey, rid)
+    end
   end
   a = a + 3
 end
 return 1
-";
-
-/// Pushes the expiry of live leases forward (only members still present: `ZADD XX`).
-const RENEW: &str = r"-- tokenfactory quota renew v1
-for i, key in ipairs(KEYS) do
-  redis.call('ZADD', key, 'XX', ARGV[1], ARGV[i + 2])
-  redis.call('PEXPIRE', key, ARGV[2])
-end
-return #KEYS
 ";
 
 /// Raises settled spend counters to the billed sums from PostgreSQL (never lowers them: every
@@ -195,9 +202,8 @@ return #KEYS
 
 /// The loaded scripts.
 pub struct Scripts {
-    pub admit: Script,
-    pub settle: Script,
-    pub renew: Script,
+    pub acquire: Script,
+    pub sync: Script,
     pub reconcile: Script,
     pub merge: Script,
 }
@@ -205,9 +211,8 @@ pub struct Scripts {
 impl Default for Scripts {
     fn default() -> Self {
         Self {
-            admit: Script::new(ADMIT),
-            settle: Script::new(SETTLE),
-            renew: Script::new(RENEW),
+            acquire: Script::new(ACQUIRE),
+            sync: Script::new(SYNC),
             reconcile: Script::new(RECONCILE),
             merge: Script::new(MERGE),
         }
@@ -217,39 +222,35 @@ impl Default for Scripts {
 impl Scripts {
     /// Loads every script into Redis's script cache (SCRIPT LOAD).
     pub async fn load(&self, con: &mut redis::aio::ConnectionManager) -> redis::RedisResult<()> {
-        for s in [
-            &self.admit,
-            &self.settle,
-            &self.renew,
-            &self.reconcile,
-            &self.merge,
-        ] {
+        for s in [&self.acquire, &self.sync, &self.reconcile, &self.merge] {
             s.load_async(con).await?;
         }
         Ok(())
     }
 }
 
-/// Adds a plan's keys and arguments to an ADMIT invocation.
-pub fn admit_args(
+/// Adds a plan's keys and arguments to an ACQUIRE invocation: each check takes its cost plus up
+/// to `wants[i]` of credit for this replica (`rid`).
+pub fn acquire_args(
     inv: &mut ScriptInvocation<'_>,
     checks: &[Check],
+    wants: &[i64],
     now_ms: i64,
-    member: &str,
+    rid: &str,
     expiry_ms: i64,
     key_ttl_ms: i64,
 ) {
     inv.arg(now_ms)
-        .arg(member)
+        .arg(rid)
         .arg(expiry_ms)
         .arg(key_ttl_ms)
         .arg(SETTLED_TTL_S);
-    for c in checks {
+    for (c, want) in checks.iter().zip(wants.iter().chain(std::iter::repeat(&0))) {
         match c {
             Check::Window {
                 key, limit, cost, ..
             } => {
-                inv.key(key).arg("W").arg(*limit).arg(*cost);
+                inv.key(&**key).arg("W").arg(*limit).arg(*cost).arg(*want);
             }
             Check::Spend {
                 settled,
@@ -258,77 +259,80 @@ pub fn admit_args(
                 limit,
                 cost,
             } => {
-                inv.key(settled)
-                    .key(leases)
-                    .key(amounts)
+                inv.key(&**settled)
+                    .key(&**leases)
+                    .key(&**amounts)
                     .arg("S")
                     .arg(*limit)
-                    .arg(*cost);
+                    .arg(*cost)
+                    .arg(*want);
             }
-            Check::Cap { key, limit, .. } => {
-                inv.key(key).arg("C").arg(*limit).arg(1);
+            Check::Cap {
+                leases,
+                amounts,
+                limit,
+                ..
+            } => {
+                inv.key(&**leases)
+                    .key(&**amounts)
+                    .arg("C")
+                    .arg(*limit)
+                    .arg(1)
+                    .arg(*want);
             }
         }
     }
 }
 
-/// How one check is settled.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SettleOp {
-    /// Add `delta` to the bucket of second `bucket` (token windows only).
-    Window { bucket: i64, delta: i64 },
-    /// Drop the reservation, add `actual` micros to the settled spend.
-    Spend { actual: i64 },
-    /// Free the slot.
-    Release,
-    /// Nothing to do (request windows).
-    Skip,
+/// One step of a SYNC call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SyncOp {
+    /// Add `delta` to a window's bucket of second `bucket` (if still live).
+    Window { key: Key, bucket: i64, delta: i64 },
+    /// Add `micros` to a settled-spend counter.
+    Spend { settled: Key, micros: i64 },
+    /// This replica now holds `amount` (spend micros or slots) under a lease.
+    Hold {
+        leases: Key,
+        amounts: Key,
+        amount: i64,
+    },
 }
 
-/// Adds settle operations to a SETTLE invocation; returns whether there is anything to do.
-pub fn settle_args(
+/// Adds the SYNC header and `ops` to an invocation; returns whether there is anything to do.
+pub fn sync_args(
     inv: &mut ScriptInvocation<'_>,
-    checks: &[Check],
-    ops: &[SettleOp],
+    ops: &[SyncOp],
     now_ms: i64,
-    member: &str,
+    rid: &str,
+    expiry_ms: i64,
+    key_ttl_ms: i64,
 ) -> bool {
-    inv.arg(now_ms).arg(member).arg(SETTLED_TTL_S);
-    let mut any = false;
-    for (c, op) in checks.iter().zip(ops) {
-        match (c, *op) {
-            (
-                Check::Window {
-                    key,
-                    dim: Dim::Tokens,
-                    ..
-                },
-                SettleOp::Window { bucket, delta },
-            ) if delta != 0 => {
-                inv.key(key).arg("W").arg(bucket).arg(delta);
+    inv.arg(now_ms)
+        .arg(rid)
+        .arg(expiry_ms)
+        .arg(key_ttl_ms)
+        .arg(SETTLED_TTL_S);
+    for op in ops {
+        match op {
+            SyncOp::Window { key, bucket, delta } => {
+                inv.key(&**key).arg("W").arg(*bucket).arg(*delta);
             }
-            (
-                Check::Spend {
-                    settled,
-                    leases,
-                    amounts,
-                    ..
-                },
-                SettleOp::Spend { actual },
-            ) => {
-                inv.key(settled)
-                    .key(leases)
-                    .key(amounts)
-                    .arg("S")
-                    .arg(actual)
+            SyncOp::Spend { settled, micros } => {
+                inv.key(&**settled).arg("S").arg(*micros).arg(0);
+            }
+            SyncOp::Hold {
+                leases,
+                amounts,
+                amount,
+            } => {
+                inv.key(&**leases)
+                    .key(&**amounts)
+                    .arg("H")
+                    .arg(*amount)
                     .arg(0);
             }
-            (Check::Cap { key, .. }, SettleOp::Release) => {
-                inv.key(key).arg("C").arg(0).arg(0);
-            }
-            _ => continue,
         }
-        any = true;
     }
-    any
+    !ops.is_empty()
 }

@@ -1,24 +1,24 @@
 //! The admitted request's guard. It holds the request's slots and spend reservation until the
-//! usage event is final, then settles: token windows corrected to the real usage, the reservation
-//! turned into settled spend, slots freed. If the request ends any other way (an error path, a
-//! dropped future, a panic) the guard's `Drop` still frees the slots and the reservation (spawned,
-//! counting no tokens); if the whole replica dies, its leases stop being renewed and expire.
+//! usage event is final, then settles: token windows corrected to the real usage, the real spend
+//! sent to Redis (group-committed, awaited: spend reaches Redis before the event is recorded),
+//! slots and reservation given back to this replica's holding. If the request ends any other way
+//! (an error path, a dropped future, a panic) the guard's `Drop` still gives back the slots and
+//! the reservation, counting no tokens; if the whole replica dies, its holdings stop being
+//! renewed and expire.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
-
-use tokio_util::sync::CancellationToken;
 
 use super::admission::{now_ms, Inner};
 use super::headers::RateHeaders;
 use super::limits::cost_micros;
+use super::local::SettleOp;
 use super::plan::{Check, Dim};
-use super::scripts::{self, SettleOp};
 use crate::metering::usage::UsageEvent;
 
 /// Where a request was admitted, so it is settled in the same place.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
+    /// Against Redis, directly or on credit it granted.
     Redis,
     Local,
 }
@@ -26,9 +26,11 @@ pub enum Backend {
 /// An admitted request's hold on its limits; settle it with the final usage event.
 pub struct Admitted {
     inner: Arc<Inner>,
+    /// The local limiter's name for the request (empty on Redis).
     member: String,
     checks: Vec<Check>,
-    admitted_ms: i64,
+    /// Per check: the window bucket its cost was charged to.
+    buckets: Vec<i64>,
     backend: Backend,
     micros_per_1k: i64,
     headers: RateHeaders,
@@ -40,7 +42,7 @@ impl Admitted {
         inner: Arc<Inner>,
         member: String,
         checks: Vec<Check>,
-        admitted_ms: i64,
+        buckets: Vec<i64>,
         backend: Backend,
         micros_per_1k: i64,
         headers: RateHeaders,
@@ -49,7 +51,7 @@ impl Admitted {
             inner,
             member,
             checks,
-            admitted_ms,
+            buckets,
             backend,
             micros_per_1k,
             headers,
@@ -63,21 +65,62 @@ impl Admitted {
     }
 
     /// Settles against the final usage event (awaited, so the next request of the same client
-    /// already sees the freed slot).
+    /// already sees the freed slot, and Redis has the spend before PostgreSQL does).
     pub async fn settle(mut self, event: &UsageEvent) {
         self.open = false;
         let tokens =
             u64::try_from(event.prompt_tokens.saturating_add(event.completion_tokens)).unwrap_or(0);
-        let ops = self.ops(Some(tokens));
-        finish(&self.inner, self.backend, &self.checks, &ops, &self.member).await;
+        let inner = &self.inner;
+        if self.backend == Backend::Local {
+            let ops = self.local_ops(Some(tokens));
+            inner
+                .local
+                .settle(&self.checks, &ops, &self.member, now_ms());
+            return;
+        }
+        let now = now_ms();
+        let used = i64::try_from(tokens).unwrap_or(i64::MAX);
+        let actual = cost_micros(tokens, self.micros_per_1k);
+        let mut spend = Vec::new();
+        for (c, bucket) in self.checks.iter().zip(&self.buckets) {
+            match c {
+                Check::Window {
+                    key,
+                    cost,
+                    dim: Dim::Tokens,
+                    ..
+                } => inner.credits.correct(key, *bucket, used - cost, now),
+                Check::Spend { settled, .. } => spend.push((settled.clone(), actual)),
+                _ => {}
+            }
+        }
+        inner.credits.release(
+            self.checks
+                .iter()
+                .filter(|c| matches!(c, Check::Cap { .. })),
+        );
+        let spends = self
+            .checks
+            .iter()
+            .filter(|c| matches!(c, Check::Spend { .. }));
+        if spend.is_empty() {
+            return;
+        }
+        super::sync::settle_spend(inner, spend, || {
+            for c in spends {
+                inner.credits.spend(c, actual);
+            }
+        })
+        .await;
     }
 
-    /// `tokens`: the real usage, or `None` when unknown (then no token correction, no spend).
-    fn ops(&self, tokens: Option<u64>) -> Vec<SettleOp> {
-        let bucket = self.admitted_ms.div_euclid(1000);
+    /// The local limiter's settle steps; `tokens`: the real usage, or `None` when unknown (then
+    /// no token correction, no spend).
+    fn local_ops(&self, tokens: Option<u64>) -> Vec<SettleOp> {
         self.checks
             .iter()
-            .map(|c| match (c, tokens) {
+            .zip(&self.buckets)
+            .map(|(c, bucket)| match (c, tokens) {
                 (
                     Check::Window {
                         dim: Dim::Tokens,
@@ -86,7 +129,7 @@ impl Admitted {
                     },
                     Some(t),
                 ) => SettleOp::Window {
-                    bucket,
+                    bucket: *bucket,
                     delta: i64::try_from(t).unwrap_or(i64::MAX) - cost,
                 },
                 (Check::Window { .. }, _) => SettleOp::Skip,
@@ -106,70 +149,14 @@ impl Drop for Admitted {
         }
         // INVARIANT: a request that never settles still frees its slots (test:
         // quota::slots_are_freed_on_every_path). Tokens are not refunded: usage is unknown.
-        let ops = self.ops(None);
-        let (inner, checks, member, backend) = (
-            self.inner.clone(),
-            std::mem::take(&mut self.checks),
-            std::mem::take(&mut self.member),
-            self.backend,
-        );
-        if tokio::runtime::Handle::try_current().is_ok() {
-            let tracker = inner.tracker.clone();
-            tracker.spawn(async move { finish(&inner, backend, &checks, &ops, &member).await });
-        } else if backend == Backend::Local {
-            inner.local.settle(&checks, &ops, &member, now_ms());
-        }
-    }
-}
-
-async fn finish(inner: &Inner, backend: Backend, checks: &[Check], ops: &[SettleOp], member: &str) {
-    if let Ok(mut l) = inner.leases.lock() {
-        l.remove(member);
-    }
-    match backend {
-        Backend::Local => inner.local.settle(checks, ops, member, now_ms()),
-        Backend::Redis => {
-            let mut inv = inner.scripts.settle.prepare_invoke();
-            if scripts::settle_args(&mut inv, checks, ops, now_ms(), member)
-                && inner.call::<i64>(&inv).await.is_none()
-            {
-                // Leases expire, the reconciler rebuilds spend; token windows stay high (safe side).
-                tracing::warn!(request_id = member, "quota not settled in Redis");
+        match self.backend {
+            Backend::Local => {
+                let ops = self.local_ops(None);
+                self.inner
+                    .local
+                    .settle(&self.checks, &ops, &self.member, now_ms());
             }
-        }
-    }
-}
-
-/// Renews this replica's live leases every third of the lease time, in one script call per batch.
-pub(super) async fn renew_leases(inner: Arc<Inner>, cancel: CancellationToken) {
-    let every = inner.cfg.lease() / 3;
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            () = cancel.cancelled() => return,
-            _ = tick.tick() => {}
-        }
-        if inner.halted.load(Ordering::Relaxed) || inner.redis.is_none() {
-            continue;
-        }
-        let live: Vec<(String, String)> = match inner.leases.lock() {
-            Ok(l) => l
-                .iter()
-                .flat_map(|(m, keys)| keys.iter().map(move |k| (k.clone(), m.clone())))
-                .collect(),
-            Err(_) => continue,
-        };
-        let lease = i64::try_from(inner.cfg.lease().as_millis()).unwrap_or(30_000);
-        for batch in live.chunks(1000) {
-            let mut inv = inner.scripts.renew.prepare_invoke();
-            inv.arg(now_ms() + lease).arg(lease * 2);
-            for (key, member) in batch {
-                inv.key(key).arg(member);
-            }
-            if inner.call::<i64>(&inv).await.is_none() {
-                break;
-            }
+            Backend::Redis => self.inner.credits.release(self.checks.iter()),
         }
     }
 }

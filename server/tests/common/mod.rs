@@ -71,7 +71,7 @@ impl TestApp {
         let router = app.router.clone();
         tokio::spawn(async move {
             axum::serve(
-                listener,
+                app::nodelay(listener),
                 router.into_make_service_with_connect_info::<SocketAddr>(),
             )
             .await

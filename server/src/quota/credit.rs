@@ -1,0 +1,536 @@
+//! This replica's credit from Redis, so most admissions touch no network. When Redis admits a
+//! request it may grant more than the request costs (see the ACQUIRE script): for a window, extra
+//! requests or tokens already counted in the shared window; for spend or a cap, extra micros or
+//! slots added to this replica's holding. Later requests are admitted from that credit in memory,
+//! all checks or none, exactly as Redis would have: credit is taken out of the limit before it is
+//! spent, so replicas together never admit more than the limit. Grants shrink to a sixteenth of
+//! the room left, so a limit near exhaustion is shared out one request at a time.
+//!
+//! Credit that is not spent goes back: window credit after [`GRANT_TTL_MS`] (a refund to the
+//! bucket it was charged to), holdings beyond what requests use after [`HOLD_IDLE_MS`] without
+//! an admission. [`Credits::due`] lists what Redis must hear; the syncer sends it.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use super::headers::RateHeaders;
+use super::plan::{Check, Key};
+use super::scripts::SyncOp;
+
+/// How long window credit may be spent after Redis granted it. It is charged to the second it
+/// was granted in, so the shared window forgets a request admitted from it up to this much early.
+pub const GRANT_TTL_MS: i64 = 250;
+/// Held spend or slots beyond what requests use go back after this long without an admission.
+pub const HOLD_IDLE_MS: i64 = 100;
+/// The first extra credit asked for, in multiples of the request's cost.
+const FIRST_WANT: i64 = 8;
+/// The most extra credit asked for, in multiples of the request's cost.
+const MAX_WANT: i64 = 1 << 16;
+/// How long a refusal from Redis is answered locally (for requests that would not fit either).
+/// Without it a client hammering past its limit costs one serialized Redis call per request.
+pub const REFUSAL_TTL_MS: i64 = 50;
+
+/// Redis refused a check: what it had used then, so requests that cannot fit are refused here.
+struct Refused {
+    used: i64,
+    at_ms: i64,
+    retry_at_ms: i64,
+    headers: RateHeaders,
+}
+
+struct WindowCredit {
+    avail: i64,
+    granted: i64,
+    bucket: i64,
+    granted_ms: i64,
+    /// The shared window's total right after the grant (every replica, our whole grant included).
+    used_after: i64,
+    reset_at_ms: i64,
+}
+
+impl WindowCredit {
+    fn live(&self, now_ms: i64) -> bool {
+        now_ms < self.granted_ms + GRANT_TTL_MS
+    }
+}
+
+struct Holding {
+    amounts: Key,
+    held: i64,
+    in_use: i64,
+    last_used_ms: i64,
+    /// Redis has not been told `held` since it changed here.
+    dirty: bool,
+    renewed_ms: i64,
+}
+
+#[derive(Default)]
+struct Book {
+    /// By window key.
+    windows: HashMap<Key, WindowCredit>,
+    /// By lease key (spend budgets and caps).
+    holdings: HashMap<Key, Holding>,
+    /// Window deltas owed to Redis, by (key, bucket).
+    corrections: HashMap<(Key, i64), i64>,
+    /// Extra credit to ask for next, by key; doubles while credit runs out fast.
+    wants: HashMap<Key, i64>,
+    /// Recent refusals, by check key.
+    refused: HashMap<Key, Refused>,
+}
+
+impl Book {
+    fn covers(&self, c: &Check, now_ms: i64) -> bool {
+        let cost = c.cost();
+        match c {
+            Check::Window { key, .. } => self
+                .windows
+                .get(key)
+                .is_some_and(|w| w.live(now_ms) && w.avail >= cost),
+            Check::Spend { leases, .. } | Check::Cap { leases, .. } => self
+                .holdings
+                .get(leases)
+                .is_some_and(|h| h.held - h.in_use >= cost),
+        }
+    }
+}
+
+/// What a request took from credit: per check, the bucket its window cost was charged to (0 for
+/// other checks) and the (used, reset_ms) its headers are computed from.
+#[derive(Debug)]
+pub struct Taken {
+    pub buckets: Vec<i64>,
+    pub used_reset: Vec<(i64, i64)>,
+}
+
+/// Redis's answer for one check of an ACQUIRE: total used before it, ms until the window's
+/// oldest bucket leaves, extra credit granted.
+#[derive(Debug, Clone, Copy)]
+pub struct Grant {
+    pub used: i64,
+    pub reset_ms: i64,
+    pub extra: i64,
+}
+
+/// The credit book of one replica.
+#[derive(Default)]
+pub struct Credits(Mutex<Book>);
+
+impl Credits {
+    /// A recent refusal that this request could not pass either: (index of the check, ms until
+    /// a retry may succeed, the headers Redis's answer gave).
+    pub fn refused(&self, checks: &[Check], now_ms: i64) -> Option<(usize, i64, RateHeaders)> {
+        let book = self.0.lock().ok()?;
+        if book.refused.is_empty() {
+            return None;
+        }
+        checks.iter().enumerate().find_map(|(i, c)| {
+            let r = book.refused.get(c.key())?;
+            (now_ms < r.at_ms + REFUSAL_TTL_MS && r.used + c.cost() > c.limit())
+                .then(|| (i, (r.retry_at_ms - now_ms).max(1), r.headers))
+        })
+    }
+
+    /// Remembers Redis's refusal of `check` (which had `used` counted).
+    pub fn remember_refusal(
+        &self,
+        check: &Check,
+        used: i64,
+        retry_ms: i64,
+        headers: RateHeaders,
+        now_ms: i64,
+    ) {
+        let Ok(mut book) = self.0.lock() else { return };
+        book.refused
+            .retain(|_, r| now_ms < r.at_ms + REFUSAL_TTL_MS);
+        book.refused.insert(
+            check.key().into(),
+            Refused {
+                used,
+                at_ms: now_ms,
+                retry_at_ms: now_ms + retry_ms,
+                headers,
+            },
+        );
+    }
+
+    /// Takes every check's cost from credit, or nothing.
+    pub fn try_take(&self, checks: &[Check], now_ms: i64) -> Option<Taken> {
+        let mut book = self.0.lock().ok()?;
+        if !checks.iter().all(|c| book.covers(c, now_ms)) {
+            return None;
+        }
+        let mut taken = Taken {
+            buckets: Vec::with_capacity(checks.len()),
+            used_reset: Vec::with_capacity(checks.len()),
+        };
+        for c in checks {
+            let cost = c.cost();
+            let (bucket, used_reset) = match c {
+                Check::Window { key, .. } => match book.windows.get_mut(key) {
+                    Some(w) => {
+                        let used = w.used_after - w.avail;
+                        w.avail -= cost;
+                        (w.bucket, (used, (w.reset_at_ms - now_ms).max(0)))
+                    }
+                    None => (0, (0, 0)),
+                },
+                Check::Spend { leases, .. } | Check::Cap { leases, .. } => {
+                    if let Some(h) = book.holdings.get_mut(leases) {
+                        h.in_use += cost;
+                        h.last_used_ms = now_ms;
+                    }
+                    (0, (0, 0))
+                }
+            };
+            taken.buckets.push(bucket);
+            taken.used_reset.push(used_reset);
+        }
+        Some(taken)
+    }
+
+    /// The extra credit to ask Redis for, per check: nothing where credit still covers the
+    /// check; twice the last ask where credit ran out quickly.
+    pub fn wants(&self, checks: &[Check], now_ms: i64) -> Vec<i64> {
+        let Ok(mut book) = self.0.lock() else {
+            return vec![0; checks.len()];
+        };
+        checks
+            .iter()
+            .map(|c| {
+                if book.covers(c, now_ms) {
+                    return 0;
+                }
+                let cost = c.cost().max(1);
+                let (key, ran_out_fast) = match c {
+                    Check::Window { key, .. } => (
+                        key,
+                        book.windows
+                            .get(key)
+                            .is_some_and(|w| now_ms < w.granted_ms + GRANT_TTL_MS / 2),
+                    ),
+                    Check::Spend { leases, .. } | Check::Cap { leases, .. } => (
+                        leases,
+                        book.holdings.get(leases).is_some_and(|h| h.in_use > 0),
+                    ),
+                };
+                let want = book
+                    .wants
+                    .entry(key.clone())
+                    .or_insert_with(|| cost.saturating_mul(FIRST_WANT));
+                if ran_out_fast {
+                    *want = want.saturating_mul(2).min(cost.saturating_mul(MAX_WANT));
+                }
+                *want
+            })
+            .collect()
+    }
+
+    /// Books what Redis granted a request: its own costs are spent at once (charged to
+    /// `now_ms`'s bucket), the extra is credit for later requests. Returns the buckets.
+    pub fn deposit(&self, checks: &[Check], grants: &[Grant], now_ms: i64) -> Vec<i64> {
+        let sec = now_ms.div_euclid(1000);
+        let buckets = vec![sec; checks.len()];
+        let Ok(mut guard) = self.0.lock() else {
+            return buckets;
+        };
+        let book = &mut *guard;
+        for (c, g) in checks.iter().zip(grants) {
+            let cost = c.cost();
+            match c {
+                Check::Window { key, .. } => {
+                    let used_after = g.used + cost + g.extra;
+                    match book.windows.get_mut(key) {
+                        Some(w) if w.bucket == sec && w.live(now_ms) => {
+                            w.avail += g.extra;
+                            w.granted += g.extra;
+                            w.granted_ms = now_ms;
+                            w.used_after = used_after;
+                        }
+                        _ => {
+                            if let Some(old) = book.windows.remove(key) {
+                                if old.avail > 0 {
+                                    *book
+                                        .corrections
+                                        .entry((key.clone(), old.bucket))
+                                        .or_default() -= old.avail;
+                                }
+                            }
+                            if g.extra > 0 {
+                                book.windows.insert(
+                                    key.clone(),
+                                    WindowCredit {
+                                        avail: g.extra,
+                                        granted: g.extra,
+                                        bucket: sec,
+                                        granted_ms: now_ms,
+                                        used_after,
+                                        reset_at_ms: now_ms + g.reset_ms,
+                                    },
+                                );
+                            }
+                        }
+                    }
+                }
+                Check::Spend {
+                    leases, amounts, ..
+                }
+                | Check::Cap {
+                    leases, amounts, ..
+                } => {
+                    let h = book
+                        .holdings
+                        .entry(leases.clone())
+                        .or_insert_with(|| Holding {
+                            amounts: amounts.clone(),
+                            held: 0,
+                            in_use: 0,
+                            last_used_ms: now_ms,
+                            dirty: false,
+                            renewed_ms: now_ms,
+                        });
+                    h.held += cost + g.extra;
+                    h.in_use += cost;
+                    h.last_used_ms = now_ms;
+                }
+            }
+        }
+        buckets
+    }
+
+    /// Corrects a window by `delta` (real tokens minus the estimate) in the bucket the request
+    /// was charged to: a refund goes straight back into live credit of that bucket, anything
+    /// else is owed to Redis.
+    pub fn correct(&self, key: &str, bucket: i64, delta: i64, now_ms: i64) {
+        if delta == 0 {
+            return;
+        }
+        let Ok(mut book) = self.0.lock() else { return };
+        if delta < 0 {
+            book.refused.remove(key);
+            if let Some(w) = book.windows.get_mut(key) {
+                if w.bucket == bucket && w.live(now_ms) {
+                    w.avail -= delta;
+                    return;
+                }
+            }
+        }
+        *book.corrections.entry((key.into(), bucket)).or_default() += delta;
+    }
+
+    /// Gives back what a finished or abandoned request held of the spend budgets and caps.
+    pub fn release<'a>(&self, checks: impl Iterator<Item = &'a Check>) {
+        let Ok(mut book) = self.0.lock() else { return };
+        for c in checks {
+            if let Check::Spend { leases, .. } | Check::Cap { leases, .. } = c {
+                if let Some(h) = book.holdings.get_mut(leases) {
+                    h.in_use = (h.in_use - c.cost()).max(0);
+                }
+                // Room was made here: the last refusal no longer says what Redis would answer.
+                book.refused.remove(c.key());
+            }
+        }
+    }
+
+    /// Settles a spend check: the request's reservation leaves `in_use`, its real spend leaves
+    /// the holding (it becomes settled spend, sent in the same SYNC as the new holding), and
+    /// what it reserved beyond that stays as credit.
+    pub fn spend(&self, check: &Check, actual: i64) {
+        let Check::Spend { leases, cost, .. } = check else {
+            return;
+        };
+        let Ok(mut book) = self.0.lock() else { return };
+        if let Some(h) = book.holdings.get_mut(leases) {
+            h.in_use = (h.in_use - cost).max(0);
+            h.held = (h.held - actual.max(0)).max(h.in_use);
+            h.dirty = true;
+        }
+    }
+
+    /// The holdings changed since Redis last heard of them.
+    pub fn dirty_holds(&self, now_ms: i64) -> Vec<SyncOp> {
+        let Ok(mut book) = self.0.lock() else {
+            return Vec::new();
+        };
+        book.holdings
+            .iter_mut()
+            .filter(|(_, h)| h.dirty)
+            .map(|(leases, h)| {
+                h.dirty = false;
+                h.renewed_ms = now_ms;
+                SyncOp::Hold {
+                    leases: leases.clone(),
+                    amounts: h.amounts.clone(),
+                    amount: h.held,
+                }
+            })
+            .collect()
+    }
+
+    /// Drops all window credit (Redis failed: it stays counted there, which errs on the safe
+    /// side, and admission turns to the local limiter at once).
+    pub fn forget_windows(&self) {
+        if let Ok(mut book) = self.0.lock() {
+            book.windows.clear();
+        }
+    }
+
+    /// What Redis must hear now: corrections owed, expired window credit given back, holdings
+    /// shrunk to their use after an idle spell, and holdings whose lease is due for renewal
+    /// (`all`: every holding, after a failed sync).
+    pub fn due(&self, now_ms: i64, renew_every_ms: i64, all: bool) -> Vec<SyncOp> {
+        let Ok(mut guard) = self.0.lock() else {
+            return Vec::new();
+        };
+        let book = &mut *guard;
+        let mut ops: Vec<SyncOp> = Vec::new();
+        let expired: Vec<Key> = book
+            .windows
+            .iter()
+            .filter(|(_, w)| !w.live(now_ms))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in expired {
+            let Some(w) = book.windows.remove(&key) else {
+                continue;
+            };
+            if w.avail > 0 {
+                *book.corrections.entry((key.clone(), w.bucket)).or_default() -= w.avail;
+                if w.avail * 2 > w.granted {
+                    if let Some(want) = book.wants.get_mut(&key) {
+                        *want = (*want / 2).max(1);
+                    }
+                }
+            }
+        }
+        ops.extend(
+            book.corrections
+                .drain()
+                .filter(|(_, d)| *d != 0)
+                .map(|((key, bucket), delta)| SyncOp::Window { key, bucket, delta }),
+        );
+        for (leases, h) in &mut book.holdings {
+            if now_ms - h.last_used_ms >= HOLD_IDLE_MS && h.held > h.in_use {
+                h.held = h.in_use;
+                h.dirty = true;
+                book.wants.remove(leases);
+            }
+            if h.dirty || all || now_ms - h.renewed_ms >= renew_every_ms {
+                ops.push(SyncOp::Hold {
+                    leases: leases.clone(),
+                    amounts: h.amounts.clone(),
+                    amount: h.held,
+                });
+                h.dirty = false;
+                h.renewed_ms = now_ms;
+            }
+        }
+        book.holdings.retain(|_, h| h.held > 0 || h.in_use > 0);
+        ops
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quota::plan::{CapKind, Dim};
+
+    fn window(key: &str, cost: i64) -> Check {
+        Check::Window {
+            key: key.into(),
+            limit: 1000,
+            cost,
+            dim: Dim::Tokens,
+        }
+    }
+
+    fn cap() -> Check {
+        Check::Cap {
+            leases: "cl".into(),
+            amounts: "ca".into(),
+            limit: 10,
+            kind: CapKind::InFlight,
+        }
+    }
+
+    fn grant(extra: i64) -> Grant {
+        Grant {
+            used: 100,
+            reset_ms: 60_000,
+            extra,
+        }
+    }
+
+    #[test]
+    fn credit_admits_all_checks_or_none() {
+        let c = Credits::default();
+        let checks = [window("w", 10), cap()];
+        let now = 5_000_000;
+        assert!(c.try_take(&checks, now).is_none(), "no credit yet");
+        assert_eq!(c.wants(&checks, now), vec![80, 8]);
+        c.deposit(&checks, &[grant(25), grant(1)], now);
+        // 25 tokens and 1 slot of credit: two requests of 10 tokens fit the window, one the cap.
+        let t = c.try_take(&checks, now + 1).expect("covered");
+        assert_eq!(t.buckets, vec![5000, 0]);
+        // Headers: the window had 100 + 10 + 25 after the grant, 25 of it unspent before this.
+        assert_eq!(t.used_reset[0], (110, 59_999));
+        assert!(c.try_take(&checks, now + 2).is_none(), "the cap is used up");
+        c.release([cap()].iter());
+        assert!(c.try_take(&checks, now + 3).is_some());
+        assert!(c.try_take(&checks[..1], now + 4).is_none(), "5 tokens left");
+    }
+
+    #[test]
+    fn unspent_credit_goes_back_to_its_bucket() {
+        let c = Credits::default();
+        let checks = [window("w", 10), cap()];
+        let now = 5_000_900;
+        c.deposit(&checks, &[grant(30), grant(2)], now);
+        c.try_take(&checks, now + 10).expect("covered");
+        // A refund in the same bucket is credit again; one for an older bucket is owed.
+        c.correct("w", 5000, -4, now + 20);
+        c.correct("w", 4999, -3, now + 20);
+        c.release(checks[1..].iter());
+        c.release(checks[1..].iter());
+        assert!(
+            c.try_take(&checks[..1], now + GRANT_TTL_MS).is_none(),
+            "expired"
+        );
+        let ops = c.due(now + GRANT_TTL_MS + HOLD_IDLE_MS, 10_000, false);
+        let mut windows: Vec<_> = ops
+            .iter()
+            .filter_map(|o| match o {
+                SyncOp::Window { bucket, delta, .. } => Some((*bucket, *delta)),
+                _ => None,
+            })
+            .collect();
+        windows.sort_unstable();
+        assert_eq!(windows, vec![(4999, -3), (5000, -24)]);
+        assert!(ops.contains(&SyncOp::Hold {
+            leases: "cl".into(),
+            amounts: "ca".into(),
+            amount: 0
+        }));
+        assert!(c.due(now + 2 * GRANT_TTL_MS, 10_000, true).is_empty());
+    }
+
+    #[test]
+    fn a_new_grant_in_a_later_second_returns_the_old_credit() {
+        let c = Credits::default();
+        let w = [window("w", 10)];
+        c.deposit(&w, &[grant(5)], 7_000_950);
+        c.deposit(&w, &[grant(20)], 7_001_010);
+        let ops = c.due(7_001_020, 10_000, false);
+        assert_eq!(
+            ops,
+            vec![SyncOp::Window {
+                key: "w".into(),
+                bucket: 7000,
+                delta: -5
+            }]
+        );
+        assert_eq!(
+            c.try_take(&w, 7_001_020).expect("covered").buckets,
+            vec![7001]
+        );
+    }
+}

@@ -1,0 +1,162 @@
+//! The one writer of what this replica owes Redis. Finished requests' spend is group-committed:
+//! every settle waiting at the same moment shares one SYNC call, and each waits for the call that
+//! carries its spend, because spend must reach Redis before its usage event is recorded (the
+//! reconciler relies on it, see reconciler.rs). A settle moves its spend out of this replica's
+//! holding into the settled counter; both changes travel in one SYNC, so Redis never sees the
+//! holding shrink before the settled spend grows (which would let spend overshoot). Every
+//! [`TICK`] the syncer also sends window corrections, gives back unspent credit and renews (or
+//! shrinks) this replica's holdings. Every call runs under the refill lock: holdings are written
+//! as absolute amounts, so no ACQUIRE may be in flight then.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{watch, Notify};
+use tokio_util::sync::CancellationToken;
+
+use super::admission::{now_ms, Inner};
+use super::plan::Key;
+use super::scripts::{self, SyncOp};
+
+/// How often credit is given back and leases renewed.
+const TICK: Duration = Duration::from_millis(50);
+
+/// Spend waiting to be sent, and the completion signal of each batch.
+pub(super) struct Syncer {
+    pending: Mutex<Pending>,
+    wake: Notify,
+    /// The last batch sent (or given up on).
+    done: watch::Sender<u64>,
+    running: AtomicBool,
+}
+
+struct Pending {
+    spend: HashMap<Key, i64>,
+    batch: u64,
+}
+
+impl Default for Syncer {
+    fn default() -> Self {
+        Self {
+            pending: Mutex::new(Pending {
+                spend: HashMap::new(),
+                batch: 1,
+            }),
+            wake: Notify::new(),
+            done: watch::channel(0).0,
+            running: AtomicBool::new(false),
+        }
+    }
+}
+
+/// Adds settled spend (settled-spend key, micros) to the next SYNC and waits until it is sent.
+/// `apply` changes the holdings to match; it runs under the same lock as the syncer's snapshot,
+/// so the next SYNC carries both or neither.
+pub(super) async fn settle_spend(inner: &Inner, spend: Vec<(Key, i64)>, apply: impl FnOnce()) {
+    let s = &inner.syncer;
+    if !s.running.load(Ordering::Acquire) {
+        let _no_acquire_in_flight = inner.refill.lock().await;
+        apply();
+        let mut ops = inner.credits.dirty_holds(now_ms());
+        ops.extend(
+            spend
+                .into_iter()
+                .map(|(settled, micros)| SyncOp::Spend { settled, micros }),
+        );
+        send(inner, &ops).await;
+        return;
+    }
+    let mut done = s.done.subscribe();
+    let batch = match s.pending.lock() {
+        Ok(mut p) => {
+            apply();
+            for (key, micros) in spend {
+                *p.spend.entry(key).or_default() += micros;
+            }
+            p.batch
+        }
+        Err(_) => return,
+    };
+    s.wake.notify_one();
+    let wait = done.wait_for(|d| *d >= batch);
+    if tokio::time::timeout(inner.cfg.redis_timeout() * 4, wait)
+        .await
+        .is_err()
+    {
+        tracing::warn!("quota spend not confirmed by Redis in time");
+    }
+}
+
+/// Runs until `cancel`, then sends what is left once.
+pub(super) async fn run(inner: Arc<Inner>, cancel: CancellationToken) {
+    let s = &inner.syncer;
+    s.running.store(true, Ordering::Release);
+    let renew_every = i64::try_from(inner.cfg.lease().as_millis() / 3).unwrap_or(10_000);
+    let mut tick = tokio::time::interval(TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut resync = false;
+    loop {
+        let periodic = tokio::select! {
+            () = cancel.cancelled() => break,
+            _ = tick.tick() => true,
+            () = s.wake.notified() => false,
+        };
+        let _no_acquire_in_flight = inner.refill.lock().await;
+        let (batch, ops) = snapshot(&inner, periodic.then_some((renew_every, resync)));
+        let ok = send(&inner, &ops).await;
+        if periodic {
+            resync = !ok;
+        }
+        s.done.send_replace(batch);
+    }
+    s.running.store(false, Ordering::Release);
+    let _no_acquire_in_flight = inner.refill.lock().await;
+    let (batch, ops) = snapshot(&inner, None);
+    send(&inner, &ops).await;
+    s.done.send_replace(batch);
+}
+
+/// What the next SYNC carries: pending spend and the holdings as they are now, taken under the
+/// pending lock (see [`settle_spend`]). `periodic`: also corrections, credit given back and
+/// renewals (every holding when `all`, after a failed sync).
+fn snapshot(inner: &Inner, periodic: Option<(i64, bool)>) -> (u64, Vec<SyncOp>) {
+    let Ok(mut p) = inner.syncer.pending.lock() else {
+        return (u64::MAX, Vec::new());
+    };
+    let now = now_ms();
+    let mut ops = match periodic {
+        Some((renew_every, all)) => inner.credits.due(now, renew_every, all),
+        None => inner.credits.dirty_holds(now),
+    };
+    let batch = p.batch;
+    p.batch += 1;
+    ops.extend(
+        p.spend
+            .drain()
+            .filter(|(_, m)| *m > 0)
+            .map(|(settled, micros)| SyncOp::Spend { settled, micros }),
+    );
+    (batch, ops)
+}
+
+/// One SYNC call; true when Redis took it (or there was nothing to send).
+async fn send(inner: &Inner, ops: &[SyncOp]) -> bool {
+    if ops.is_empty() {
+        return true;
+    }
+    if inner.halted.load(Ordering::Relaxed) {
+        return false;
+    }
+    let lease = i64::try_from(inner.cfg.lease().as_millis()).unwrap_or(30_000);
+    let now = now_ms();
+    let mut inv = inner.scripts.sync.prepare_invoke();
+    scripts::sync_args(&mut inv, ops, now, &inner.rid, now + lease, lease * 2);
+    let ok = inner.call::<i64>(&inv).await.is_some();
+    if !ok {
+        // Leases expire, the reconciler rebuilds spend; token windows stay high (safe side).
+        tracing::warn!(ops = ops.len(), "quota not synced to Redis");
+    }
+    ok
+}
