@@ -1,6 +1,7 @@
 //! Gateway benchmark: the same load against the engine simulator directly and through the
 //! gateway (auth, resolution and metering on), in one run, printing ratios. Absolute numbers swing
-//! between machines; the ratios are the result.
+//! between machines; the ratios are the result. Each load runs in two halves that alternate
+//! between the two paths, so a burst from a neighbour on a shared machine weighs on both.
 //!
 //! `cargo bench -p tokenfactory --bench gateway` (needs PostgreSQL; uses database
 //! `tokenfactory_bench`, recreated each run). Env: `TF_BENCH_SECONDS` (per phase, default 5),
@@ -28,6 +29,16 @@ struct Phase {
 }
 
 impl Phase {
+    /// Two runs of the same load as one (the runs alternate with the other path's, so a
+    /// neighbour's burst on this shared machine lands on both sides).
+    fn merge(mut self, other: Phase) -> Phase {
+        self.requests += other.requests;
+        self.chunks += other.chunks;
+        self.latencies_us.extend(other.latencies_us);
+        self.elapsed += other.elapsed;
+        self.cpu += other.cpu;
+        self
+    }
     fn rps(&self) -> f64 {
         self.requests as f64 / self.elapsed.as_secs_f64()
     }
@@ -227,8 +238,12 @@ fn main() {
         run_phase(gw_url.clone(), Some(key.clone()), small.clone(), false, 4, Duration::from_millis(300)).await;
 
         println!("gateway benchmark: {conns} connections, {secs} s per phase");
-        let d = run_phase(direct_url.clone(), None, small.clone(), false, conns, dur).await;
-        let g = run_phase(gw_url.clone(), Some(key.clone()), small.clone(), false, conns, dur).await;
+        // Each load runs as two halves, alternating direct and gateway.
+        let half = dur / 2;
+        let d = run_phase(direct_url.clone(), None, small.clone(), false, conns, half).await;
+        let g = run_phase(gw_url.clone(), Some(key.clone()), small.clone(), false, conns, half).await;
+        let d = d.merge(run_phase(direct_url.clone(), None, small.clone(), false, conns, half).await);
+        let g = g.merge(run_phase(gw_url.clone(), Some(key.clone()), small.clone(), false, conns, half).await);
         println!("non-streaming  direct  {:>9.0} req/s  p50 {:>6.2} ms  p99 {:>6.2} ms", d.rps(), d.pct(0.5), d.pct(0.99));
         println!("non-streaming  gateway {:>9.0} req/s  p50 {:>6.2} ms  p99 {:>6.2} ms", g.rps(), g.pct(0.5), g.pct(0.99));
         println!("  throughput ratio gateway/direct: {:.2} (target >= 0.35)", g.rps() / d.rps());
@@ -238,8 +253,10 @@ fn main() {
         println!("unloaded (1 connection) direct p50 {:.3} ms p99 {:.3} ms; gateway p50 {:.3} ms p99 {:.3} ms", d1.pct(0.5), d1.pct(0.99), g1.pct(0.5), g1.pct(0.99));
         println!("  added latency by the gateway: p50 {:.3} ms, p99 {:.3} ms (target p99 <= 1 ms)", g1.pct(0.5) - d1.pct(0.5), g1.pct(0.99) - d1.pct(0.99));
 
-        let ds = run_phase(direct_url, None, streaming.clone(), true, conns, dur).await;
-        let gs = run_phase(gw_url, Some(key), streaming, true, conns, dur).await;
+        let ds = run_phase(direct_url.clone(), None, streaming.clone(), true, conns, half).await;
+        let gs = run_phase(gw_url.clone(), Some(key.clone()), streaming.clone(), true, conns, half).await;
+        let ds = ds.merge(run_phase(direct_url, None, streaming.clone(), true, conns, half).await);
+        let gs = gs.merge(run_phase(gw_url, Some(key), streaming, true, conns, half).await);
         println!("streaming 64   direct  {:>9.0} chunks/s  {:.2} us CPU/chunk (load generator + engine)", ds.chunks as f64 / ds.elapsed.as_secs_f64(), ds.cpu_per_chunk_us());
         println!("streaming 64   gateway {:>9.0} chunks/s  {:.2} us CPU/chunk (load generator + engine + gateway)", gs.chunks as f64 / gs.elapsed.as_secs_f64(), gs.cpu_per_chunk_us());
         println!("  streaming throughput ratio: {:.2}; gateway CPU per streamed chunk: {:.2} us (target <= 5)", gs.chunks as f64 / gs.elapsed.as_secs_f64() / (ds.chunks as f64 / ds.elapsed.as_secs_f64()), gs.cpu_per_chunk_us() - ds.cpu_per_chunk_us());

@@ -50,6 +50,17 @@ pub enum Provenance {
     Estimated,
 }
 
+impl Provenance {
+    /// The stored name (as sqlx and serde write it).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Engine => "engine",
+            Self::Partial => "partial",
+            Self::Estimated => "estimated",
+        }
+    }
+}
+
 /// How the request ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, sqlx::Type)]
 #[sqlx(type_name = "text", rename_all = "snake_case")]
@@ -62,6 +73,19 @@ pub enum UsageStatus {
     Interrupted,
     /// Refused at admission (the quotas issue); carries no tokens.
     Rejected,
+}
+
+impl UsageStatus {
+    /// The stored name (as sqlx and serde write it).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Ok => "ok",
+            Self::ClientAbort => "client_abort",
+            Self::UpstreamError => "upstream_error",
+            Self::Interrupted => "interrupted",
+            Self::Rejected => "rejected",
+        }
+    }
 }
 
 /// One metered request.
@@ -144,32 +168,42 @@ impl UsageSink for PgSink {
 }
 
 /// Inserts events in one statement; events already stored are skipped. Returns rows inserted.
+/// One array per column (UNNEST), so the statement text is the same for every batch size: it is
+/// prepared once, and PostgreSQL never parses and plans thousands of bind parameters per batch.
 pub async fn insert_batch(pool: &PgPool, events: &[UsageEvent]) -> sqlx::Result<u64> {
     if events.is_empty() {
         return Ok(0);
     }
-    let mut qb = sqlx::QueryBuilder::new(format!("INSERT INTO usage_events ({COLUMNS}) "));
-    qb.push_values(events, |mut b, e| {
-        b.push_bind(e.request_id)
-            .push_bind(e.tenant_id)
-            .push_bind(e.api_key_id)
-            .push_bind(&e.served_name)
-            .push_bind(&e.base_model)
-            .push_bind(&e.adapter)
-            .push_bind(&e.graph)
-            .push_bind(&e.price_key)
-            .push_bind(e.prompt_tokens)
-            .push_bind(e.cached_tokens)
-            .push_bind(e.completion_tokens)
-            .push_bind(e.provenance)
-            .push_bind(e.status)
-            .push_bind(e.stream)
-            .push_bind(e.ttft_ms)
-            .push_bind(e.duration_ms)
-            .push_bind(e.started_at);
-    });
-    qb.push(" ON CONFLICT (request_id) DO NOTHING");
-    Ok(qb.build().execute(pool).await?.rows_affected())
+    fn col<'a, T>(events: &'a [UsageEvent], f: impl Fn(&'a UsageEvent) -> T) -> Vec<T> {
+        events.iter().map(f).collect()
+    }
+    let sql = format!(
+        "INSERT INTO usage_events ({COLUMNS}) SELECT * FROM UNNEST(\
+         $1::uuid[], $2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::text[], $7::text[], \
+         $8::text[], $9::int8[], $10::int8[], $11::int8[], $12::text[], $13::text[], $14::bool[], \
+         $15::int4[], $16::int4[], $17::timestamptz[]) ON CONFLICT (request_id) DO NOTHING"
+    );
+    let done = sqlx::query(&sql)
+        .bind(col(events, |e| e.request_id))
+        .bind(col(events, |e| e.tenant_id))
+        .bind(col(events, |e| e.api_key_id))
+        .bind(col(events, |e| e.served_name.as_str()))
+        .bind(col(events, |e| e.base_model.as_str()))
+        .bind(col(events, |e| e.adapter.as_deref()))
+        .bind(col(events, |e| e.graph.as_str()))
+        .bind(col(events, |e| e.price_key.as_str()))
+        .bind(col(events, |e| e.prompt_tokens))
+        .bind(col(events, |e| e.cached_tokens))
+        .bind(col(events, |e| e.completion_tokens))
+        .bind(col(events, |e| e.provenance.as_str()))
+        .bind(col(events, |e| e.status.as_str()))
+        .bind(col(events, |e| e.stream))
+        .bind(col(events, |e| e.ttft_ms))
+        .bind(col(events, |e| e.duration_ms))
+        .bind(col(events, |e| e.started_at))
+        .execute(pool)
+        .await?;
+    Ok(done.rows_affected())
 }
 
 /// Stored events, oldest first, filtered by tenant and time (for `admin usage`).
@@ -191,4 +225,36 @@ pub async fn query(
     .bind(until)
     .fetch_all(pool)
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stored_names_match_the_serde_and_sqlx_names() {
+        let serde_name = |v: serde_json::Value| v.as_str().map(str::to_owned);
+        for p in [
+            Provenance::Engine,
+            Provenance::Partial,
+            Provenance::Estimated,
+        ] {
+            assert_eq!(
+                serde_name(serde_json::json!(p)).as_deref(),
+                Some(p.as_str())
+            );
+        }
+        for s in [
+            UsageStatus::Ok,
+            UsageStatus::ClientAbort,
+            UsageStatus::UpstreamError,
+            UsageStatus::Interrupted,
+            UsageStatus::Rejected,
+        ] {
+            assert_eq!(
+                serde_name(serde_json::json!(s)).as_deref(),
+                Some(s.as_str())
+            );
+        }
+    }
 }
