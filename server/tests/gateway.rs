@@ -450,3 +450,56 @@ async fn completions_endpoint_streams_and_meters(pool: PgPool) {
     let ev = t.event(&id).await;
     assert_eq!((ev.prompt_tokens, ev.completion_tokens), (4, 4));
 }
+
+/// A completed stream hands its upstream connection back to the pool (a new TCP connection per
+/// request would cost the engine and the gateway a connect and a close each time).
+#[sqlx::test(migrations = "../migrations")]
+async fn completed_requests_reuse_their_upstream_connection(pool: PgPool) {
+    use std::sync::atomic::Ordering;
+    let app = TestApp::spawn(pool.clone()).await;
+    let acme = app.tenant("acme").await;
+    let proxy = common::chaos::ChaosProxy::start(&app.sim_addr.to_string()).await;
+    tokenfactory::fleet::register_bases(
+        &pool,
+        "static",
+        &[tokenfactory::fleet::BaseRegistration {
+            name: BASE.into(),
+            graph: "graph-a".into(),
+            upstream_url: format!("http://{}/v1", proxy.addr),
+            upstream_model: BASE.into(),
+            continuous_usage: true,
+        }],
+    )
+    .await
+    .unwrap();
+    let mut stream = chat(BASE, "hello world", 8);
+    stream["stream"] = json!(true);
+    let send = |body: Value| async {
+        let r = app
+            .post(&acme.key, "/v1/chat/completions", body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        r.bytes().await.unwrap()
+    };
+    // The route moves to the proxy when the change notification arrives.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while proxy.accepted.load(Ordering::SeqCst) == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the route never moved to the proxy"
+        );
+        send(stream.clone()).await;
+    }
+    for _ in 0..20 {
+        let body = send(stream.clone()).await;
+        assert!(body.ends_with(b"data: [DONE]\n\n"));
+        send(chat(BASE, "hello world", 4)).await;
+    }
+    assert_eq!(
+        proxy.accepted.load(Ordering::SeqCst),
+        1,
+        "40 sequential requests should share one upstream connection"
+    );
+}

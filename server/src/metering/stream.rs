@@ -46,6 +46,8 @@ enum State {
     Settling {
         record: BoxFuture<'static, ()>,
         tail: Option<Bytes>,
+        /// A completed stream's upstream whose body end has not arrived yet.
+        upstream: Option<Box<UpstreamBody>>,
     },
     Finished,
 }
@@ -115,8 +117,13 @@ impl MeteredStream {
                 }
             }
         }
-        // Dropping the response closes the upstream connection: the engine stops generating.
-        drop(upstream);
+        // Dropping the response mid-stream closes the upstream connection: the engine stops
+        // generating. A completed stream's connection goes back to the pool instead, once its
+        // body's end has arrived (usually with `[DONE]`; else by the time the event is recorded).
+        let upstream = match end {
+            End::Complete(_) if !drained(&mut upstream) => Some(upstream),
+            _ => None,
+        };
         let status = match (&end, self.meter.saw_error()) {
             (End::ClientGone, _) => UsageStatus::ClientAbort,
             (End::Cut, _) => UsageStatus::Interrupted,
@@ -143,7 +150,23 @@ impl MeteredStream {
             )
             .map(drop)
             .boxed();
-        self.state = State::Settling { record, tail };
+        self.state = State::Settling {
+            record,
+            tail,
+            upstream,
+        };
+    }
+}
+
+/// Reads what already arrived of a finished stream's upstream without waiting; true once its
+/// body ended (its connection is then back in the pool).
+fn drained(upstream: &mut UpstreamBody) -> bool {
+    loop {
+        match upstream.next().now_or_never() {
+            Some(Some(Ok(_))) => continue,
+            Some(None) => return true,
+            Some(Some(Err(_))) | None => return false,
+        }
     }
 }
 
@@ -162,8 +185,16 @@ impl Stream for MeteredStream {
             }
             match &mut this.state {
                 State::Finished => return Poll::Ready(None),
-                State::Settling { record, tail } => {
+                State::Settling {
+                    record,
+                    tail,
+                    upstream,
+                } => {
                     std::task::ready!(record.as_mut().poll(cx));
+                    if let Some(mut u) = upstream.take() {
+                        // Last chance to pool the connection; dropped unfinished, it is closed.
+                        drained(&mut u);
+                    }
                     this.ready.extend(tail.take());
                     this.state = State::Finished;
                 }

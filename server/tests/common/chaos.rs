@@ -10,6 +10,8 @@ use tokio::sync::watch;
 pub struct ChaosProxy {
     pub addr: SocketAddr,
     up: Arc<watch::Sender<bool>>,
+    /// Connections accepted and forwarded so far.
+    pub accepted: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl ChaosProxy {
@@ -20,6 +22,8 @@ impl ChaosProxy {
         let up = Arc::new(up);
         let target = target.to_owned();
         let state = up.clone();
+        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = accepted.clone();
         tokio::spawn(async move {
             loop {
                 let Ok((mut client, _)) = listener.accept().await else {
@@ -29,6 +33,7 @@ impl ChaosProxy {
                     drop(client);
                     continue;
                 }
+                counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 let mut down = state.subscribe();
                 let target = target.clone();
                 tokio::spawn(async move {
@@ -42,7 +47,7 @@ impl ChaosProxy {
                 });
             }
         });
-        Self { addr, up }
+        Self { addr, up, accepted }
     }
 
     pub fn cut(&self) {
