@@ -188,6 +188,11 @@ async fn request_rate_holds_across_two_replicas_under_contention(pool: PgPool) {
     )
     .await;
     println!("requests per minute: limit 300, admitted {ok} of 1200");
+    eprintln!(
+        "DEBUG a {:?} b {:?}",
+        a.app.gateway.quota.admissions(),
+        _b.gateway.quota.admissions()
+    );
     assert!(ok <= 303, "admitted {ok} > limit 300 + 1%");
     assert!(ok >= 290, "admitted only {ok}: the limit should be reached");
     let (h, body) = &refused[0];

@@ -128,9 +128,9 @@ async fn handle(
         key: principal.key_id,
         graph: &route.graph,
         base: &route.base,
-        max_tokens: crate::quota::requested_max_tokens(&req.body),
+        max_tokens: req.max_tokens(),
     };
-    let estimate = || request::estimate_parsed(endpoint, &req.body);
+    let estimate = || req.estimate_prompt_tokens(endpoint);
     let admitted = match gw.quota.admit(admit, estimate).await {
         Ok(admitted) => admitted,
         Err(refusal) => {
@@ -139,7 +139,7 @@ async fn handle(
         }
     };
     let limit_headers = admitted.as_ref().map(crate::quota::Admitted::headers);
-    let upstream_body = request::upstream_body(req.body, stream, &route, principal.tenant_id)?;
+    let upstream_body = req.upstream_body(stream, &route, principal.tenant_id)?;
     let ctx = MeterContext {
         event,
         started,

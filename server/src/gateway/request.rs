@@ -2,6 +2,9 @@
 //! object, string `model`), rewrite `model`, force usage reporting, set `cache_salt`; every other
 //! field passes through untouched.
 
+use std::collections::BTreeMap;
+
+use serde_json::value::{to_raw_value, RawValue};
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
@@ -25,32 +28,44 @@ impl Endpoint {
     }
 }
 
-/// A parsed client request.
+/// A parsed client request: the top-level fields with their values left as the client wrote
+/// them (a prompt of 100k tokens is scanned once, never built into a tree and written again).
 #[derive(Debug)]
-pub struct ClientRequest {
-    pub body: Map<String, Value>,
+pub struct ClientRequest<'a> {
+    pub body: BTreeMap<String, &'a RawValue>,
     pub model: String,
     pub stream: bool,
     pub wants: ClientWants,
 }
 
+fn field<'de, T: serde::Deserialize<'de>>(
+    body: &BTreeMap<String, &'de RawValue>,
+    name: &str,
+) -> Option<Result<T, serde_json::Error>> {
+    body.get(name).map(|raw| serde_json::from_str(raw.get()))
+}
+
 /// Parses and validates the body. Errors are 400s; nothing has been forwarded.
-pub fn parse(bytes: &[u8]) -> Result<ClientRequest, GatewayError> {
-    let value: Value = serde_json::from_slice(bytes).map_err(|e| {
+pub fn parse(bytes: &[u8]) -> Result<ClientRequest<'_>, GatewayError> {
+    let unparsable = |e: serde_json::Error| {
         GatewayError::bad_request(
             format!("We could not parse the JSON body of your request: {e}"),
             None,
         )
-    })?;
-    let Value::Object(body) = value else {
+    };
+    let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
+    if first.is_some_and(|b| *b != b'{') {
+        // Valid JSON of another kind gets the clearer message; invalid JSON the parser's.
+        serde_json::from_slice::<serde::de::IgnoredAny>(bytes).map_err(unparsable)?;
         return Err(GatewayError::bad_request(
             "The request body must be a JSON object.",
             None,
         ));
-    };
-    let model = match body.get("model") {
-        Some(Value::String(m)) if !m.is_empty() => m.clone(),
-        Some(Value::String(_)) | None => {
+    }
+    let body: BTreeMap<String, &RawValue> = serde_json::from_slice(bytes).map_err(unparsable)?;
+    let model = match field::<Value>(&body, "model") {
+        Some(Ok(Value::String(m))) if !m.is_empty() => m,
+        Some(Ok(Value::String(_))) | None => {
             return Err(GatewayError::bad_request(
                 "you must provide a model parameter",
                 Some("model"),
@@ -63,19 +78,20 @@ pub fn parse(bytes: &[u8]) -> Result<ClientRequest, GatewayError> {
             ))
         }
     };
-    let stream = match body.get("stream") {
-        None | Some(Value::Null) => false,
-        Some(Value::Bool(b)) => *b,
-        Some(_) => {
+    let stream = match field::<Option<bool>>(&body, "stream") {
+        None => false,
+        Some(Ok(b)) => b.unwrap_or(false),
+        Some(Err(_)) => {
             return Err(GatewayError::bad_request(
                 "`stream` must be a boolean",
                 Some("stream"),
             ))
         }
     };
-    let options = body.get("stream_options");
+    let options = field::<Value>(&body, "stream_options").and_then(Result::ok);
     let flag = |name: &str| {
         options
+            .as_ref()
             .and_then(|o| o.get(name))
             .and_then(Value::as_bool)
             .unwrap_or(false)
@@ -92,60 +108,76 @@ pub fn parse(bytes: &[u8]) -> Result<ClientRequest, GatewayError> {
     })
 }
 
-/// The upstream body for `route`, as `tenant` sends it (consumes the parsed body: no copy).
-pub fn upstream_body(
-    mut body: Map<String, Value>,
-    stream: bool,
-    route: &Route,
-    tenant: Uuid,
-) -> Result<Vec<u8>, GatewayError> {
-    body.insert("model".into(), Value::String(route.upstream_model.clone()));
-    if stream {
-        let mut options = match body.remove("stream_options") {
-            Some(Value::Object(o)) => o,
-            _ => Map::new(),
+impl ClientRequest<'_> {
+    /// `max_completion_tokens` or `max_tokens`, if the request set one.
+    pub fn max_tokens(&self) -> Option<u64> {
+        ["max_completion_tokens", "max_tokens"]
+            .into_iter()
+            .find_map(|name| field::<Value>(&self.body, name).and_then(Result::ok))
+            .and_then(|v| v.as_u64())
+    }
+
+    /// The prompt length as the base's tokenizer counts it (parses only the prompt field).
+    pub fn estimate_prompt_tokens(&self, endpoint: Endpoint) -> u64 {
+        use tf_engine_sim::tokenizer;
+        let (name, count): (&str, fn(&Value) -> u32) = match endpoint {
+            Endpoint::Chat => ("messages", tokenizer::chat_prompt_tokens),
+            Endpoint::Completions => ("prompt", tokenizer::completion_prompt_tokens),
         };
-        options.insert("include_usage".into(), Value::Bool(true));
-        if route.continuous_usage {
-            options.insert("continuous_usage_stats".into(), Value::Bool(true));
+        match field::<Value>(&self.body, name) {
+            Some(Ok(v)) => u64::from(count(&v)),
+            _ => 0,
         }
-        body.insert("stream_options".into(), Value::Object(options));
     }
-    if route.salt == SaltPolicy::PerTenant {
-        // A client's own salt partitions further within its tenant, never across tenants.
-        let salt = match body.get("cache_salt").and_then(Value::as_str) {
-            Some(own) => format!("{tenant}:{own}"),
-            None => tenant.to_string(),
-        };
-        body.insert("cache_salt".into(), Value::String(salt));
+
+    /// The upstream body for `route`, as `tenant` sends it: `model` rewritten, usage reporting
+    /// forced on streams, `cache_salt` set per the model's policy; every other field's bytes
+    /// exactly as the client sent them.
+    pub fn upstream_body(
+        &self,
+        stream: bool,
+        route: &Route,
+        tenant: Uuid,
+    ) -> Result<Vec<u8>, GatewayError> {
+        let reencode =
+            |_| GatewayError::bad_request("The request body could not be re-encoded.", None);
+        let mut replaced: BTreeMap<&str, Box<RawValue>> = BTreeMap::new();
+        replaced.insert(
+            "model",
+            to_raw_value(&route.upstream_model).map_err(reencode)?,
+        );
+        if stream {
+            let mut options = match field::<Value>(&self.body, "stream_options") {
+                Some(Ok(Value::Object(o))) => o,
+                _ => Map::new(),
+            };
+            options.insert("include_usage".into(), Value::Bool(true));
+            if route.continuous_usage {
+                options.insert("continuous_usage_stats".into(), Value::Bool(true));
+            }
+            replaced.insert("stream_options", to_raw_value(&options).map_err(reencode)?);
+        }
+        if route.salt == SaltPolicy::PerTenant {
+            // A client's own salt partitions further within its tenant, never across tenants.
+            let salt = match field::<Value>(&self.body, "cache_salt") {
+                Some(Ok(Value::String(own))) => format!("{tenant}:{own}"),
+                _ => tenant.to_string(),
+            };
+            replaced.insert("cache_salt", to_raw_value(&salt).map_err(reencode)?);
+        }
+        let mut out: BTreeMap<&str, &RawValue> =
+            self.body.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+        for (k, v) in &replaced {
+            out.insert(k, v);
+        }
+        serde_json::to_vec(&out).map_err(reencode)
     }
-    serde_json::to_vec(&body)
-        .map_err(|_| GatewayError::bad_request("The request body could not be re-encoded.", None))
 }
 
 /// The prompt length as the base's tokenizer counts it, for billing a request that was cut before
 /// the engine reported usage. Takes the client's raw body: it is parsed again only in that rare case.
 pub fn estimate_prompt_tokens(endpoint: Endpoint, raw: &[u8]) -> u64 {
-    match serde_json::from_slice::<Value>(raw) {
-        Ok(Value::Object(body)) => estimate_parsed(endpoint, &body),
-        _ => 0,
-    }
-}
-
-/// [`estimate_prompt_tokens`] over an already parsed body.
-pub fn estimate_parsed(endpoint: Endpoint, body: &Map<String, Value>) -> u64 {
-    use tf_engine_sim::tokenizer;
-    let n = match endpoint {
-        Endpoint::Chat => body
-            .get("messages")
-            .map(tokenizer::chat_prompt_tokens)
-            .unwrap_or(0),
-        Endpoint::Completions => body
-            .get("prompt")
-            .map(tokenizer::completion_prompt_tokens)
-            .unwrap_or(0),
-    };
-    u64::from(n)
+    parse(raw).map_or(0, |r| r.estimate_prompt_tokens(endpoint))
 }
 
 #[cfg(test)]
@@ -174,5 +206,74 @@ mod tests {
         let r = parse(br#"{"model":"m","stream":true,"stream_options":{"include_usage":true}}"#)
             .unwrap();
         assert!(r.stream && r.wants.usage && !r.wants.continuous);
+    }
+
+    fn route(salt: SaltPolicy) -> Route {
+        let options = crate::gateway::upstream::UpstreamOptions {
+            connect_timeout: std::time::Duration::from_secs(1),
+            first_byte_timeout: std::time::Duration::from_secs(1),
+            pool_idle_per_host: 1,
+        };
+        Route {
+            served_name: "m".into(),
+            owner: None,
+            base: "m".into(),
+            adapter: None,
+            graph: "g".into(),
+            upstream: std::sync::Arc::new(
+                crate::gateway::upstream::Upstream::new("http://127.0.0.1:9/v1", &options).unwrap(),
+            ),
+            upstream_model: "engine-m".into(),
+            price_key: "m".into(),
+            salt,
+            continuous_usage: true,
+            created: 0,
+        }
+    }
+
+    #[test]
+    fn upstream_body_changes_only_what_it_must() {
+        let body = br#"{"model":"m","temperature":0.70,"messages":[{"role":"user","content":"h\u00e9 \"x\""}],"stream":true,"stream_options":{"include_usage":false,"x":1},"cache_salt":"mine","max_tokens":12}"#;
+        let r = parse(body).unwrap();
+        assert_eq!(r.max_tokens(), Some(12));
+        let tenant = Uuid::nil();
+        let out = r
+            .upstream_body(true, &route(SaltPolicy::PerTenant), tenant)
+            .unwrap();
+        let text = String::from_utf8(out).unwrap();
+        // Untouched fields keep the client's exact bytes (number format, escapes).
+        assert!(text.contains(r#""temperature":0.70"#), "{text}");
+        assert!(text.contains(r#""content":"h\u00e9 \"x\"""#), "{text}");
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["model"], "engine-m");
+        assert_eq!(v["stream_options"]["include_usage"], true);
+        assert_eq!(v["stream_options"]["continuous_usage_stats"], true);
+        assert_eq!(v["stream_options"]["x"], 1);
+        assert_eq!(v["cache_salt"], format!("{tenant}:mine"));
+        assert_eq!(v["max_tokens"], 12);
+        // A shared-cache model leaves the client's salt alone; a non-stream adds no options.
+        let r = parse(br#"{"model":"m","max_completion_tokens":5,"max_tokens":9}"#).unwrap();
+        assert_eq!(r.max_tokens(), Some(5));
+        let out = r
+            .upstream_body(false, &route(SaltPolicy::Shared), tenant)
+            .unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            r#"{"max_completion_tokens":5,"max_tokens":9,"model":"engine-m"}"#
+        );
+    }
+
+    #[test]
+    fn estimates_the_prompt_from_its_field_only() {
+        let chat =
+            parse(br#"{"model":"m","messages":[{"role":"user","content":"one two three"}]}"#)
+                .unwrap();
+        let parsed: Value =
+            serde_json::from_str(r#"[{"role":"user","content":"one two three"}]"#).unwrap();
+        assert_eq!(
+            chat.estimate_prompt_tokens(Endpoint::Chat),
+            u64::from(tf_engine_sim::tokenizer::chat_prompt_tokens(&parsed))
+        );
+        assert_eq!(chat.estimate_prompt_tokens(Endpoint::Completions), 0);
     }
 }

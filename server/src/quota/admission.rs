@@ -12,7 +12,6 @@ use std::time::Duration;
 
 use redis::aio::ConnectionManager;
 use redis::{FromRedisValue, ScriptInvocation};
-use serde_json::{Map, Value};
 use sqlx::PgPool;
 use time::OffsetDateTime;
 use tokio::sync::Notify;
@@ -74,13 +73,6 @@ pub struct AdmitRequest<'a> {
     pub base: &'a str,
     /// `max_tokens` (or `max_completion_tokens`) of the request, if it set one.
     pub max_tokens: Option<u64>,
-}
-
-/// `max_tokens` or `max_completion_tokens` of an OpenAI request body.
-pub fn requested_max_tokens(body: &Map<String, Value>) -> Option<u64> {
-    body.get("max_completion_tokens")
-        .or_else(|| body.get("max_tokens"))
-        .and_then(Value::as_u64)
 }
 
 /// Milliseconds since the Unix epoch (Redis scores and buckets use wall-clock time, shared by

@@ -76,6 +76,9 @@ pub struct LimitCache {
     by_key: RwLock<HashMap<Uuid, Entry<Limits>>>,
     prices: RwLock<Option<Entry<Prices>>>,
     epoch: std::sync::atomic::AtomicU64,
+    /// One lookup at a time per key.
+    fetching: std::sync::Mutex<HashMap<Uuid, Arc<tokio::sync::Mutex<()>>>>,
+    price_gate: tokio::sync::Mutex<()>,
 }
 
 impl LimitCache {
@@ -85,6 +88,8 @@ impl LimitCache {
             by_key: RwLock::new(HashMap::new()),
             prices: RwLock::new(None),
             epoch: std::sync::atomic::AtomicU64::new(0),
+            fetching: std::sync::Mutex::new(HashMap::new()),
+            price_gate: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -103,27 +108,52 @@ impl LimitCache {
         self.epoch.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
     }
 
-    /// The limits of `key` (and its tenant).
-    pub async fn limits(&self, tenant: Uuid, key: Uuid) -> Limits {
-        let cached = self
-            .by_key
+    fn cached(&self, key: Uuid) -> Option<(Limits, bool)> {
+        self.by_key
             .read()
             .ok()
-            .and_then(|m| m.get(&key).map(|e| (e.value, self.fresh(e))));
+            .and_then(|m| m.get(&key).map(|e| (e.value, self.fresh(e))))
+    }
+
+    /// The limits of `key` (and its tenant). One lookup per key at a time: concurrent requests
+    /// of a key whose entry expired wait for it instead of each querying PostgreSQL (a herd of
+    /// lookups on a cold replica timed out and failed open).
+    pub async fn limits(&self, tenant: Uuid, key: Uuid) -> Limits {
+        if let Some((value, true)) = self.cached(key) {
+            return value;
+        }
+        let gate = {
+            let Ok(mut f) = self.fetching.lock() else {
+                return self.cached(key).map(|(v, _)| v).unwrap_or_default();
+            };
+            if f.len() >= MAX_ENTRIES {
+                f.clear();
+            }
+            f.entry(key).or_default().clone()
+        };
+        let waited = tokio::time::timeout(LOOKUP_TIMEOUT, gate.lock()).await;
+        let cached = self.cached(key);
         if let Some((value, true)) = cached {
             return value;
         }
+        let Ok(_only_lookup) = waited else {
+            tracing::warn!("limits lookup timed out; serving the cached answer");
+            return cached.map(|(v, _)| v).unwrap_or_default();
+        };
+        let epoch = self.epoch();
         let fetched =
             tokio::time::timeout(LOOKUP_TIMEOUT, fetch_limits(&self.pool, tenant, key)).await;
-        let value = match (fetched, cached) {
-            (Ok(Ok(v)), _) => v,
-            (Ok(Err(e)), stale) => {
-                tracing::warn!(error = %e, "limits lookup failed; serving the cached answer");
-                stale.map(|(v, _)| v).unwrap_or_default()
-            }
-            (Err(_), stale) => {
-                tracing::warn!("limits lookup timed out; serving the cached answer");
-                stale.map(|(v, _)| v).unwrap_or_default()
+        let value = match fetched {
+            Ok(Ok(v)) => v,
+            failed => {
+                match failed {
+                    Ok(Err(e)) => {
+                        tracing::warn!(error = %e, "limits lookup failed; serving the cached answer")
+                    }
+                    _ => tracing::warn!("limits lookup timed out; serving the cached answer"),
+                }
+                // Not cached: the next request asks PostgreSQL again.
+                return cached.map(|(v, _)| v).unwrap_or_default();
             }
         };
         if let Ok(mut m) = self.by_key.write() {
@@ -135,7 +165,7 @@ impl LimitCache {
                 Entry {
                     value,
                     fetched: Instant::now(),
-                    epoch: self.epoch(),
+                    epoch,
                 },
             );
         }
@@ -144,30 +174,44 @@ impl LimitCache {
 
     /// Micro-units per 1000 tokens on `base` (0 when unknown). Placeholder until billing.
     pub async fn price(&self, base: &str) -> i64 {
-        let cached = self
-            .prices
-            .read()
-            .ok()
-            .and_then(|p| p.as_ref().map(|e| (e.value.clone(), self.fresh(e))));
-        let table = match cached {
+        let cached = || {
+            self.prices
+                .read()
+                .ok()
+                .and_then(|p| p.as_ref().map(|e| (e.value.clone(), self.fresh(e))))
+        };
+        let table = match cached() {
             Some((t, true)) => t,
-            stale => {
-                let fetched = tokio::time::timeout(LOOKUP_TIMEOUT, fetch_prices(&self.pool)).await;
-                let table = match fetched {
-                    Ok(Ok(t)) => Arc::new(t),
-                    _ => {
-                        tracing::warn!("price lookup failed; serving the cached prices");
+            _ => {
+                // One lookup at a time (see `limits`); a failed one is not cached.
+                let waited = tokio::time::timeout(LOOKUP_TIMEOUT, self.price_gate.lock()).await;
+                match (cached(), waited) {
+                    (Some((t, true)), _) => t,
+                    (stale, Ok(_only_lookup)) => {
+                        let epoch = self.epoch();
+                        match tokio::time::timeout(LOOKUP_TIMEOUT, fetch_prices(&self.pool)).await {
+                            Ok(Ok(t)) => {
+                                let table = Arc::new(t);
+                                if let Ok(mut p) = self.prices.write() {
+                                    *p = Some(Entry {
+                                        value: table.clone(),
+                                        fetched: Instant::now(),
+                                        epoch,
+                                    });
+                                }
+                                table
+                            }
+                            _ => {
+                                tracing::warn!("price lookup failed; serving the cached prices");
+                                stale.map(|(t, _)| t).unwrap_or_default()
+                            }
+                        }
+                    }
+                    (stale, Err(_)) => {
+                        tracing::warn!("price lookup timed out; serving the cached prices");
                         stale.map(|(t, _)| t).unwrap_or_default()
                     }
-                };
-                if let Ok(mut p) = self.prices.write() {
-                    *p = Some(Entry {
-                        value: table.clone(),
-                        fetched: Instant::now(),
-                        epoch: self.epoch(),
-                    });
                 }
-                table
             }
         };
         table.get(base).copied().unwrap_or(0)

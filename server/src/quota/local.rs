@@ -47,6 +47,8 @@ pub struct LocalLimiter {
     slots: Mutex<HashMap<Key, Slot>>,
     /// Settled + reserved spend per settled-spend key, as Redis last reported it.
     last_spend: Mutex<HashMap<Key, i64>>,
+    /// What of each (window, bucket) was merged into Redis already.
+    merged: Mutex<HashMap<(Key, i64), i64>>,
 }
 
 fn scaled(limit: i64, fraction: f64) -> i64 {
@@ -187,21 +189,26 @@ impl LocalLimiter {
         }
     }
 
-    /// Takes the live window buckets counted locally, to be merged into Redis.
+    /// The live window counts not yet merged into Redis, as (key, bucket, delta). The local
+    /// counts themselves stay for the rest of their minute: if Redis flaps, a second outage in
+    /// the same minute continues from them instead of granting the local share again.
     pub fn drain_windows(&self, now_ms: i64) -> Vec<(Key, i64, i64)> {
         let sec = now_ms.div_euclid(1000);
-        let Ok(mut slots) = self.slots.lock() else {
+        let (Ok(mut slots), Ok(mut merged)) = (self.slots.lock(), self.merged.lock()) else {
             return Vec::new();
         };
+        merged.retain(|(_, b), _| *b > sec - 60);
         let mut out = Vec::new();
         for (key, slot) in slots.iter_mut() {
             if let Slot::Window(b) = slot {
-                out.extend(
-                    b.iter()
-                        .filter(|(s, c)| **s > sec - 60 && **c > 0)
-                        .map(|(s, c)| (key.clone(), *s, *c)),
-                );
-                b.clear();
+                b.retain(|s, _| *s > sec - 60);
+                for (s, c) in b.iter() {
+                    let done = merged.entry((key.clone(), *s)).or_default();
+                    if *c != *done {
+                        out.push((key.clone(), *s, *c - *done));
+                        *done = *c;
+                    }
+                }
             }
         }
         // Spend counted locally is rebuilt from PostgreSQL by the reconciler, so it starts over.
@@ -249,5 +256,11 @@ mod tests {
             "rate share is 5 (the refused request took nothing)"
         );
         assert_eq!(l.drain_windows(now), vec![("w".into(), 1000, 5)]);
+        assert_eq!(l.drain_windows(now), vec![], "merged once");
+        assert_eq!(
+            l.admit(&checks[..1], "h", now + 1000, 0.5).failed,
+            1,
+            "a second outage in the same minute does not grant the share again"
+        );
     }
 }

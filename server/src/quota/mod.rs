@@ -30,7 +30,7 @@ pub mod scripts;
 pub mod settle;
 mod sync;
 
-pub use admission::{requested_max_tokens, AdmitRequest, Quota};
+pub use admission::{AdmitRequest, Quota};
 pub use config::QuotaArgs;
 pub use headers::{RateHeaders, Refusal};
 pub use settle::Admitted;
