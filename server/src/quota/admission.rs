@@ -192,49 +192,24 @@ impl Quota {
             graph: req.graph,
         };
         let names = inner.names.get(&inner.prefix, target, &period);
-        let checks = plan::build(&names, &limits, &est, est.prompt_tokens >= threshold);
+        let mut checks = plan::build(&names, &limits, &est, est.prompt_tokens >= threshold);
         if checks.is_empty() {
             return Ok(None);
         }
         let micros_per_1k = est.micros_per_1k;
         let mut now = now_ms();
         if inner.redis_ready(now) {
-            if let Some((i, retry_ms, headers)) = inner.credits.refused(&checks, now) {
-                return Err(refusal(&checks[i], retry_ms, period_left_s, headers));
-            }
-            if let Some(taken) = inner.credits.try_take(&checks, now) {
-                inner.from_credit.fetch_add(1, Ordering::Relaxed);
-                let headers = RateHeaders::from_answer(&checks, &taken.used_reset, true);
-                return Ok(Some(Admitted::new(
-                    self.0.clone(),
-                    String::new(),
-                    checks,
-                    taken.buckets,
-                    Backend::Redis,
-                    micros_per_1k,
-                    headers,
-                )));
-            }
+            checks = match self.on_credit(checks, now, period_left_s, micros_per_1k) {
+                Ok(decided) => return decided,
+                Err(checks) => checks,
+            };
             let refill = inner.refill.lock().await;
             now = now_ms();
             // Another request may have refilled (or been refused) while this one waited.
-            if let Some((i, retry_ms, headers)) = inner.credits.refused(&checks, now) {
-                return Err(refusal(&checks[i], retry_ms, period_left_s, headers));
-            }
-            if let Some(taken) = inner.credits.try_take(&checks, now) {
-                drop(refill);
-                inner.from_credit.fetch_add(1, Ordering::Relaxed);
-                let headers = RateHeaders::from_answer(&checks, &taken.used_reset, true);
-                return Ok(Some(Admitted::new(
-                    self.0.clone(),
-                    String::new(),
-                    checks,
-                    taken.buckets,
-                    Backend::Redis,
-                    micros_per_1k,
-                    headers,
-                )));
-            }
+            checks = match self.on_credit(checks, now, period_left_s, micros_per_1k) {
+                Ok(decided) => return decided,
+                Err(checks) => checks,
+            };
             let wants = inner.credits.wants(&checks, now);
             if let Some((failed, retry_ms, grants)) =
                 inner.redis_acquire(&checks, &wants, now).await
@@ -281,6 +256,37 @@ impl Quota {
             micros_per_1k,
             headers,
         )))
+    }
+}
+
+impl Quota {
+    /// Decides without Redis when this replica's credit covers every check, or a recent
+    /// refusal already answers; otherwise gives the checks back.
+    fn on_credit(
+        &self,
+        checks: Vec<Check>,
+        now: i64,
+        period_left_s: u64,
+        micros_per_1k: i64,
+    ) -> Result<Result<Option<Admitted>, Refusal>, Vec<Check>> {
+        let inner = &self.0;
+        if let Some((i, retry_ms, headers)) = inner.credits.refused(&checks, now) {
+            return Ok(Err(refusal(&checks[i], retry_ms, period_left_s, headers)));
+        }
+        let Some(taken) = inner.credits.try_take(&checks, now) else {
+            return Err(checks);
+        };
+        inner.from_credit.fetch_add(1, Ordering::Relaxed);
+        let headers = RateHeaders::from_answer(&checks, &taken.used_reset, true);
+        Ok(Ok(Some(Admitted::new(
+            self.0.clone(),
+            String::new(),
+            checks,
+            taken.buckets,
+            Backend::Redis,
+            micros_per_1k,
+            headers,
+        ))))
     }
 }
 
