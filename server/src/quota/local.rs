@@ -145,7 +145,7 @@ impl LocalLimiter {
         }
         if answer.failed == 0 {
             for c in checks {
-                match (c, slots.get_mut(c_key(c))) {
+                match (c, slots.get_mut(c.key())) {
                     (Check::Window { cost, .. }, Some(Slot::Window(b))) => {
                         *b.entry(sec).or_default() += cost
                     }
@@ -169,7 +169,7 @@ impl LocalLimiter {
             return;
         };
         for (c, op) in checks.iter().zip(ops) {
-            match (slots.get_mut(c_key(c)), *op) {
+            match (slots.get_mut(c.key()), *op) {
                 (Some(Slot::Window(b)), SettleOp::Window { bucket, delta })
                     if bucket > sec - 60 =>
                 {
@@ -215,10 +215,6 @@ impl LocalLimiter {
         slots.retain(|_, s| !matches!(s, Slot::Spend { reserved, .. } if reserved.is_empty()));
         out
     }
-}
-
-fn c_key(c: &Check) -> &str {
-    c.key()
 }
 
 #[cfg(test)]

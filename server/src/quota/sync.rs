@@ -56,18 +56,14 @@ impl Default for Syncer {
 /// so the next SYNC carries both or neither.
 pub(super) async fn settle_spend(inner: &Inner, spend: Vec<(Key, i64)>, apply: impl FnOnce()) {
     let s = &inner.syncer;
-    if !s.running.load(Ordering::Acquire) {
-        let _no_acquire_in_flight = inner.refill.lock().await;
-        apply();
-        let mut ops = inner.credits.dirty_holds(now_ms());
-        ops.extend(
-            spend
-                .into_iter()
-                .map(|(settled, micros)| SyncOp::Spend { settled, micros }),
-        );
-        send(inner, &ops).await;
-        return;
-    }
+    let running = s.running.load(Ordering::Acquire);
+    // Without a running syncer (shutdown), this call sends the SYNC itself, under the refill
+    // lock like the syncer's.
+    let refill = if running {
+        None
+    } else {
+        Some(inner.refill.lock().await)
+    };
     let mut done = s.done.subscribe();
     let batch = match s.pending.lock() {
         Ok(mut p) => {
@@ -79,6 +75,12 @@ pub(super) async fn settle_spend(inner: &Inner, spend: Vec<(Key, i64)>, apply: i
         }
         Err(_) => return,
     };
+    if refill.is_some() {
+        let (batch, ops) = snapshot(inner, None);
+        send(inner, &ops).await;
+        s.done.send_replace(batch);
+        return;
+    }
     s.wake.notify_one();
     let wait = done.wait_for(|d| *d >= batch);
     if tokio::time::timeout(inner.cfg.redis_timeout() * 4, wait)
