@@ -59,6 +59,81 @@ pub fn completion_prompt_tokens(prompt: &Value) -> u32 {
     }
 }
 
+/// [`completion_prompt_tokens`] of a `prompt` given as its JSON text, counted while it is parsed:
+/// a 100k-token id array is scanned once and never built into values (0 if it is not JSON).
+pub fn completion_prompt_tokens_json(json: &str) -> u32 {
+    serde_json::from_str::<PromptCount>(json).map_or(0, |c| c.0)
+}
+
+/// The count of a whole `prompt`: a string or an array of items.
+struct PromptCount(u32);
+/// The count of one item of a `prompt` array: a string, a token id or an array of ids.
+struct ItemCount(u32);
+
+impl<'de> serde::Deserialize<'de> for PromptCount {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(CountVisitor { top: true }).map(Self)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for ItemCount {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(CountVisitor { top: false }).map(Self)
+    }
+}
+
+/// At the top a string counts its words plus BOS and an array sums its items; inside the array a
+/// string counts the same, a number 1 and an array its length; anything else counts 0.
+struct CountVisitor {
+    top: bool,
+}
+
+impl<'de> serde::de::Visitor<'de> for CountVisitor {
+    type Value = u32;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a prompt")
+    }
+    fn visit_str<E>(self, s: &str) -> Result<u32, E> {
+        Ok(count_text(s).saturating_add(1))
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<u32, A::Error> {
+        let mut total: u32 = 0;
+        if self.top {
+            while let Some(ItemCount(n)) = seq.next_element()? {
+                total = total.saturating_add(n);
+            }
+        } else {
+            while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {
+                total = total.saturating_add(1);
+            }
+        }
+        Ok(total)
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<u32, A::Error> {
+        while map
+            .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
+            .is_some()
+        {}
+        Ok(0)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<u32, E> {
+        Ok(u32::from(!self.top))
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<u32, E> {
+        Ok(u32::from(!self.top))
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<u32, E> {
+        Ok(u32::from(!self.top))
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<u32, E> {
+        Ok(0)
+    }
+    fn visit_unit<E>(self) -> Result<u32, E> {
+        Ok(0)
+    }
+}
+
 /// The rendered chat prompt as token ids, for the prefix cache.
 pub fn chat_prompt_ids(messages: &Value) -> Vec<u64> {
     let mut ids = Vec::new();
@@ -184,6 +259,30 @@ mod tests {
                 completion_prompt_tokens(&prompt)
             );
         }
+    }
+
+    #[test]
+    fn counting_the_json_text_matches_counting_its_values() {
+        for prompt in [
+            json!("a b c"),
+            json!("esc\"aped \u{00e9} words"),
+            json!(["a b", "c"]),
+            json!([1, -2, 3.5]),
+            json!([[1, 2], [3, "x", null], []]),
+            json!([{"a": [1, 2]}, true, null, "w", 7]),
+            json!(42),
+            json!(null),
+            json!({"prompt": "a b"}),
+            json!([]),
+        ] {
+            let text = serde_json::to_string(&prompt).unwrap();
+            assert_eq!(
+                completion_prompt_tokens_json(&text),
+                completion_prompt_tokens(&prompt),
+                "{text}"
+            );
+        }
+        assert_eq!(completion_prompt_tokens_json("[1, 2"), 0);
     }
 
     #[test]

@@ -120,13 +120,15 @@ impl ClientRequest<'_> {
     /// The prompt length as the base's tokenizer counts it (parses only the prompt field).
     pub fn estimate_prompt_tokens(&self, endpoint: Endpoint) -> u64 {
         use tf_engine_sim::tokenizer;
-        let (name, count): (&str, fn(&Value) -> u32) = match endpoint {
-            Endpoint::Chat => ("messages", tokenizer::chat_prompt_tokens),
-            Endpoint::Completions => ("prompt", tokenizer::completion_prompt_tokens),
-        };
-        match field::<Value>(&self.body, name) {
-            Some(Ok(v)) => u64::from(count(&v)),
-            _ => 0,
+        match endpoint {
+            Endpoint::Chat => match field::<Value>(&self.body, "messages") {
+                Some(Ok(v)) => u64::from(tokenizer::chat_prompt_tokens(&v)),
+                _ => 0,
+            },
+            // Long prompts are often token ids: counted as scanned, never built into values.
+            Endpoint::Completions => self.body.get("prompt").map_or(0, |raw| {
+                u64::from(tokenizer::completion_prompt_tokens_json(raw.get()))
+            }),
         }
     }
 
