@@ -219,7 +219,7 @@ mod tests {
 
     fn run(engine: &str, wants: ClientWants) -> (Vec<String>, StreamMeter) {
         let mut p = SseParser::default();
-        p.push(engine.as_bytes());
+        p.push(Bytes::copy_from_slice(engine.as_bytes()));
         let mut m = StreamMeter::new(wants);
         let mut out = Vec::new();
         while let Some(e) = p.next_event() {
@@ -341,7 +341,9 @@ mod tests {
     fn usage_is_found_in_multi_line_events_too() {
         // Two `data:` lines: the data is a joined copy, not a slice of the raw bytes.
         let mut p = SseParser::default();
-        p.push(format!("data: {{\"choices\":[],\ndata: \"usage\":{U1}}}\n\n").as_bytes());
+        p.push(Bytes::from(format!(
+            "data: {{\"choices\":[],\ndata: \"usage\":{U1}}}\n\n"
+        )));
         let event = p.next_event().unwrap();
         let info = inspect(&event.raw, event.data.as_ref().unwrap()).unwrap();
         let (s, e) = info.usage_span.unwrap();

@@ -13,10 +13,11 @@ pub struct SseEvent {
     pub data: Option<Bytes>,
 }
 
-/// Buffers partial input until an event is complete.
+/// Buffers partial input until an event is complete. Events are sliced out of the bytes as read
+/// (no copy): a read usually holds whole events, and only an event split across reads is joined.
 #[derive(Debug, Default)]
 pub struct SseParser {
-    buf: BytesMut,
+    buf: Bytes,
     /// Where the next line starts (everything before is part of the current, unfinished event).
     line_start: usize,
     /// Data lines of the current event, as ranges into `buf`.
@@ -24,8 +25,19 @@ pub struct SseParser {
 }
 
 impl SseParser {
-    pub fn push(&mut self, bytes: &[u8]) {
-        self.buf.extend_from_slice(bytes);
+    pub fn push(&mut self, bytes: Bytes) {
+        if self.buf.is_empty() {
+            self.buf = bytes;
+            return;
+        }
+        // Appending in place when nothing else holds the buffer keeps a long event that arrives
+        // in many reads linear, not quadratic.
+        let mut joined = match std::mem::take(&mut self.buf).try_into_mut() {
+            Ok(unique) => unique,
+            Err(shared) => BytesMut::from(&shared[..]),
+        };
+        joined.extend_from_slice(&bytes);
+        self.buf = joined.freeze();
     }
 
     /// Bytes received that do not yet form a complete event.
@@ -47,7 +59,7 @@ impl SseParser {
             if start == end {
                 // Blank line: the event is complete. Its data is sliced out of the raw bytes
                 // (no copy) unless it spans several `data:` lines.
-                let raw = self.buf.split_to(next).freeze();
+                let raw = self.buf.split_to(next);
                 self.line_start = 0;
                 let data = match self.data.len() {
                     0 => None,
@@ -88,7 +100,7 @@ mod tests {
         let mut out = Vec::new();
         let mut last = 0;
         for &s in split.iter().chain(std::iter::once(&input.len())) {
-            p.push(&input[last..s]);
+            p.push(Bytes::copy_from_slice(&input[last..s]));
             last = s;
             while let Some(e) = p.next_event() {
                 out.push(e);
@@ -121,9 +133,9 @@ mod tests {
     #[test]
     fn incomplete_event_waits() {
         let mut p = SseParser::default();
-        p.push(b"data: {\"x\":1}\n");
+        p.push(Bytes::from_static(b"data: {\"x\":1}\n"));
         assert_eq!(p.next_event(), None);
-        p.push(b"\n");
+        p.push(Bytes::from_static(b"\n"));
         assert_eq!(
             p.next_event().and_then(|e| e.data).as_deref(),
             Some(&b"{\"x\":1}"[..])

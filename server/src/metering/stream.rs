@@ -83,7 +83,7 @@ impl MeteredStream {
     }
 
     /// Meters one upstream read; returns the final bytes (`[DONE]`) if the stream completed in it.
-    fn absorb(&mut self, bytes: &[u8], started: Instant) -> Option<Bytes> {
+    fn absorb(&mut self, bytes: Bytes, started: Instant) -> Option<Bytes> {
         self.parser.push(bytes);
         while let Some(event) = self.parser.next_event() {
             self.meter.on_event(event, &mut self.scratch);
@@ -111,7 +111,7 @@ impl MeteredStream {
             // Count what the engine already sent and was not read yet, without waiting for more.
             let mut discard = Vec::new();
             while let Some(Some(Ok(bytes))) = upstream.next().now_or_never() {
-                self.parser.push(&bytes);
+                self.parser.push(bytes);
                 while let Some(event) = self.parser.next_event() {
                     self.meter.on_event(event, &mut discard);
                 }
@@ -205,7 +205,7 @@ impl Stream for MeteredStream {
                     }
                     let started = ctx.started;
                     let end = match std::task::ready!(upstream.poll_next_unpin(cx)) {
-                        Some(Ok(bytes)) => match this.absorb(&bytes, started) {
+                        Some(Ok(bytes)) => match this.absorb(bytes, started) {
                             Some(done) => End::Complete(Some(done)),
                             None => continue,
                         },
