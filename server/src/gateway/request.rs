@@ -127,7 +127,7 @@ impl ClientRequest<'_> {
             },
             // Long prompts are often token ids: counted as scanned, never built into values.
             Endpoint::Completions => self.body.get("prompt").map_or(0, |raw| {
-                u64::from(tokenizer::completion_prompt_tokens_json(raw.get()))
+                u64::from(tokenizer::completion_prompt_tokens(raw.get()))
             }),
         }
     }
