@@ -5,6 +5,10 @@
 //! socket to the client's on one task. Idle connections wait in a LIFO pool; one the engine
 //! closed is noticed at checkout and replaced, and a request it never sent is retried once on a
 //! new connection (never one that may have reached the engine).
+//!
+//! A hang-up is passed on as a half-close (our write side shut, the read side kept): the engine
+//! sees end-of-file and stops at once, and every byte it wrote before it stopped still reaches us,
+//! so the tokens it produced can be counted from its own output.
 
 use std::future::{poll_fn, Future};
 use std::pin::{pin, Pin};
@@ -39,6 +43,9 @@ pub enum UpstreamFailure {
 pub struct Conn {
     sender: SendRequest<Full<Bytes>>,
     driver: Option<Driver>,
+    /// A second handle on the socket (the driver owns the first), to shut its write side while
+    /// the driver keeps reading. `None` once shut: the connection never goes back to the pool.
+    write_half: Option<std::net::TcpStream>,
 }
 
 impl Conn {
@@ -59,7 +66,18 @@ impl Conn {
 
     /// Whether the connection can take a request now (driving it once to learn).
     fn ready(&mut self, cx: &mut Context<'_>) -> bool {
-        self.drive(cx) && matches!(self.sender.poll_ready(cx), Poll::Ready(Ok(())))
+        self.write_half.is_some()
+            && self.drive(cx)
+            && matches!(self.sender.poll_ready(cx), Poll::Ready(Ok(())))
+    }
+
+    /// Sends FIN: the engine reads end-of-file and cancels; its output so far can still be read.
+    fn shut_write(&mut self) {
+        if let Some(socket) = self.write_half.take() {
+            if let Err(e) = socket.shutdown(std::net::Shutdown::Write) {
+                tracing::debug!(error = %e, "half-close of an upstream connection failed");
+            }
+        }
     }
 }
 
@@ -109,10 +127,15 @@ impl ConnPool {
             .map_err(|e| UpstreamFailure::Connect(self.addr.clone(), e))?;
         // Requests and chunks are small: no Nagle delay.
         let _ = tcp.set_nodelay(true);
+        let connect_err = |e: std::io::Error| UpstreamFailure::Connect(self.addr.clone(), e);
+        let std_tcp = tcp.into_std().map_err(connect_err)?;
+        let write_half = std_tcp.try_clone().map_err(connect_err)?;
+        let tcp = TcpStream::from_std(std_tcp).map_err(connect_err)?;
         let (sender, driver) = http1::Builder::new().handshake(TokioIo::new(tcp)).await?;
         Ok(Conn {
             sender,
             driver: Some(driver),
+            write_half: Some(write_half),
         })
     }
 
@@ -194,6 +217,16 @@ pub struct UpstreamBody {
     body: Incoming,
     conn: Option<Conn>,
     pool: Arc<ConnPool>,
+}
+
+impl UpstreamBody {
+    /// Tells the engine the client left (it stops generating) while the body stays readable to
+    /// its end, so what the engine produced before it stopped is still counted.
+    pub fn half_close(&mut self) {
+        if let Some(conn) = self.conn.as_mut() {
+            conn.shut_write();
+        }
+    }
 }
 
 impl Stream for UpstreamBody {

@@ -1,9 +1,9 @@
 //! A metered streamed response: the response body itself reads the upstream, meters each event
 //! and yields what the client receives, so a chunk costs no task hop or channel. The accounting
 //! never depends on the client staying: when the body is dropped unfinished (the client hung up),
-//! its `Drop` drops the upstream response (which cancels the engine's work), counts what the
-//! engine already sent and records the event on a tracked task. The event is recorded before the
-//! stream's final bytes are released.
+//! its `Drop` half-closes the upstream connection (the engine sees end-of-file and cancels at
+//! once) and, on a tracked task, reads what the engine sent until it stopped, then records the
+//! event. The event is recorded before the stream's final bytes are released.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -25,6 +25,8 @@ use crate::gateway::upstream_conn::{UpstreamBody, UpstreamResponse};
 
 /// The SSE event a client receives when the upstream breaks mid-stream.
 const UPSTREAM_ERROR_EVENT: &[u8] = b"data: {\"error\":{\"message\":\"The model backend failed during generation.\",\"type\":\"api_error\",\"param\":null,\"code\":\"upstream_error\"}}\n\n";
+/// How long a half-closed upstream may keep sending before its connection is closed outright.
+const HANG_UP_READ_LIMIT: std::time::Duration = std::time::Duration::from_secs(1);
 /// The SSE event a client receives when shutdown cuts its stream.
 const CUT_EVENT: &[u8] = b"data: {\"error\":{\"message\":\"The server is restarting; the response was cut.\",\"type\":\"service_unavailable\",\"param\":null,\"code\":\"server_shutdown\"}}\n\n";
 
@@ -100,29 +102,13 @@ impl MeteredStream {
         None
     }
 
-    /// Ends the stream: drops the upstream (the engine stops) and starts recording the event.
+    /// Ends the stream and starts recording the event. A completed stream's connection goes back
+    /// to the pool; a hung-up or cut one is half-closed (the engine stops) and read to its end.
     fn finish(&mut self, end: End) {
         let State::Reading { mut upstream, ctx } =
             std::mem::replace(&mut self.state, State::Finished)
         else {
             return;
-        };
-        if matches!(end, End::ClientGone | End::Cut) {
-            // Count what the engine already sent and was not read yet, without waiting for more.
-            let mut discard = Vec::new();
-            while let Some(Some(Ok(bytes))) = upstream.next().now_or_never() {
-                self.parser.push(bytes);
-                while let Some(event) = self.parser.next_event() {
-                    self.meter.on_event(event, &mut discard);
-                }
-            }
-        }
-        // Dropping the response mid-stream closes the upstream connection: the engine stops
-        // generating. A completed stream's connection goes back to the pool instead, once its
-        // body's end has arrived (usually with `[DONE]`; else by the time the event is recorded).
-        let upstream = match end {
-            End::Complete(_) if !drained(&mut upstream) => Some(upstream),
-            _ => None,
         };
         let status = match (&end, self.meter.saw_error()) {
             (End::ClientGone, _) => UsageStatus::ClientAbort,
@@ -130,23 +116,54 @@ impl MeteredStream {
             (End::UpstreamBroken, _) | (_, true) => UsageStatus::UpstreamError,
             (End::Complete(_), false) => UsageStatus::Ok,
         };
-        let completed = matches!(end, End::Complete(_));
         // A chunk the meter still holds back is not sent on a broken or cut stream: the client
         // gets the error event instead. INVARIANT: recorded before the final bytes leave
-        // (test: gateway_ledger reconciliation).
-        let tail = match end {
-            End::Complete(done) => done,
-            End::ClientGone => None,
-            End::UpstreamBroken => Some(Bytes::from_static(UPSTREAM_ERROR_EVENT)),
-            End::Cut => Some(Bytes::from_static(CUT_EVENT)),
+        // (test: reconciliation).
+        let (tail, completed) = match end {
+            End::Complete(done) => (done, true),
+            End::ClientGone => (None, false),
+            End::UpstreamBroken => (Some(Bytes::from_static(UPSTREAM_ERROR_EVENT)), false),
+            End::Cut => (Some(Bytes::from_static(CUT_EVENT)), false),
         };
+        let ttft = self.ttft;
+        if matches!(status, UsageStatus::ClientAbort | UsageStatus::Interrupted) {
+            // INVARIANT: an aborted stream bills every token the engine sent before it saw the
+            // hang-up, including those still on the wire (test: reconciliation, exact for
+            // engine counts).
+            upstream.half_close();
+            let parser = std::mem::take(&mut self.parser);
+            let meter = std::mem::take(&mut self.meter);
+            let record = async move {
+                let meter = read_to_end(upstream, parser, meter).await;
+                let usage = meter.last_usage();
+                ctx.settle(
+                    usage,
+                    meter.completed(),
+                    meter.generated_chunks(),
+                    status,
+                    ttft,
+                )
+                .await;
+            }
+            .boxed();
+            self.state = State::Settling {
+                record,
+                tail,
+                upstream: None,
+            };
+            return;
+        }
+        // Dropping a broken response closes its connection. A completed stream's connection goes
+        // back to the pool once its body's end has arrived (usually with `[DONE]`; else by the
+        // time the event is recorded).
+        let upstream = (completed && !drained(&mut upstream)).then_some(upstream);
         let record = ctx
             .settle(
                 self.meter.last_usage(),
                 completed,
                 self.meter.generated_chunks(),
                 status,
-                self.ttft,
+                ttft,
             )
             .map(drop)
             .boxed();
@@ -156,6 +173,32 @@ impl MeteredStream {
             upstream,
         };
     }
+}
+
+/// Meters what a half-closed upstream still sends: the engine's output up to the moment it saw
+/// the hang-up. Bounded, for an engine that keeps generating after end-of-file.
+async fn read_to_end(
+    mut upstream: Box<UpstreamBody>,
+    mut parser: SseParser,
+    mut meter: StreamMeter,
+) -> StreamMeter {
+    let mut discard = Vec::new();
+    let read = async {
+        while let Some(Ok(bytes)) = upstream.next().await {
+            parser.push(bytes);
+            while let Some(event) = parser.next_event() {
+                meter.on_event(event, &mut discard);
+            }
+            discard.clear();
+        }
+    };
+    if tokio::time::timeout(HANG_UP_READ_LIMIT, read)
+        .await
+        .is_err()
+    {
+        tracing::warn!("upstream kept streaming after the hang-up; closed");
+    }
+    meter
 }
 
 /// Reads what already arrived of a finished stream's upstream without waiting; true once its
