@@ -128,6 +128,12 @@ async fn hang_up_cancels_dynamo_and_bills_partial_usage(pool: PgPool) {
         Provenance::Partial,
         "continuous usage from Dynamo"
     );
+    // The half-close stopped Dynamo itself: the gateway did not have to wait out its read limit.
+    assert!(
+        ev.duration_ms < 900,
+        "Dynamo kept the half-closed stream open for {} ms",
+        ev.duration_ms
+    );
     assert!(
         ev.completion_tokens >= 2 && ev.completion_tokens < 4000,
         "{}",
