@@ -75,30 +75,6 @@ pub async fn build(pool: PgPool, options: AppOptions) -> anyhow::Result<App> {
     let routes = Arc::new(RouteTable::new(pool.clone(), (&options.gateway).into()));
     routes.reload().await?;
     let cut = CancellationToken::new();
-    let (sink, shipper): (Arc<dyn UsageSink>, _) = match &options.journal {
-        Some(journal) => {
-            let shipper = Arc::new(Shipper::new(
-                journal.dir.clone(),
-                pool.clone(),
-                journal.metrics.clone(),
-            ));
-            tracker.spawn(shipper.clone().run(cancel.clone()));
-            (
-                Arc::new(JournalSink {
-                    journal: journal.clone(),
-                    pool: pool.clone(),
-                }),
-                Some(shipper),
-            )
-        }
-        None => (
-            options
-                .sink
-                .clone()
-                .unwrap_or_else(|| Arc::new(PgSink::new(pool.clone()))),
-            None,
-        ),
-    };
     let quota = crate::quota::Quota::start(
         pool.clone(),
         options.redis.clone(),
@@ -108,6 +84,31 @@ pub async fn build(pool: PgPool, options: AppOptions) -> anyhow::Result<App> {
         cancel.clone(),
     )
     .await;
+    // Every writer of usage to PostgreSQL waits for the quota's spend to reach Redis first.
+    let (sink, shipper): (Arc<dyn UsageSink>, _) = match &options.journal {
+        Some(journal) => {
+            let shipper = Arc::new(
+                Shipper::new(journal.dir.clone(), pool.clone(), journal.metrics.clone())
+                    .with_quota(quota.clone()),
+            );
+            tracker.spawn(shipper.clone().run(cancel.clone()));
+            (
+                Arc::new(JournalSink {
+                    journal: journal.clone(),
+                    pool: pool.clone(),
+                    quota: Some(quota.clone()),
+                }),
+                Some(shipper),
+            )
+        }
+        None => (
+            options
+                .sink
+                .clone()
+                .unwrap_or_else(|| Arc::new(PgSink::new(pool.clone()).with_quota(quota.clone()))),
+            None,
+        ),
+    };
     let limits = quota.limits().clone();
     let gateway = Gateway::new(GatewayInner {
         keys: keys.clone(),

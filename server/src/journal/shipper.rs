@@ -28,6 +28,7 @@ pub struct Shipper {
     pool: PgPool,
     metrics: Arc<JournalMetrics>,
     cursor: tokio::sync::Mutex<Option<Cursor>>,
+    quota: Option<crate::quota::Quota>,
 }
 
 impl Shipper {
@@ -37,7 +38,15 @@ impl Shipper {
             pool,
             metrics,
             cursor: tokio::sync::Mutex::new(None),
+            quota: None,
         }
+    }
+
+    /// Waits for `quota`'s spend to reach Redis before each batch is inserted (see
+    /// quota/reconciler.rs): one wait per batch, not per event.
+    pub fn with_quota(mut self, quota: crate::quota::Quota) -> Self {
+        self.quota = Some(quota);
+        self
     }
 
     /// Ships until `cancel`, backing off while PostgreSQL is unreachable.
@@ -118,6 +127,11 @@ impl Shipper {
         .await??;
         let n = batch.events.len();
         if n > 0 {
+            if let Some(q) = &self.quota {
+                // INVARIANT: Redis has the spend of every event in the batch before PostgreSQL
+                // does (test: spend_order).
+                q.spend_flushed().await;
+            }
             usage::insert_batch(&self.pool, &batch.events).await?;
             self.metrics.shipped.fetch_add(n as u64, Ordering::Relaxed);
             let oldest_end = batch

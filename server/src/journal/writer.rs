@@ -254,6 +254,8 @@ impl Journal {
 pub struct JournalSink {
     pub journal: Arc<Journal>,
     pub pool: PgPool,
+    /// Its spend must reach Redis before a directly written event reaches PostgreSQL.
+    pub quota: Option<crate::quota::Quota>,
 }
 
 impl UsageSink for JournalSink {
@@ -263,6 +265,9 @@ impl UsageSink for JournalSink {
                 Ok(()) => Ok(()),
                 Err(e) => {
                     tracing::error!(error = %e, request_id = %event.request_id, "journal append failed; writing to PostgreSQL directly");
+                    if let Some(q) = &self.quota {
+                        q.spend_flushed().await;
+                    }
                     usage::insert_batch(&self.pool, std::slice::from_ref(event)).await?;
                     Ok(())
                 }

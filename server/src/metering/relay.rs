@@ -65,8 +65,9 @@ impl MeterContext {
         event.status = status;
         event.ttft_ms = ttft_ms;
         event.duration_ms = i32::try_from(self.started.elapsed().as_millis()).unwrap_or(i32::MAX);
-        // Quota first: Redis then never counts less than PostgreSQL has billed, so the spend
-        // reconciler only ever needs to raise counters (see quota/reconciler.rs).
+        // Quota first: the spend is queued for Redis before the event exists, and every writer
+        // to PostgreSQL waits until Redis has it (`Quota::spend_flushed`), so Redis never counts
+        // less than PostgreSQL has billed and the reconciler only ever raises counters.
         if let Some(admitted) = admitted {
             admitted.settle(&event).await;
         }

@@ -150,17 +150,27 @@ impl UsageSink for MemorySink {
 /// Inserts each event into PostgreSQL directly (idempotent on request id).
 pub struct PgSink {
     pool: PgPool,
+    quota: Option<crate::quota::Quota>,
 }
 
 impl PgSink {
     pub fn new(pool: PgPool) -> Self {
-        Self { pool }
+        Self { pool, quota: None }
+    }
+
+    /// Waits for `quota`'s spend to reach Redis before each insert (see quota/reconciler.rs).
+    pub fn with_quota(mut self, quota: crate::quota::Quota) -> Self {
+        self.quota = Some(quota);
+        self
     }
 }
 
 impl UsageSink for PgSink {
     fn record<'a>(&'a self, event: &'a UsageEvent) -> SinkFuture<'a> {
         Box::pin(async move {
+            if let Some(q) = &self.quota {
+                q.spend_flushed().await;
+            }
             insert_batch(&self.pool, std::slice::from_ref(event)).await?;
             Ok(())
         })

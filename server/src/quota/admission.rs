@@ -129,6 +129,12 @@ impl Quota {
         quota
     }
 
+    /// Returns once Redis has every spend this replica settled so far (or Redis is given up on).
+    /// Usage writers call it before an event reaches PostgreSQL (see reconciler.rs).
+    pub async fn spend_flushed(&self) {
+        super::sync::flushed(&self.0).await;
+    }
+
     /// Admissions decided so far on local credit and by a Redis call.
     pub fn admissions(&self) -> (u64, u64) {
         (

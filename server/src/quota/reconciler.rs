@@ -2,8 +2,9 @@
 //! dedicated connection) periodically brings each limited subject's settled-spend counter in Redis
 //! up to the spend billed in PostgreSQL this period, so drift (a settle lost while Redis was down,
 //! a Redis restart or flush, spend admitted on local limits) self-corrects. It runs at once when
-//! Redis comes back. Counters are only raised, never lowered: a request settles in Redis before
-//! its event is recorded, so PostgreSQL lower than Redis only means events in transit (the
+//! Redis comes back. Counters are only raised, never lowered: a request's spend reaches Redis
+//! before its event reaches PostgreSQL (the usage writers wait for `Quota::spend_flushed`), so
+//! PostgreSQL lower than Redis only means events in transit (the
 //! journal's shipping lag, or a race with this pass); lowering would forget them and let spend
 //! overshoot (an early version did: quota::spend_overshoots_by_at_most_the_reservations_in_flight
 //! caught it). The one upward drift left, an event Redis counted but the sink lost, errs on the

@@ -1,7 +1,7 @@
 //! The admitted request's guard. It holds the request's slots and spend reservation until the
 //! usage event is final, then settles: token windows corrected to the real usage, the real spend
-//! sent to Redis (group-committed, awaited: spend reaches Redis before the event is recorded),
-//! slots and reservation given back to this replica's holding. If the request ends any other way
+//! queued for Redis (group-committed with the next SYNC; the usage writers wait for it before the
+//! event reaches PostgreSQL), slots and reservation given back to this replica's holding. If the request ends any other way
 //! (an error path, a dropped future, a panic) the guard's `Drop` still gives back the slots and
 //! the reservation, counting no tokens; if the whole replica dies, its holdings stop being
 //! renewed and expire.
@@ -64,8 +64,8 @@ impl Admitted {
         self.headers
     }
 
-    /// Settles against the final usage event (awaited, so the next request of the same client
-    /// already sees the freed slot, and Redis has the spend before PostgreSQL does).
+    /// Settles against the final usage event (before the response ends, so the next request of
+    /// the same client already sees the freed slot). Never waits for Redis.
     pub async fn settle(mut self, event: &UsageEvent) {
         self.open = false;
         let tokens =

@@ -1,12 +1,16 @@
 //! The one writer of what this replica owes Redis. Finished requests' spend is group-committed:
-//! every settle waiting at the same moment shares one SYNC call, and each waits for the call that
-//! carries its spend, because spend must reach Redis before its usage event is recorded (the
-//! reconciler relies on it, see reconciler.rs). A settle moves its spend out of this replica's
-//! holding into the settled counter; both changes travel in one SYNC, so Redis never sees the
-//! holding shrink before the settled spend grows (which would let spend overshoot). Every
-//! [`TICK`] the syncer also sends window corrections, gives back unspent credit and renews (or
-//! shrinks) this replica's holdings. Every call runs under the refill lock: holdings are written
-//! as absolute amounts, so no ACQUIRE may be in flight then.
+//! a settle only queues its spend, and the queue travels with the next SYNC, which the syncer
+//! sends every [`TICK`] or at once when somebody needs the spend in Redis now ([`flushed`]: the
+//! usage writers, before an event reaches PostgreSQL, since the reconciler relies on Redis never
+//! counting less than PostgreSQL has billed, see reconciler.rs). So a request never waits for Redis
+//! on its way out, and a busy replica sends tens of SYNCs a second, not one per handful of
+//! requests. A settle moves its spend out of this replica's holding into the settled counter; both
+//! changes travel in one SYNC, so Redis never sees the holding shrink before the settled spend
+//! grows (which would let spend overshoot), and until then the holding (the request's
+//! reservation) still counts against the limit on every replica. Every [`TICK`] the syncer also
+//! sends window corrections, gives back unspent credit and renews (or shrinks) this replica's
+//! holdings. Every call runs under the refill lock: holdings are written as absolute amounts, so
+//! no ACQUIRE may be in flight then.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -34,7 +38,10 @@ pub(super) struct Syncer {
 
 struct Pending {
     spend: HashMap<Key, i64>,
+    /// The number of the next SYNC.
     batch: u64,
+    /// The SYNC that carries (or carried) the latest queued spend.
+    spend_batch: u64,
 }
 
 impl Default for Syncer {
@@ -43,6 +50,7 @@ impl Default for Syncer {
             pending: Mutex::new(Pending {
                 spend: HashMap::new(),
                 batch: 1,
+                spend_batch: 0,
             }),
             wake: Notify::new(),
             done: watch::channel(0).0,
@@ -51,38 +59,54 @@ impl Default for Syncer {
     }
 }
 
-/// Adds settled spend (settled-spend key, micros) to the next SYNC and waits until it is sent.
-/// `apply` changes the holdings to match; it runs under the same lock as the syncer's snapshot,
-/// so the next SYNC carries both or neither.
+/// Adds settled spend (settled-spend key, micros) to the next SYNC. `apply` changes the holdings
+/// to match; it runs under the same lock as the syncer's snapshot, so the next SYNC carries both
+/// or neither. Without a running syncer (shutdown) the SYNC is sent here, at once.
 pub(super) async fn settle_spend(inner: &Inner, spend: Vec<(Key, i64)>, apply: impl FnOnce()) {
     let s = &inner.syncer;
-    let running = s.running.load(Ordering::Acquire);
-    // Without a running syncer (shutdown), this call sends the SYNC itself, under the refill
-    // lock like the syncer's.
-    let refill = if running {
+    let refill = if s.running.load(Ordering::Acquire) {
         None
     } else {
         Some(inner.refill.lock().await)
     };
-    let mut done = s.done.subscribe();
-    let batch = match s.pending.lock() {
+    match s.pending.lock() {
         Ok(mut p) => {
             apply();
             for (key, micros) in spend {
                 *p.spend.entry(key).or_default() += micros;
             }
-            p.batch
+            p.spend_batch = p.batch;
         }
         Err(_) => return,
-    };
+    }
     if refill.is_some() {
+        let (batch, ops) = snapshot(inner, None);
+        send(inner, &ops).await;
+        s.done.send_replace(batch);
+    }
+}
+
+/// Returns once every spend settled so far has been sent to Redis (or given up on: Redis down or
+/// too slow, when the reconciler makes up for it).
+pub(super) async fn flushed(inner: &Inner) {
+    let s = &inner.syncer;
+    let mut done = s.done.subscribe();
+    let target = match s.pending.lock() {
+        Ok(p) => p.spend_batch,
+        Err(_) => return,
+    };
+    if *done.borrow() >= target {
+        return;
+    }
+    if !s.running.load(Ordering::Acquire) {
+        let _no_acquire_in_flight = inner.refill.lock().await;
         let (batch, ops) = snapshot(inner, None);
         send(inner, &ops).await;
         s.done.send_replace(batch);
         return;
     }
     s.wake.notify_one();
-    let wait = done.wait_for(|d| *d >= batch);
+    let wait = done.wait_for(|d| *d >= target);
     if tokio::time::timeout(inner.cfg.redis_timeout() * 4, wait)
         .await
         .is_err()
