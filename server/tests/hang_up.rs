@@ -44,20 +44,7 @@ fn chunk(tokens: u32) -> Vec<u8> {
 /// One streamed answer: token 1, then wait for the gateway's end-of-file, then the token that was
 /// being produced meanwhile (token 2), then close.
 async fn serve(mut tcp: TcpStream, seen: Arc<Seen>) {
-    let mut head = Vec::new();
-    let mut byte = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        assert_eq!(tcp.read(&mut byte).await.unwrap(), 1);
-        head.push(byte[0]);
-    }
-    let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
-    let len: usize = head
-        .lines()
-        .find_map(|l| l.strip_prefix("content-length: "))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap();
-    let mut body = vec![0u8; len];
-    tcp.read_exact(&mut body).await.unwrap();
+    raw_http::read_request(&mut tcp).await.unwrap();
     let head =
         "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n";
     tcp.write_all(head.as_bytes()).await.unwrap();

@@ -12,7 +12,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use clap::Parser;
 use common::chaos::ChaosProxy;
 use common::*;
 use redis::aio::ConnectionManager;
@@ -20,7 +19,6 @@ use serde_json::{json, Value};
 use sqlx::PgPool;
 use tf_engine_sim::SimConfig;
 use tokenfactory::app::{self, App, AppOptions};
-use tokenfactory::cli::{AdminCommand, Cli, Command};
 use tokenfactory::quota::QuotaArgs;
 
 const REDIS: &str = "redis://127.0.0.1:6379";
@@ -70,19 +68,6 @@ async fn replica(pool: &PgPool, options: AppOptions) -> (SocketAddr, App) {
             .unwrap()
     });
     (addr, app)
-}
-
-/// Runs `tokenfactory admin limits ARGS` against the test database; returns what it prints.
-async fn admin_limits(pool: &PgPool, args: &[&str]) -> String {
-    let argv = ["tokenfactory", "admin", "limits"]
-        .iter()
-        .chain(args)
-        .copied();
-    let Some(Command::Admin(AdminCommand::Limits(a))) = Cli::try_parse_from(argv).unwrap().command
-    else {
-        panic!("not parsed as admin limits")
-    };
-    tokenfactory::quota::admin::run(pool, &a).await.unwrap()
 }
 
 /// `clients` tasks per address, each sending `each` requests; returns (admitted, refused bodies).

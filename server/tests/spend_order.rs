@@ -11,27 +11,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use clap::Parser;
 use common::*;
 use sqlx::PgPool;
 use tf_engine_sim::SimConfig;
 use tokenfactory::app::AppOptions;
-use tokenfactory::cli::{AdminCommand, Cli, Command};
 use tokenfactory::journal::{Durability, Journal};
 
 const REDIS: &str = "redis://127.0.0.1:6379";
-
-async fn admin_limits(pool: &PgPool, args: &[&str]) {
-    let argv = ["tokenfactory", "admin", "limits"]
-        .iter()
-        .chain(args)
-        .copied();
-    let Some(Command::Admin(AdminCommand::Limits(a))) = Cli::try_parse_from(argv).unwrap().command
-    else {
-        panic!("not parsed as admin limits")
-    };
-    tokenfactory::quota::admin::run(pool, &a).await.unwrap();
-}
 
 #[sqlx::test(migrations = "../migrations")]
 async fn postgres_never_bills_more_than_redis_has_settled(pool: PgPool) {

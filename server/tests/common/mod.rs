@@ -6,6 +6,7 @@
 pub mod chaos;
 pub mod client;
 pub mod process;
+pub mod raw_http;
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -193,4 +194,19 @@ pub async fn read_events_then_hang_up(r: reqwest::Response, n: usize) -> usize {
 
 pub fn chat(model: &str, content: &str, max_tokens: u32) -> serde_json::Value {
     serde_json::json!({"model": model, "messages": [{"role": "user", "content": content}], "max_tokens": max_tokens})
+}
+
+/// Runs `tokenfactory admin limits ARGS` against the test database; returns what it prints.
+pub async fn admin_limits(pool: &PgPool, args: &[&str]) -> String {
+    use clap::Parser;
+    use tokenfactory::cli::{AdminCommand, Cli, Command};
+    let argv = ["tokenfactory", "admin", "limits"]
+        .iter()
+        .chain(args)
+        .copied();
+    let Some(Command::Admin(AdminCommand::Limits(a))) = Cli::try_parse_from(argv).unwrap().command
+    else {
+        panic!("not parsed as admin limits")
+    };
+    tokenfactory::quota::admin::run(pool, &a).await.unwrap()
 }
