@@ -78,7 +78,7 @@ async fn postgres_never_bills_more_than_redis_has_settled(pool: PgPool) {
         .collect();
 
     let mut con = redis.clone();
-    let (mut samples, mut billed_samples, mut max_billed) = (0, 0, 0i64);
+    let (mut samples, mut billed_samples, mut last_billed) = (0, 0, 0i64);
     let deadline = tokio::time::Instant::now() + Duration::from_millis(2500);
     while tokio::time::Instant::now() < deadline {
         // PostgreSQL first: Redis only grows, so a later read can only be higher.
@@ -103,7 +103,7 @@ async fn postgres_never_bills_more_than_redis_has_settled(pool: PgPool) {
         if billed > 0 {
             billed_samples += 1;
         }
-        max_billed = billed;
+        last_billed = billed;
         tokio::time::sleep(Duration::from_millis(3)).await;
     }
     stop.store(true, Ordering::Relaxed);
@@ -111,7 +111,7 @@ async fn postgres_never_bills_more_than_redis_has_settled(pool: PgPool) {
     for c in clients {
         requests += c.await.unwrap();
     }
-    println!("{requests} requests, {samples} samples ({billed_samples} with spend billed), last billed {max_billed} micros");
+    println!("{requests} requests, {samples} samples ({billed_samples} with spend billed), last billed {last_billed} micros");
     assert!(
         billed_samples >= 50,
         "too few samples saw billed spend to prove the order"

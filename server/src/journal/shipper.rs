@@ -127,12 +127,7 @@ impl Shipper {
         .await??;
         let n = batch.events.len();
         if n > 0 {
-            if let Some(q) = &self.quota {
-                // INVARIANT: Redis has the spend of every event in the batch before PostgreSQL
-                // does (test: spend_order).
-                q.spend_flushed().await;
-            }
-            usage::insert_batch(&self.pool, &batch.events).await?;
+            usage::store(&self.pool, self.quota.as_ref(), &batch.events).await?;
             self.metrics.shipped.fetch_add(n as u64, Ordering::Relaxed);
             let oldest_end = batch
                 .events

@@ -265,10 +265,8 @@ impl UsageSink for JournalSink {
                 Ok(()) => Ok(()),
                 Err(e) => {
                     tracing::error!(error = %e, request_id = %event.request_id, "journal append failed; writing to PostgreSQL directly");
-                    if let Some(q) = &self.quota {
-                        q.spend_flushed().await;
-                    }
-                    usage::insert_batch(&self.pool, std::slice::from_ref(event)).await?;
+                    usage::store(&self.pool, self.quota.as_ref(), std::slice::from_ref(event))
+                        .await?;
                     Ok(())
                 }
             }

@@ -168,13 +168,24 @@ impl PgSink {
 impl UsageSink for PgSink {
     fn record<'a>(&'a self, event: &'a UsageEvent) -> SinkFuture<'a> {
         Box::pin(async move {
-            if let Some(q) = &self.quota {
-                q.spend_flushed().await;
-            }
-            insert_batch(&self.pool, std::slice::from_ref(event)).await?;
+            store(&self.pool, self.quota.as_ref(), std::slice::from_ref(event)).await?;
             Ok(())
         })
     }
+}
+
+/// Writes events to PostgreSQL once `quota`'s settled spend has reached Redis. INVARIANT: every
+/// usage write goes through here, so Redis never counts less than PostgreSQL has billed and the
+/// spend reconciler only ever raises counters (test: spend_order).
+pub async fn store(
+    pool: &PgPool,
+    quota: Option<&crate::quota::Quota>,
+    events: &[UsageEvent],
+) -> sqlx::Result<u64> {
+    if let Some(q) = quota {
+        q.spend_flushed().await;
+    }
+    insert_batch(pool, events).await
 }
 
 /// Inserts events in one statement; events already stored are skipped. Returns rows inserted.

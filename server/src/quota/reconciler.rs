@@ -4,12 +4,12 @@
 //! a Redis restart or flush, spend admitted on local limits) self-corrects. It runs at once when
 //! Redis comes back. Counters are only raised, never lowered: a request's spend reaches Redis
 //! before its event reaches PostgreSQL (the usage writers wait for `Quota::spend_flushed`), so
-//! PostgreSQL lower than Redis only means events in transit (the
-//! journal's shipping lag, or a race with this pass); lowering would forget them and let spend
-//! overshoot (an early version did: quota::spend_overshoots_by_at_most_the_reservations_in_flight
-//! caught it). The one upward drift left, an event Redis counted but the sink lost, errs on the
-//! safe side. Live reservations are kept apart from settled spend, so a pass never touches
-//! requests in flight. Failures are logged and retried next pass.
+//! PostgreSQL lower than Redis only means events in transit (the journal's shipping lag, or a race
+//! with this pass); lowering would forget them and let spend overshoot (an early version did:
+//! quota::spend_overshoots_by_at_most_the_reservations_in_flight caught it). The one upward drift
+//! left, an event Redis counted but the sink lost, errs on the safe side. Live reservations are
+//! kept apart from settled spend, so a pass never touches requests in flight. Failures are logged
+//! and retried next pass.
 
 use std::time::Duration;
 

@@ -1,10 +1,10 @@
-//! The admitted request's guard. It holds the request's slots and spend reservation until the
-//! usage event is final, then settles: token windows corrected to the real usage, the real spend
-//! queued for Redis (group-committed with the next SYNC; the usage writers wait for it before the
-//! event reaches PostgreSQL), slots and reservation given back to this replica's holding. If the request ends any other way
-//! (an error path, a dropped future, a panic) the guard's `Drop` still gives back the slots and
-//! the reservation, counting no tokens; if the whole replica dies, its holdings stop being
-//! renewed and expire.
+//! The admitted request's guard. It holds the request's slots and spend reservation until the usage
+//! event is final, then settles: token windows corrected to the real usage, the real spend queued
+//! for Redis (group-committed with the next SYNC; the usage writers wait for it before the event
+//! reaches PostgreSQL), slots and reservation given back to this replica's holding. If the request
+//! ends any other way (an error path, a dropped future, a panic) the guard's `Drop` still gives
+//! back the slots and the reservation, counting no tokens; if the whole replica dies, its holdings
+//! stop being renewed and expire.
 
 use std::sync::Arc;
 

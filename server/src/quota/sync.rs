@@ -80,9 +80,7 @@ pub(super) async fn settle_spend(inner: &Inner, spend: Vec<(Key, i64)>, apply: i
         Err(_) => return,
     }
     if refill.is_some() {
-        let (batch, ops) = snapshot(inner, None);
-        send(inner, &ops).await;
-        s.done.send_replace(batch);
+        send_pending(inner).await;
     }
 }
 
@@ -100,9 +98,7 @@ pub(super) async fn flushed(inner: &Inner) {
     }
     if !s.running.load(Ordering::Acquire) {
         let _no_acquire_in_flight = inner.refill.lock().await;
-        let (batch, ops) = snapshot(inner, None);
-        send(inner, &ops).await;
-        s.done.send_replace(batch);
+        send_pending(inner).await;
         return;
     }
     s.wake.notify_one();
@@ -139,9 +135,15 @@ pub(super) async fn run(inner: Arc<Inner>, cancel: CancellationToken) {
     }
     s.running.store(false, Ordering::Release);
     let _no_acquire_in_flight = inner.refill.lock().await;
-    let (batch, ops) = snapshot(&inner, None);
-    send(&inner, &ops).await;
-    s.done.send_replace(batch);
+    send_pending(&inner).await;
+}
+
+/// Sends queued spend and changed holdings now, outside the syncer's loop. The caller holds the
+/// refill lock.
+async fn send_pending(inner: &Inner) {
+    let (batch, ops) = snapshot(inner, None);
+    send(inner, &ops).await;
+    inner.syncer.done.send_replace(batch);
 }
 
 /// What the next SYNC carries: pending spend and the holdings as they are now, taken under the
