@@ -101,6 +101,8 @@ fn main() {
             upstream_url: format!("http://{sim_addr}/v1"),
             upstream_model: "bench-base".into(),
             continuous_usage: true,
+            denied_fields: Some(tokenfactory::gateway::engine_policy::EnginePolicy::denied_except(&["sim"])),
+            prompt_estimator: tokenfactory::gateway::engine_policy::PromptEstimator::SimWords,
         };
         fleet::register_bases(&pool, "static", &[reg]).await.unwrap();
         sqlx::query("UPDATE base_models SET micros_per_1k_tokens = 1").execute(&pool).await.unwrap();
@@ -132,7 +134,7 @@ fn main() {
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let gw: SocketAddr = l.local_addr().unwrap();
         let router = built.router.clone();
-        tokio::spawn(async move { axum::serve(tokenfactory::app::nodelay(l), router.into_make_service_with_connect_info::<SocketAddr>()).await });
+        tokio::spawn(tokenfactory::http_server::serve(l, router, Default::default(), Default::default(), std::future::pending()));
 
         // (1) One admission at a time: the decision's own cost (cache probe, estimate, and either
         // this replica's credit or one Redis script round trip that grants more credit). The
@@ -147,6 +149,7 @@ fn main() {
                 graph: "bench",
                 base: "bench-base",
                 max_tokens: Some(16),
+                sequences: 1,
             };
             let before = quota.admissions().1;
             let t0 = Instant::now();

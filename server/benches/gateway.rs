@@ -171,6 +171,10 @@ async fn setup_gateway(sim: SocketAddr) -> (SocketAddr, String) {
             upstream_url: format!("http://{sim}/v1"),
             upstream_model: "bench-base".into(),
             continuous_usage: true,
+            denied_fields: Some(
+                tokenfactory::gateway::engine_policy::EnginePolicy::denied_except(&["sim"]),
+            ),
+            prompt_estimator: tokenfactory::gateway::engine_policy::PromptEstimator::SimWords,
         }],
     )
     .await
@@ -201,15 +205,13 @@ async fn setup_gateway(sim: SocketAddr) -> (SocketAddr, String) {
     .unwrap();
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
-    tokio::spawn(async move {
-        axum::serve(
-            app::nodelay(l),
-            built
-                .router
-                .into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .await
-    });
+    tokio::spawn(tokenfactory::http_server::serve(
+        l,
+        built.router.clone(),
+        Default::default(),
+        built.http_metrics.clone(),
+        std::future::pending(),
+    ));
     (addr, key)
 }
 

@@ -13,6 +13,7 @@ use crate::cli::GatewayArgs;
 use crate::gateway::auth::KeyCache;
 use crate::gateway::resolve::RouteTable;
 use crate::gateway::{self, Gateway, GatewayInner};
+use crate::http_server::ServerMetrics;
 use crate::journal::{Journal, JournalMetrics, JournalSink, Shipper};
 use crate::metering::usage::{PgSink, UsageSink};
 
@@ -65,6 +66,8 @@ pub struct App {
     pub cut: CancellationToken,
     /// Moves journal records to PostgreSQL (when there is a journal).
     pub shipper: Option<Arc<Shipper>>,
+    /// Client connection counters, filled by `http_server::serve`.
+    pub http_metrics: Arc<ServerMetrics>,
 }
 
 /// Builds state, loads the resolution table and starts the background workers.
@@ -117,6 +120,7 @@ pub async fn build(pool: PgPool, options: AppOptions) -> anyhow::Result<App> {
         tracker: tracker.clone(),
         cut: cut.clone(),
         max_body_bytes: options.gateway.max_body_bytes,
+        body_timing: options.gateway.body_timing(),
         quota,
     });
 
@@ -145,9 +149,11 @@ pub async fn build(pool: PgPool, options: AppOptions) -> anyhow::Result<App> {
     })
     .await?;
     let metrics = options.journal.as_ref().map(|j| j.metrics.clone());
+    let http_metrics = Arc::new(ServerMetrics::default());
+    let http = http_metrics.clone();
     let router = gateway::router(gateway.clone()).merge(portal).route(
         "/metrics",
-        axum::routing::get(move || render_metrics(metrics.clone())),
+        axum::routing::get(move || render_metrics(metrics.clone(), http.clone())),
     );
     Ok(App {
         router,
@@ -156,6 +162,7 @@ pub async fn build(pool: PgPool, options: AppOptions) -> anyhow::Result<App> {
         cancel,
         cut,
         shipper,
+        http_metrics,
     })
 }
 
@@ -187,8 +194,12 @@ async fn purge_sessions(pool: PgPool, cancel: CancellationToken) {
     }
 }
 
-async fn render_metrics(journal: Option<Arc<JournalMetrics>>) -> impl axum::response::IntoResponse {
+async fn render_metrics(
+    journal: Option<Arc<JournalMetrics>>,
+    http: Arc<ServerMetrics>,
+) -> impl axum::response::IntoResponse {
     let mut out = String::new();
+    http.render(&mut out);
     if let Some(j) = journal {
         j.render(&mut out);
     }
@@ -199,18 +210,4 @@ async fn render_metrics(journal: Option<Arc<JournalMetrics>>) -> impl axum::resp
         )],
         out,
     )
-}
-
-/// The listener the server accepts on: TCP_NODELAY on every connection, so a streamed chunk
-/// leaves at once instead of waiting behind an unacknowledged one (Nagle).
-pub fn nodelay(
-    listener: tokio::net::TcpListener,
-) -> axum::serve::TapIo<tokio::net::TcpListener, fn(&mut tokio::net::TcpStream)> {
-    use axum::serve::ListenerExt;
-    fn set(tcp: &mut tokio::net::TcpStream) {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!(error = %e, "could not set TCP_NODELAY");
-        }
-    }
-    listener.tap_io(set as fn(&mut tokio::net::TcpStream))
 }

@@ -71,6 +71,8 @@ pub struct ServeArgs {
     #[arg(long, env = "TF_TRUST_FORWARDED_FOR", default_value_t = false, action = clap::ArgAction::Set)]
     pub trust_forwarded_for: bool,
     #[command(flatten)]
+    pub http: HttpArgs,
+    #[command(flatten)]
     pub gateway: GatewayArgs,
     #[command(flatten)]
     pub journal: JournalArgs,
@@ -115,6 +117,12 @@ pub struct GatewayArgs {
     /// Idle keep-alive connections kept per upstream.
     #[arg(long, env = "TF_UPSTREAM_POOL_IDLE", default_value_t = 256)]
     pub upstream_pool_idle: usize,
+    /// Time every request body gets before the minimum rate applies, in milliseconds.
+    #[arg(long, env = "TF_BODY_TIMEOUT_MS", default_value_t = 10_000)]
+    pub body_timeout_ms: u64,
+    /// Slowest a request body may arrive after that, in bytes per second (slower: 408).
+    #[arg(long, env = "TF_BODY_MIN_BYTES_PER_SEC", default_value_t = 65_536)]
+    pub body_min_bytes_per_sec: u64,
 }
 
 impl Default for GatewayArgs {
@@ -124,6 +132,48 @@ impl Default for GatewayArgs {
             upstream_connect_timeout_ms: 2_000,
             upstream_first_byte_timeout_ms: 300_000,
             upstream_pool_idle: 256,
+            body_timeout_ms: 10_000,
+            body_min_bytes_per_sec: 65_536,
+        }
+    }
+}
+
+impl GatewayArgs {
+    /// The body-read bounds the handlers apply.
+    pub fn body_timing(&self) -> crate::gateway::body::BodyTiming {
+        crate::gateway::body::BodyTiming {
+            base: std::time::Duration::from_millis(self.body_timeout_ms),
+            min_bytes_per_sec: self.body_min_bytes_per_sec,
+        }
+    }
+}
+
+/// Client connections to the portal and `/v1`.
+#[derive(Debug, Clone, Args)]
+pub struct HttpArgs {
+    /// Time a connection gets to send a complete request head, counted from when it opens or its
+    /// previous response ends; so it is also the idle keep-alive timeout, in seconds.
+    #[arg(long, env = "TF_HEADER_TIMEOUT_SECS", default_value_t = 30)]
+    pub header_timeout_secs: u64,
+    /// Most client connections open at once; further ones wait in the listen backlog.
+    #[arg(long, env = "TF_MAX_CONNECTIONS", default_value_t = 16_384)]
+    pub max_connections: usize,
+}
+
+impl Default for HttpArgs {
+    fn default() -> Self {
+        Self {
+            header_timeout_secs: 30,
+            max_connections: 16_384,
+        }
+    }
+}
+
+impl From<&HttpArgs> for crate::http_server::ServerOptions {
+    fn from(a: &HttpArgs) -> Self {
+        Self {
+            header_timeout: std::time::Duration::from_secs(a.header_timeout_secs.max(1)),
+            max_connections: a.max_connections.max(1),
         }
     }
 }

@@ -13,6 +13,7 @@ pub mod cli;
 pub mod demo;
 pub mod fleet;
 pub mod gateway;
+pub mod http_server;
 pub mod journal;
 pub mod metering;
 pub mod notify;

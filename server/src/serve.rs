@@ -1,7 +1,6 @@
 //! The `serve` command: migrate, start the fleet, build the app, print how to use it, serve until
 //! SIGINT/SIGTERM, then drain.
 
-use std::future::IntoFuture;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -80,18 +79,15 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
 
     let stop = CancellationToken::new();
     let stopping = stop.clone();
-    let mut server = tokio::spawn(
-        axum::serve(
-            crate::app::nodelay(listener),
-            built
-                .router
-                .into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .with_graceful_shutdown(async move { stopping.cancelled().await })
-        .into_future(),
-    );
+    let mut server = std::pin::pin!(crate::http_server::serve(
+        listener,
+        built.router.clone(),
+        (&args.http).into(),
+        built.http_metrics.clone(),
+        async move { stopping.cancelled().await },
+    ));
     tokio::select! {
-        result = &mut server => { result??; }
+        () = &mut server => {}
         () = shutdown_signal() => {
             tracing::info!("shutting down: no new connections, draining in-flight requests");
             stop.cancel();

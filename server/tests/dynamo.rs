@@ -29,6 +29,8 @@ async fn with_dynamo(pool: PgPool) -> Option<(TestApp, String)> {
             upstream_url: url.clone(),
             upstream_model: MODEL.into(),
             continuous_usage: true,
+            denied_fields: None,
+            prompt_estimator: Default::default(),
         },
         BaseRegistration {
             name: "misrouted".into(),
@@ -36,6 +38,8 @@ async fn with_dynamo(pool: PgPool) -> Option<(TestApp, String)> {
             upstream_url: url.clone(),
             upstream_model: "no-such-model".into(),
             continuous_usage: true,
+            denied_fields: None,
+            prompt_estimator: Default::default(),
         },
     ];
     fleet::register_bases(&t.pool, "static", &bases)

@@ -61,12 +61,13 @@ async fn replica(pool: &PgPool, options: AppOptions) -> (SocketAddr, App) {
     let app = app::build(pool.clone(), options).await.unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let router = app.router.clone();
-    tokio::spawn(async move {
-        axum::serve(tokenfactory::app::nodelay(listener), router)
-            .await
-            .unwrap()
-    });
+    tokio::spawn(tokenfactory::http_server::serve(
+        listener,
+        app.router.clone(),
+        Default::default(),
+        app.http_metrics.clone(),
+        std::future::pending(),
+    ));
     (addr, app)
 }
 

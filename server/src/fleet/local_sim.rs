@@ -7,6 +7,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::BaseRegistration;
+use crate::gateway::engine_policy::PromptEstimator;
 
 /// The base that carries the demo adapters.
 pub const DEMO_BASE: &str = "llama-3.1-8b-sim";
@@ -58,6 +59,9 @@ pub async fn start(
             upstream_url: format!("http://{addr}/v1"),
             upstream_model: name.to_owned(),
             continuous_usage: true,
+            // The demo's tenants must not drive the simulator: the default deny-list strips `sim`.
+            denied_fields: None,
+            prompt_estimator: PromptEstimator::SimWords,
         });
     }
     Ok(bases)

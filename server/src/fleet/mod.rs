@@ -12,6 +12,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
+use crate::gateway::engine_policy::PromptEstimator;
+
 /// Which backend `serve` uses.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FleetSpec {
@@ -38,6 +40,10 @@ pub struct BaseRegistration {
     pub upstream_url: String,
     pub upstream_model: String,
     pub continuous_usage: bool,
+    /// Engine-control fields stripped from client bodies (`None`: the gateway's default list).
+    pub denied_fields: Option<Vec<String>>,
+    /// How prompts are counted before the engine reports them.
+    pub prompt_estimator: PromptEstimator,
 }
 
 /// Upserts the bases a backend serves; a base that moved (new port) gets its new URL.
@@ -49,11 +55,13 @@ pub async fn register_bases(
     let mut tx = pool.begin().await?;
     for b in bases {
         sqlx::query(
-            "INSERT INTO base_models (id, name, graph, fleet, upstream_url, upstream_model, continuous_usage, price_key)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $2)
+            "INSERT INTO base_models (id, name, graph, fleet, upstream_url, upstream_model, continuous_usage, price_key,
+                 denied_fields, prompt_estimator)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $2, $8, $9)
              ON CONFLICT (name) DO UPDATE SET graph = EXCLUDED.graph, fleet = EXCLUDED.fleet,
                  upstream_url = EXCLUDED.upstream_url, upstream_model = EXCLUDED.upstream_model,
-                 continuous_usage = EXCLUDED.continuous_usage",
+                 continuous_usage = EXCLUDED.continuous_usage, denied_fields = EXCLUDED.denied_fields,
+                 prompt_estimator = EXCLUDED.prompt_estimator",
         )
         .bind(Uuid::now_v7())
         .bind(&b.name)
@@ -62,6 +70,8 @@ pub async fn register_bases(
         .bind(&b.upstream_url)
         .bind(&b.upstream_model)
         .bind(b.continuous_usage)
+        .bind(&b.denied_fields)
+        .bind(b.prompt_estimator.as_str())
         .execute(&mut *tx)
         .await?;
     }

@@ -8,6 +8,7 @@ use anyhow::Context;
 use serde::Deserialize;
 
 use super::BaseRegistration;
+use crate::gateway::engine_policy::PromptEstimator;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -30,6 +31,10 @@ struct StaticBase {
     /// Whether the upstream accepts `continuous_usage_stats` (vLLM and Dynamo do).
     #[serde(default = "yes")]
     continuous_usage: bool,
+    /// Engine-control fields stripped from client bodies (default: the gateway's deny-list).
+    denied_fields: Option<Vec<String>>,
+    /// `byte-bound` (default, any real engine) or `sim-words` (the engine simulator).
+    prompt_estimator: Option<String>,
 }
 
 fn yes() -> bool {
@@ -49,12 +54,23 @@ pub fn parse(text: &str) -> anyhow::Result<Vec<BaseRegistration>> {
                 "base {}: upstream {url:?} must be an http(s) URL",
                 b.name
             );
+            let prompt_estimator = match b.prompt_estimator.as_deref() {
+                None => PromptEstimator::default(),
+                Some(name) => PromptEstimator::parse(name).with_context(|| {
+                    format!(
+                        "base {}: prompt_estimator {name:?} must be \"byte-bound\" or \"sim-words\"",
+                        b.name
+                    )
+                })?,
+            };
             Ok(BaseRegistration {
                 graph: b.graph.unwrap_or_else(|| b.name.clone()),
                 upstream_model: b.upstream_model.unwrap_or_else(|| b.name.clone()),
                 name: b.name,
                 upstream_url: url,
                 continuous_usage: b.continuous_usage,
+                denied_fields: b.denied_fields,
+                prompt_estimator,
             })
         })
         .collect()

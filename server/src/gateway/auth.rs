@@ -1,14 +1,21 @@
 //! API key authentication. Keys are looked up by SHA-256 through an in-memory cache: a hit costs
-//! no I/O; an entry older than [`FRESH_FOR`] is re-read, and every entry is dropped when
+//! no I/O; an entry older than [`FRESH_FOR`] is re-read, and every entry is marked stale when
 //! PostgreSQL notifies `tf_auth_changed`, so a revoked key or a suspended tenant is refused within
 //! a second on every replica even if a notification is missed. When PostgreSQL is down, stale
 //! entries keep serving (fail-static): a known good key keeps working through a database outage.
+//!
+//! Bad keys cost little: known keys and unknown ones live in separate bounded caches (a flood of
+//! random keys evicts only other unknown keys, never a good one), one lookup per key runs at a
+//! time, and an address whose unknown keys pass [`FAILURES_PER_WINDOW`] gets 429 for the rest of
+//! the window without PostgreSQL being asked.
 
-use std::collections::{HashMap, HashSet};
-use std::sync::{Mutex, RwLock};
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::http::HeaderMap;
+use quick_cache::sync::Cache;
 use sqlx::PgPool;
 use tf_core::accounts::TenantStatus;
 use uuid::Uuid;
@@ -21,8 +28,14 @@ pub const FRESH_FOR: Duration = Duration::from_secs(1);
 const STALE_REFRESH_TIMEOUT: Duration = Duration::from_millis(250);
 /// How long a first lookup may take before the request fails with 503.
 const COLD_LOOKUP_TIMEOUT: Duration = Duration::from_secs(3);
-/// Bound on cached entries (unknown keys are cached too, so a flood of bad keys cannot grow it).
-const MAX_ENTRIES: usize = 100_000;
+/// Known keys cached (valid or suspended).
+const KNOWN_ENTRIES: usize = 100_000;
+/// Unknown keys cached, and addresses tracked for failures.
+const UNKNOWN_ENTRIES: usize = 16_384;
+/// Unknown keys one address may try per [`FAILURE_WINDOW`] before it is refused without a lookup.
+pub const FAILURES_PER_WINDOW: u32 = 20;
+/// The failure limiter's window.
+pub const FAILURE_WINDOW: Duration = Duration::from_secs(60);
 
 /// Who is calling, as proven by the key.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,6 +52,7 @@ enum Lookup {
     Unknown,
 }
 
+#[derive(Clone)]
 struct Entry {
     lookup: Lookup,
     fetched: Instant,
@@ -46,22 +60,43 @@ struct Entry {
     epoch: u64,
 }
 
+/// Failed lookups of one address in the current window.
+#[derive(Debug)]
+struct Failures {
+    window_start: Instant,
+    count: u32,
+}
+
 /// The per-replica key cache and the batch of keys seen since the last `last_used_at` flush.
 pub struct KeyCache {
     pool: PgPool,
-    entries: RwLock<HashMap<[u8; 32], Entry>>,
-    used: Mutex<HashSet<Uuid>>,
-    epoch: std::sync::atomic::AtomicU64,
+    known: Cache<[u8; 32], Entry>,
+    unknown: Cache<[u8; 32], Entry>,
+    /// One lookup per key at a time: concurrent requests of a key wait for the first one.
+    gates: Cache<[u8; 32], Arc<tokio::sync::Mutex<()>>>,
+    failures: Cache<IpAddr, Arc<Mutex<Failures>>>,
+    used: Mutex<std::collections::HashSet<Uuid>>,
+    epoch: AtomicU64,
+    lookups: AtomicU64,
 }
 
 impl KeyCache {
     pub fn new(pool: PgPool) -> Self {
         Self {
             pool,
-            entries: RwLock::new(HashMap::new()),
-            used: Mutex::new(HashSet::new()),
-            epoch: std::sync::atomic::AtomicU64::new(0),
+            known: Cache::new(KNOWN_ENTRIES),
+            unknown: Cache::new(UNKNOWN_ENTRIES),
+            gates: Cache::new(UNKNOWN_ENTRIES),
+            failures: Cache::new(UNKNOWN_ENTRIES),
+            used: Mutex::new(std::collections::HashSet::new()),
+            epoch: AtomicU64::new(0),
+            lookups: AtomicU64::new(0),
         }
+    }
+
+    /// Key lookups sent to PostgreSQL since start (what a flood of bad keys would drive up).
+    pub fn lookups(&self) -> u64 {
+        self.lookups.load(Ordering::Relaxed)
     }
 
     /// Forgets everything (on NOTIFY, or when the listener reconnects and may have missed one).
@@ -69,54 +104,32 @@ impl KeyCache {
     /// Entries are marked stale, not dropped: each is re-read on its next use, and if PostgreSQL
     /// cannot answer then (a reconnect during an outage), the stale answer keeps serving.
     pub fn invalidate_all(&self) {
-        self.epoch.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        self.epoch.fetch_add(1, Ordering::AcqRel);
     }
 
     fn current_epoch(&self) -> u64 {
-        self.epoch.load(std::sync::atomic::Ordering::Acquire)
+        self.epoch.load(Ordering::Acquire)
     }
 
-    /// Authenticates the `Authorization` header.
-    pub async fn authenticate(&self, headers: &HeaderMap) -> Result<Principal, GatewayError> {
+    /// The cached answer and whether it may be trusted without asking PostgreSQL.
+    fn cached(&self, hash: &[u8; 32]) -> Option<(Lookup, bool)> {
+        let e = self.known.get(hash).or_else(|| self.unknown.get(hash))?;
+        let fresh = e.epoch == self.current_epoch() && e.fetched.elapsed() < FRESH_FOR;
+        Some((e.lookup, fresh))
+    }
+
+    /// Authenticates the `Authorization` header of a request from `client` (its address, when
+    /// known, for the failure limiter).
+    pub async fn authenticate(
+        &self,
+        headers: &HeaderMap,
+        client: Option<IpAddr>,
+    ) -> Result<Principal, GatewayError> {
         let secret = bearer(headers).ok_or(GatewayError::MissingKey)?;
         let hash = tf_core::keys::hash_secret(secret);
-        let cached = self.entries.read().ok().and_then(|map| {
-            map.get(&hash).map(|e| {
-                (
-                    e.lookup.clone(),
-                    e.epoch == self.current_epoch() && e.fetched.elapsed() < FRESH_FOR,
-                )
-            })
-        });
-        let lookup = match cached {
+        let lookup = match self.cached(&hash) {
             Some((lookup, true)) => lookup,
-            stale => {
-                // With a stale answer in hand, do not let a slow database hold the request.
-                let limit = if stale.is_some() {
-                    STALE_REFRESH_TIMEOUT
-                } else {
-                    COLD_LOOKUP_TIMEOUT
-                };
-                let fetched = tokio::time::timeout(limit, self.fetch(&hash))
-                    .await
-                    .unwrap_or(Err(sqlx::Error::PoolTimedOut));
-                match (fetched, stale) {
-                    (Ok(lookup), _) => {
-                        self.store(hash, lookup.clone());
-                        lookup
-                    }
-                    (Err(e), Some((lookup, _))) => {
-                        tracing::warn!(error = %e, "key lookup failed; serving the cached answer");
-                        // Retry after another FRESH_FOR, not on every request.
-                        self.store(hash, lookup.clone());
-                        lookup
-                    }
-                    (Err(e), None) => {
-                        tracing::warn!(error = %e, "key lookup failed");
-                        return Err(GatewayError::ServiceUnavailable);
-                    }
-                }
-            }
+            stale => self.refresh(hash, stale, client).await?,
         };
         match lookup {
             Lookup::Valid(p) => {
@@ -130,23 +143,123 @@ impl KeyCache {
         }
     }
 
-    fn store(&self, hash: [u8; 32], lookup: Lookup) {
-        if let Ok(mut map) = self.entries.write() {
-            if map.len() >= MAX_ENTRIES {
-                map.clear();
+    /// Asks PostgreSQL, one request per key at a time; the others wait and take its answer.
+    async fn refresh(
+        &self,
+        hash: [u8; 32],
+        stale: Option<(Lookup, bool)>,
+        client: Option<IpAddr>,
+    ) -> Result<Lookup, GatewayError> {
+        // With a stale answer in hand, do not let a slow database hold the request.
+        let limit = if stale.is_some() {
+            STALE_REFRESH_TIMEOUT
+        } else {
+            COLD_LOOKUP_TIMEOUT
+        };
+        let gate = self
+            .gates
+            .get_or_insert_with(&hash, || Ok::<_, std::convert::Infallible>(Arc::default()));
+        let gate = match gate {
+            Ok(g) => g,
+            Err(never) => match never {},
+        };
+        let waited = tokio::time::timeout(limit, gate.lock()).await;
+        let stale = match self.cached(&hash) {
+            Some((lookup, true)) => return Ok(lookup),
+            again => again.or(stale),
+        };
+        if stale.is_none() {
+            if let Some(retry_after) = client.and_then(|c| self.refused(c)) {
+                return Err(GatewayError::TooManyKeyFailures(retry_after));
             }
-            map.insert(
-                hash,
-                Entry {
-                    lookup,
-                    fetched: Instant::now(),
-                    epoch: self.current_epoch(),
-                },
-            );
+        }
+        let fetched = match waited {
+            Ok(_only_lookup) => tokio::time::timeout(limit, self.fetch(&hash))
+                .await
+                .unwrap_or(Err(sqlx::Error::PoolTimedOut)),
+            Err(_) => Err(sqlx::Error::PoolTimedOut),
+        };
+        match (fetched, stale) {
+            (Ok(lookup), _) => {
+                if matches!(lookup, Lookup::Unknown) {
+                    if let Some(c) = client {
+                        self.count_failure(c);
+                    }
+                }
+                self.store(hash, lookup.clone());
+                Ok(lookup)
+            }
+            (Err(e), Some((lookup, _))) => {
+                tracing::warn!(error = %e, "key lookup failed; serving the cached answer");
+                // Retry after another FRESH_FOR, not on every request.
+                self.store(hash, lookup.clone());
+                Ok(lookup)
+            }
+            (Err(e), None) => {
+                tracing::warn!(error = %e, "key lookup failed");
+                Err(GatewayError::ServiceUnavailable)
+            }
+        }
+    }
+
+    /// The limiter's key for an address: IPv6 clients hold whole /64s, so they count as one.
+    fn limiter_key(client: IpAddr) -> IpAddr {
+        match client {
+            IpAddr::V4(_) => client,
+            IpAddr::V6(v6) => {
+                let mut o = v6.octets();
+                o[8..].fill(0);
+                IpAddr::from(o)
+            }
+        }
+    }
+
+    /// How long `client` must wait, if its failures used up the window.
+    fn refused(&self, client: IpAddr) -> Option<Duration> {
+        let f = self.failures.get(&Self::limiter_key(client))?;
+        let f = f.lock().ok()?;
+        let elapsed = f.window_start.elapsed();
+        (f.count >= FAILURES_PER_WINDOW && elapsed < FAILURE_WINDOW)
+            .then(|| FAILURE_WINDOW - elapsed)
+    }
+
+    fn count_failure(&self, client: IpAddr) {
+        let key = Self::limiter_key(client);
+        let entry = match self.failures.get_or_insert_with(&key, || {
+            Ok::<_, std::convert::Infallible>(Arc::new(Mutex::new(Failures {
+                window_start: Instant::now(),
+                count: 0,
+            })))
+        }) {
+            Ok(e) => e,
+            Err(never) => match never {},
+        };
+        if let Ok(mut f) = entry.lock() {
+            if f.window_start.elapsed() >= FAILURE_WINDOW {
+                f.window_start = Instant::now();
+                f.count = 0;
+            }
+            f.count = f.count.saturating_add(1);
+        };
+    }
+
+    fn store(&self, hash: [u8; 32], lookup: Lookup) {
+        let entry = Entry {
+            lookup,
+            fetched: Instant::now(),
+            epoch: self.current_epoch(),
+        };
+        if matches!(entry.lookup, Lookup::Unknown) {
+            self.known.remove(&hash);
+            self.unknown.insert(hash, entry);
+        } else {
+            self.unknown.remove(&hash);
+            self.known.insert(hash, entry);
         }
     }
 
     async fn fetch(&self, hash: &[u8; 32]) -> sqlx::Result<Lookup> {
+        self.lookups.fetch_add(1, Ordering::Relaxed);
         let row: Option<(Uuid, Uuid, String, TenantStatus, bool)> = sqlx::query_as(
             "SELECT k.id, t.id, t.name, t.status, k.revoked_at IS NOT NULL
              FROM api_keys k JOIN tenants t ON t.id = k.tenant_id WHERE k.secret_sha256 = $1",
@@ -195,4 +308,41 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
         .eq_ignore_ascii_case("bearer")
         .then(|| key.trim())
         .filter(|k| !k.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn unknown_keys_never_evict_known_ones() {
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .connect_lazy("postgres://nobody@127.0.0.1:1/none")
+            .unwrap();
+        let cache = KeyCache::new(pool);
+        let good = Lookup::Valid(Principal {
+            key_id: Uuid::nil(),
+            tenant_id: Uuid::nil(),
+            tenant_name: "acme".into(),
+        });
+        cache.store([1; 32], good);
+        for i in 0..(KNOWN_ENTRIES as u32 + 50_000) {
+            let mut h = [0u8; 32];
+            h[..4].copy_from_slice(&i.to_le_bytes());
+            h[31] = 2;
+            cache.store(h, Lookup::Unknown);
+        }
+        assert!(matches!(
+            cache.cached(&[1; 32]),
+            Some((Lookup::Valid(_), _))
+        ));
+        assert!(cache.unknown.len() <= UNKNOWN_ENTRIES);
+    }
+
+    #[test]
+    fn ipv6_clients_count_per_64() {
+        let a: IpAddr = "2001:db8:1:2:aaaa::1".parse().unwrap();
+        let b: IpAddr = "2001:db8:1:2:bbbb::9".parse().unwrap();
+        assert_eq!(KeyCache::limiter_key(a), KeyCache::limiter_key(b));
+    }
 }

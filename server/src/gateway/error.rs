@@ -5,6 +5,9 @@ use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
+/// Longest model name echoed in an error message.
+pub const ECHOED_NAME_CHARS: usize = 128;
+
 #[derive(Debug, thiserror::Error)]
 pub enum GatewayError {
     /// 401: no `Authorization: Bearer` header.
@@ -13,6 +16,9 @@ pub enum GatewayError {
     /// 401: the key is unknown or revoked.
     #[error("Incorrect API key provided.")]
     InvalidKey,
+    /// 429: this address sent too many unknown keys lately (answered without a lookup).
+    #[error("Too many requests with invalid API keys from your address. Retry later.")]
+    TooManyKeyFailures(std::time::Duration),
     /// 403: the key's tenant is suspended.
     #[error("This tenant is suspended.")]
     TenantSuspended,
@@ -28,6 +34,9 @@ pub enum GatewayError {
     /// 413: body over the configured limit.
     #[error("Request body too large (limit {0} bytes).")]
     PayloadTooLarge(usize),
+    /// 408: the body arrived slower than the minimum rate.
+    #[error("The request body was not received in time.")]
+    BodyTimeout,
     /// The upstream answered with an error; status and body are re-shaped, not invented.
     #[error("{message}")]
     Upstream {
@@ -57,15 +66,26 @@ impl GatewayError {
         match self {
             Self::MissingKey => "missing_key",
             Self::InvalidKey => "invalid_key",
+            Self::TooManyKeyFailures(_) => "too_many_key_failures",
             Self::TenantSuspended => "tenant_suspended",
             Self::ModelNotFound(_) => "model_not_found",
             Self::BadRequest { .. } => "bad_request",
             Self::PayloadTooLarge(_) => "payload_too_large",
+            Self::BodyTimeout => "body_timeout",
             Self::Upstream { .. } => "upstream_error",
             Self::UpstreamUnavailable => "upstream_unavailable",
             Self::UpstreamTimeout => "upstream_timeout",
             Self::ServiceUnavailable => "service_unavailable",
             Self::RateLimited(_) => "rate_limited",
+        }
+    }
+
+    /// 404 for `name`, echoed at most [`ECHOED_NAME_CHARS`] characters long (a client's
+    /// megabyte-long model name is not sent back to it whole, nor logged).
+    pub fn model_not_found(name: &str) -> Self {
+        match name.char_indices().nth(ECHOED_NAME_CHARS) {
+            None => Self::ModelNotFound(name.to_owned()),
+            Some((end, _)) => Self::ModelNotFound(format!("{}…", &name[..end])),
         }
     }
 
@@ -80,9 +100,11 @@ impl GatewayError {
         match self {
             Self::MissingKey | Self::InvalidKey => StatusCode::UNAUTHORIZED,
             Self::TenantSuspended => StatusCode::FORBIDDEN,
+            Self::TooManyKeyFailures(_) => StatusCode::TOO_MANY_REQUESTS,
             Self::ModelNotFound(_) => StatusCode::NOT_FOUND,
             Self::BadRequest { .. } => StatusCode::BAD_REQUEST,
             Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
             Self::Upstream { status, .. } => *status,
             Self::UpstreamUnavailable => StatusCode::BAD_GATEWAY,
             Self::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
@@ -100,6 +122,11 @@ impl GatewayError {
                 None,
             ),
             Self::TenantSuspended => ("permission_error".into(), json!("tenant_suspended"), None),
+            Self::TooManyKeyFailures(_) => (
+                "rate_limit_error".into(),
+                json!("rate_limit_exceeded"),
+                None,
+            ),
             Self::ModelNotFound(_) => (
                 "invalid_request_error".into(),
                 json!("model_not_found"),
@@ -113,6 +140,11 @@ impl GatewayError {
             Self::PayloadTooLarge(_) => (
                 "invalid_request_error".into(),
                 json!("request_too_large"),
+                None,
+            ),
+            Self::BodyTimeout => (
+                "invalid_request_error".into(),
+                json!("request_timeout"),
                 None,
             ),
             Self::Upstream { kind, code, .. } => {
@@ -155,6 +187,12 @@ impl IntoResponse for GatewayError {
         }
         if let Self::RateLimited(r) = &self {
             r.write_headers(response.headers_mut());
+        }
+        if let Self::TooManyKeyFailures(wait) = &self {
+            response.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                HeaderValue::from(wait.as_secs().max(1)),
+            );
         }
         response
     }

@@ -4,15 +4,17 @@
 use std::time::Instant;
 
 use axum::body::Body;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::State;
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use std::net::SocketAddr;
+
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use serde_json::json;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
+use super::body;
 use super::error::GatewayError;
 use super::exchange::{self, Exchange};
 use super::request::{self, Endpoint};
@@ -20,24 +22,28 @@ use super::Gateway;
 use crate::metering::relay::{MeterContext, Reply};
 use crate::metering::usage::{Provenance, UsageEvent, UsageStatus};
 
-pub async fn chat_completions(
-    State(gw): State<Gateway>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
-    with_request_id(|id| handle(gw, Endpoint::Chat, headers, body, id)).await
+// The body is taken unread: the key is checked from the headers first, so an unauthenticated
+// client never gets a byte of its body buffered (`body::read` then applies the size limit and the
+// minimum rate).
+pub async fn chat_completions(State(gw): State<Gateway>, req: Request) -> Response {
+    with_request_id(|id| handle(gw, Endpoint::Chat, req, id)).await
 }
 
-pub async fn completions(
-    State(gw): State<Gateway>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
-    with_request_id(|id| handle(gw, Endpoint::Completions, headers, body, id)).await
+pub async fn completions(State(gw): State<Gateway>, req: Request) -> Response {
+    with_request_id(|id| handle(gw, Endpoint::Completions, req, id)).await
 }
 
-pub async fn models(State(gw): State<Gateway>, headers: HeaderMap) -> Response {
-    let principal = match gw.keys.authenticate(&headers).await {
+/// The client's address, for the key-failure limiter (absent when served without one, as in a
+/// router driven directly).
+fn client_addr(extensions: &axum::http::Extensions) -> Option<std::net::IpAddr> {
+    extensions
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0.ip())
+}
+
+pub async fn models(State(gw): State<Gateway>, req: Request) -> Response {
+    let client = client_addr(req.extensions());
+    let principal = match gw.keys.authenticate(req.headers(), client).await {
         Ok(p) => p,
         Err(e) => return e.into_response(),
     };
@@ -81,25 +87,23 @@ where
 async fn handle(
     gw: Gateway,
     endpoint: Endpoint,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    req: Request,
     request_id: Uuid,
 ) -> Result<Response, GatewayError> {
-    let principal = gw.keys.authenticate(&headers).await?;
-    let body = body.map_err(|e| {
-        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            GatewayError::PayloadTooLarge(gw.max_body_bytes)
-        } else {
-            GatewayError::bad_request(e.body_text(), None)
-        }
-    })?;
+    let (parts, body) = req.into_parts();
+    let headers = parts.headers;
+    let principal = gw
+        .keys
+        .authenticate(&headers, client_addr(&parts.extensions))
+        .await?;
+    let body = body::read(&headers, body, gw.max_body_bytes, gw.body_timing).await?;
     let req = request::parse(&body)?;
     let route = gw
         .routes
         .snapshot()
         .get(principal.tenant_id, &req.model)
         .cloned()
-        .ok_or_else(|| GatewayError::ModelNotFound(req.model.clone()))?;
+        .ok_or_else(|| GatewayError::model_not_found(&req.model))?;
     let (stream, wants, raw) = (req.stream, req.wants, body.clone());
 
     let started = Instant::now();
@@ -129,8 +133,9 @@ async fn handle(
         graph: &route.graph,
         base: &route.base,
         max_tokens: req.max_tokens(),
+        sequences: req.sequences(),
     };
-    let estimate = || req.estimate_prompt_tokens(endpoint);
+    let estimate = || req.admission_prompt_tokens(endpoint, route.policy.estimator);
     let admitted = match gw.quota.admit(admit, estimate).await {
         Ok(admitted) => admitted,
         Err(refusal) => {

@@ -1,6 +1,8 @@
 //! The OpenAI-compatible request path: auth -> resolve -> (admit) -> forward -> meter.
 
 pub mod auth;
+pub mod body;
+pub mod engine_policy;
 pub mod error;
 pub mod exchange;
 mod handlers;
@@ -37,6 +39,8 @@ pub struct GatewayInner {
     pub cut: tokio_util::sync::CancellationToken,
     /// Largest request body accepted, and largest non-streamed response read.
     pub max_body_bytes: usize,
+    /// How long a request body may take to arrive.
+    pub body_timing: body::BodyTiming,
     /// Admission: rate limits, spend and concurrency caps, shared through Redis.
     pub quota: crate::quota::Quota,
 }
@@ -56,12 +60,12 @@ impl std::ops::Deref for Gateway {
 
 /// The `/v1` routes.
 pub fn router(gateway: Gateway) -> Router {
-    let limit = gateway.max_body_bytes;
     Router::new()
         .route("/v1/chat/completions", post(handlers::chat_completions))
         .route("/v1/completions", post(handlers::completions))
         .route("/v1/models", get(handlers::models))
         .route("/v1/{*rest}", axum::routing::any(handlers::unknown_route))
-        .layer(axum::extract::DefaultBodyLimit::max(limit))
+        // `body::read` applies the limit itself, after authentication.
+        .layer(axum::extract::DefaultBodyLimit::disable())
         .with_state(gateway)
 }

@@ -1,6 +1,7 @@
 //! Reading a client's request body and writing the upstream's: validate what we must (JSON
-//! object, string `model`), rewrite `model`, force usage reporting, set `cache_salt`; every other
-//! field passes through untouched.
+//! object, string `model`, `stream_options`), rewrite `model`, force usage reporting, set
+//! `cache_salt`, strip the base's denied engine-control fields; every other field passes through
+//! untouched.
 
 use std::collections::BTreeMap;
 
@@ -8,8 +9,13 @@ use serde_json::value::{to_raw_value, RawValue};
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
+use super::engine_policy::PromptEstimator;
 use super::error::GatewayError;
 use super::resolve::{Route, SaltPolicy};
+
+/// Tokens a chat template or BOS adds beyond the prompt's own bytes (Llama 3.1's adds a dated
+/// system preamble of about 25).
+const TEMPLATE_TOKENS: u64 = 64;
 use crate::metering::meter::ClientWants;
 
 /// Which OpenAI endpoint.
@@ -43,6 +49,47 @@ fn field<'de, T: serde::Deserialize<'de>>(
     name: &str,
 ) -> Option<Result<T, serde_json::Error>> {
     body.get(name).map(|raw| serde_json::from_str(raw.get()))
+}
+
+/// What the client asked of the stream, validated as OpenAI does: `stream_options` only with
+/// `stream: true`, an object whose flags are booleans.
+fn stream_options(
+    body: &BTreeMap<String, &RawValue>,
+    stream: bool,
+) -> Result<ClientWants, GatewayError> {
+    let options = match field::<Value>(body, "stream_options") {
+        None | Some(Ok(Value::Null)) => return Ok(ClientWants::default()),
+        Some(Ok(Value::Object(o))) => o,
+        Some(_) => {
+            return Err(GatewayError::bad_request(
+                "Invalid type for 'stream_options': expected an object.",
+                Some("stream_options"),
+            ))
+        }
+    };
+    if !stream {
+        return Err(GatewayError::bad_request(
+            "The 'stream_options' parameter is only allowed when 'stream' is enabled.",
+            Some("stream_options"),
+        ));
+    }
+    let flag = |name: &str, param: &'static str| match options.get(name) {
+        None | Some(Value::Null) => Ok(false),
+        Some(Value::Bool(b)) => Ok(*b),
+        Some(_) => Err(GatewayError::bad_request(
+            format!("Invalid type for '{param}': expected a boolean."),
+            Some(param),
+        )),
+    };
+    let usage = flag("include_usage", "stream_options.include_usage")?;
+    let continuous = flag(
+        "continuous_usage_stats",
+        "stream_options.continuous_usage_stats",
+    )?;
+    Ok(ClientWants {
+        usage,
+        continuous: usage && continuous,
+    })
 }
 
 /// Parses and validates the body. Errors are 400s; nothing has been forwarded.
@@ -88,18 +135,7 @@ pub fn parse(bytes: &[u8]) -> Result<ClientRequest<'_>, GatewayError> {
             ))
         }
     };
-    let options = field::<Value>(&body, "stream_options").and_then(Result::ok);
-    let flag = |name: &str| {
-        options
-            .as_ref()
-            .and_then(|o| o.get(name))
-            .and_then(Value::as_bool)
-            .unwrap_or(false)
-    };
-    let wants = ClientWants {
-        usage: flag("include_usage"),
-        continuous: flag("include_usage") && flag("continuous_usage_stats"),
-    };
+    let wants = stream_options(&body, stream)?;
     Ok(ClientRequest {
         body,
         model,
@@ -117,8 +153,46 @@ impl ClientRequest<'_> {
             .and_then(|v| v.as_u64())
     }
 
-    /// The prompt length as the base's tokenizer counts it (parses only the prompt field).
-    pub fn estimate_prompt_tokens(&self, endpoint: Endpoint) -> u64 {
+    /// How many sequences the engine generates: `n` choices, or `best_of` candidates when
+    /// larger (each is produced, and costs GPU time, even if not returned).
+    pub fn sequences(&self) -> u64 {
+        ["n", "best_of"]
+            .into_iter()
+            .filter_map(|name| field::<u64>(&self.body, name).and_then(Result::ok))
+            .max()
+            .unwrap_or(1)
+            .max(1)
+    }
+
+    /// The prompt's tokens for admission, erring high: the estimator's bound (see
+    /// [`PromptEstimator`]). Reads only the prompt fields.
+    pub fn admission_prompt_tokens(&self, endpoint: Endpoint, estimator: PromptEstimator) -> u64 {
+        match estimator {
+            PromptEstimator::SimWords => self.word_prompt_tokens(endpoint),
+            PromptEstimator::ByteBound => self.byte_bound_prompt_tokens(endpoint),
+        }
+    }
+
+    /// At most one token per byte of the prompt's JSON text (escapes and the keys around each
+    /// message only add bytes), plus the template's fixed part; token-id prompts exactly.
+    fn byte_bound_prompt_tokens(&self, endpoint: Endpoint) -> u64 {
+        let len = |name: &str| self.body.get(name).map_or(0, |raw| raw.get().len() as u64);
+        match endpoint {
+            Endpoint::Chat => TEMPLATE_TOKENS + len("messages") + len("tools") + len("functions"),
+            Endpoint::Completions => match self.body.get("prompt") {
+                // Only numbers and arrays: token ids, counted exactly.
+                Some(raw) if memchr::memchr(b'"', raw.get().as_bytes()).is_none() => u64::from(
+                    tf_engine_sim::tokenizer::completion_prompt_tokens(raw.get()),
+                ),
+                Some(raw) => TEMPLATE_TOKENS + raw.get().len() as u64,
+                None => 0,
+            },
+        }
+    }
+
+    /// The prompt's words (the simulator's exact count; for a real engine a count no BPE
+    /// tokenizer goes below, so billing a cut request by it never charges more than produced).
+    pub fn word_prompt_tokens(&self, endpoint: Endpoint) -> u64 {
         use tf_engine_sim::tokenizer;
         match endpoint {
             Endpoint::Chat => match field::<Value>(&self.body, "messages") {
@@ -161,14 +235,36 @@ impl ClientRequest<'_> {
         }
         if route.salt == SaltPolicy::PerTenant {
             // A client's own salt partitions further within its tenant, never across tenants.
-            let salt = match field::<Value>(&self.body, "cache_salt") {
-                Some(Ok(Value::String(own))) => format!("{tenant}:{own}"),
-                _ => tenant.to_string(),
+            // Dynamo frontends read `nvext.cache_salt` before the top-level field, so the same
+            // salt is written to both places (the client's `nvext` one, if any, taken first).
+            let mut nvext = match field::<Value>(&self.body, "nvext") {
+                Some(Ok(Value::Object(o))) => Some(o),
+                _ => None,
             };
+            let own = nvext
+                .as_ref()
+                .and_then(|n| n.get("cache_salt"))
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+                .or_else(|| match field::<Value>(&self.body, "cache_salt") {
+                    Some(Ok(Value::String(own))) => Some(own),
+                    _ => None,
+                });
+            let salt = match own {
+                Some(own) => format!("{tenant}:{own}"),
+                None => tenant.to_string(),
+            };
+            if let Some(n) = &mut nvext {
+                n.insert("cache_salt".into(), Value::String(salt.clone()));
+                replaced.insert("nvext", to_raw_value(n).map_err(reencode)?);
+            }
             replaced.insert("cache_salt", to_raw_value(&salt).map_err(reencode)?);
         }
         let mut out: BTreeMap<&str, &RawValue> =
             self.body.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+        for denied in &route.policy.denied_fields {
+            out.remove(denied.as_str());
+        }
         for (k, v) in &replaced {
             out.insert(k, v);
         }
@@ -176,10 +272,11 @@ impl ClientRequest<'_> {
     }
 }
 
-/// The prompt length as the base's tokenizer counts it, for billing a request that was cut before
-/// the engine reported usage. Takes the client's raw body: it is parsed again only in that rare case.
+/// The prompt's tokens for billing a request that was cut before the engine reported usage (words:
+/// see [`ClientRequest::word_prompt_tokens`]). Takes the client's raw body: it is parsed again only
+/// in that rare case.
 pub fn estimate_prompt_tokens(endpoint: Endpoint, raw: &[u8]) -> u64 {
-    parse(raw).map_or(0, |r| r.estimate_prompt_tokens(endpoint))
+    parse(raw).map_or(0, |r| r.word_prompt_tokens(endpoint))
 }
 
 #[cfg(test)]
@@ -195,6 +292,14 @@ mod tests {
             (b"{\"model\":7}", Some("model")),
             (b"{\"model\":\"\"}", Some("model")),
             (b"{\"model\":\"m\",\"stream\":\"yes\"}", Some("stream")),
+            (
+                b"{\"model\":\"m\",\"stream_options\":{\"include_usage\":true}}",
+                Some("stream_options"),
+            ),
+            (
+                b"{\"model\":\"m\",\"stream\":true,\"stream_options\":{\"include_usage\":1}}",
+                Some("stream_options.include_usage"),
+            ),
         ] {
             match parse(body) {
                 Err(GatewayError::BadRequest { param: p, .. }) => assert_eq!(p, param),
@@ -229,6 +334,7 @@ mod tests {
             price_key: "m".into(),
             salt,
             continuous_usage: true,
+            policy: crate::gateway::engine_policy::EnginePolicy::default(),
             created: 0,
         }
     }
@@ -266,6 +372,53 @@ mod tests {
     }
 
     #[test]
+    fn denied_fields_are_stripped_and_nvext_salt_overwritten() {
+        let body = br#"{"model":"m","priority":-9,"vllm_xargs":{"a":1},"sim":{"completion_tokens":400},"kv_transfer_params":{},"nvext":{"cache_salt":"other-tenant","top_k":2},"temperature":1}"#;
+        let r = parse(body).unwrap();
+        let tenant = Uuid::from_u128(7);
+        let out = r
+            .upstream_body(false, &route(SaltPolicy::PerTenant), tenant)
+            .unwrap();
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        for denied in ["priority", "vllm_xargs", "sim", "kv_transfer_params"] {
+            assert!(v.get(denied).is_none(), "{denied} forwarded: {v}");
+        }
+        assert_eq!(v["temperature"], 1);
+        let salt = format!("{tenant}:other-tenant");
+        assert_eq!(v["nvext"]["cache_salt"], salt.as_str(), "{v}");
+        assert_eq!(v["nvext"]["top_k"], 2);
+        assert_eq!(v["cache_salt"], salt.as_str());
+    }
+
+    #[test]
+    fn the_admission_bound_is_never_below_the_words() {
+        let chat = parse(
+            br#"{"model":"m","messages":[{"role":"user","content":"Explain, briefly: tokenizers!"}]}"#,
+        )
+        .unwrap();
+        let words = chat.word_prompt_tokens(Endpoint::Chat);
+        let bound = chat.admission_prompt_tokens(Endpoint::Chat, PromptEstimator::ByteBound);
+        // A byte-level tokenizer counts at most one token per byte of the text.
+        assert!(bound >= "Explain, briefly: tokenizers!".len() as u64 + words);
+        assert_eq!(
+            chat.admission_prompt_tokens(Endpoint::Chat, PromptEstimator::SimWords),
+            words
+        );
+        let ids = parse(br#"{"model":"m","prompt":[1,2,3,4]}"#).unwrap();
+        assert_eq!(
+            ids.admission_prompt_tokens(Endpoint::Completions, PromptEstimator::ByteBound),
+            4
+        );
+        assert_eq!(
+            parse(br#"{"model":"m","n":3,"best_of":5}"#)
+                .unwrap()
+                .sequences(),
+            5
+        );
+        assert_eq!(parse(br#"{"model":"m","n":0}"#).unwrap().sequences(), 1);
+    }
+
+    #[test]
     fn estimates_the_prompt_from_its_field_only() {
         let chat =
             parse(br#"{"model":"m","messages":[{"role":"user","content":"one two three"}]}"#)
@@ -273,9 +426,9 @@ mod tests {
         let parsed: Value =
             serde_json::from_str(r#"[{"role":"user","content":"one two three"}]"#).unwrap();
         assert_eq!(
-            chat.estimate_prompt_tokens(Endpoint::Chat),
+            chat.word_prompt_tokens(Endpoint::Chat),
             u64::from(tf_engine_sim::tokenizer::chat_prompt_tokens(&parsed))
         );
-        assert_eq!(chat.estimate_prompt_tokens(Endpoint::Completions), 0);
+        assert_eq!(chat.word_prompt_tokens(Endpoint::Completions), 0);
     }
 }

@@ -10,6 +10,7 @@ use arc_swap::ArcSwap;
 use sqlx::PgPool;
 use uuid::Uuid;
 
+use super::engine_policy::{EnginePolicy, PromptEstimator};
 use super::upstream::{Upstream, UpstreamOptions};
 
 /// How the request's `cache_salt` is set.
@@ -36,6 +37,8 @@ pub struct Route {
     pub price_key: String,
     pub salt: SaltPolicy,
     pub continuous_usage: bool,
+    /// Fields stripped from client bodies, and how prompts are estimated, for this base.
+    pub policy: EnginePolicy,
     /// Unix seconds the name was registered (for `/v1/models`).
     pub created: i64,
 }
@@ -95,6 +98,8 @@ struct Row {
     price_key: String,
     shared_cache: bool,
     continuous_usage: bool,
+    denied_fields: Option<Vec<String>>,
+    prompt_estimator: String,
     created: i64,
 }
 
@@ -120,11 +125,13 @@ impl RouteTable {
         let rows = sqlx::query_as::<_, Row>(
             "SELECT b.name AS served_name, NULL::uuid AS owner, b.name AS base, NULL::uuid AS adapter_id,
                     NULL::int AS adapter_version, b.graph, b.upstream_url, b.upstream_model, b.price_key,
-                    b.shared_cache, b.continuous_usage, extract(epoch FROM b.created_at)::bigint AS created
+                    b.shared_cache, b.continuous_usage, b.denied_fields, b.prompt_estimator,
+                    extract(epoch FROM b.created_at)::bigint AS created
              FROM base_models b WHERE b.offered
              UNION ALL
              SELECT a.name, a.tenant_id, b.name, a.id, a.version, b.graph, b.upstream_url, a.upstream_model,
-                    a.price_key, a.shared_cache, b.continuous_usage, extract(epoch FROM a.created_at)::bigint
+                    a.price_key, a.shared_cache, b.continuous_usage, b.denied_fields, b.prompt_estimator,
+                    extract(epoch FROM a.created_at)::bigint
              FROM adapters a JOIN base_models b ON b.id = a.base_model_id
                   JOIN tenants t ON t.id = a.tenant_id
              WHERE a.state = 'ready' AND t.status = 'active'",
@@ -148,6 +155,10 @@ impl RouteTable {
                     SaltPolicy::PerTenant
                 },
                 continuous_usage: row.continuous_usage,
+                policy: EnginePolicy::new(
+                    row.denied_fields,
+                    PromptEstimator::parse(&row.prompt_estimator).unwrap_or_default(),
+                ),
                 created: row.created,
             });
             match row.owner {

@@ -73,6 +73,9 @@ pub struct AdmitRequest<'a> {
     pub base: &'a str,
     /// `max_tokens` (or `max_completion_tokens`) of the request, if it set one.
     pub max_tokens: Option<u64>,
+    /// Sequences generated per request (`n`, or `best_of` when larger): each may use
+    /// `max_tokens` completion tokens.
+    pub sequences: u64,
 }
 
 /// Milliseconds since the Unix epoch (Redis scores and buckets use wall-clock time, shared by
@@ -179,7 +182,10 @@ impl Quota {
             limits.tenant.spend_limit_micros.is_some() || limits.key.spend_limit_micros.is_some();
         let est = Estimate {
             prompt_tokens: if needs_tokens { prompt_tokens() } else { 0 },
-            completion_tokens: req.max_tokens.unwrap_or(inner.cfg.quota_default_max_tokens),
+            completion_tokens: req
+                .max_tokens
+                .unwrap_or(inner.cfg.quota_default_max_tokens)
+                .saturating_mul(req.sequences.max(1)),
             micros_per_1k: if needs_price {
                 inner.limits.price(req.base).await
             } else {

@@ -62,6 +62,10 @@ impl TestApp {
                 upstream_url: format!("http://{sim_addr}/v1"),
                 upstream_model: BASE.into(),
                 continuous_usage: true,
+                denied_fields: Some(
+                    tokenfactory::gateway::engine_policy::EnginePolicy::denied_except(&["sim"]),
+                ),
+                prompt_estimator: tokenfactory::gateway::engine_policy::PromptEstimator::SimWords,
             }],
         )
         .await
@@ -69,15 +73,13 @@ impl TestApp {
         let app = app::build(pool.clone(), options).await.unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let router = app.router.clone();
-        tokio::spawn(async move {
-            axum::serve(
-                app::nodelay(listener),
-                router.into_make_service_with_connect_info::<SocketAddr>(),
-            )
-            .await
-            .unwrap();
-        });
+        tokio::spawn(tokenfactory::http_server::serve(
+            listener,
+            app.router.clone(),
+            Default::default(),
+            app.http_metrics.clone(),
+            std::future::pending(),
+        ));
         Self {
             addr,
             pool,

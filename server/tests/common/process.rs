@@ -37,7 +37,12 @@ pub fn fleet_file(dir: &Path, sim: SocketAddr) -> PathBuf {
     let path = dir.join("fleet.toml");
     std::fs::write(
         &path,
-        format!("[[base]]\nname = \"sim-base\"\nupstream = \"http://{sim}/v1\"\n"),
+        // The tests drive the simulator through its `sim` block, which the default policy strips.
+        format!(
+            "[[base]]\nname = \"sim-base\"\nupstream = \"http://{sim}/v1\"\n\
+             prompt_estimator = \"sim-words\"\ndenied_fields = [\"priority\", \"request_id\", \
+             \"kv_transfer_params\", \"vllm_xargs\", \"logits_processors\"]\n"
+        ),
     )
     .unwrap();
     path

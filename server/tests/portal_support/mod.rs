@@ -1,8 +1,6 @@
 //! Helpers for the portal tests: a portal on an ephemeral port with a seeded tenant, member and
 //! admin, and a cookie-keeping "browser" that posts forms the way one does with JavaScript off.
 
-use std::net::SocketAddr;
-
 use reqwest::header::{ACCEPT, CONTENT_TYPE, LOCATION, SET_COOKIE};
 use reqwest::{redirect::Policy, Client, Response, StatusCode};
 use sqlx::PgPool;
@@ -63,14 +61,13 @@ impl TestPortal {
         .unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        tokio::spawn(async move {
-            axum::serve(
-                listener,
-                router.into_make_service_with_connect_info::<SocketAddr>(),
-            )
-            .await
-            .unwrap();
-        });
+        tokio::spawn(tokenfactory::http_server::serve(
+            listener,
+            router,
+            Default::default(),
+            Default::default(),
+            std::future::pending(),
+        ));
         Self {
             base: format!("http://{addr}"),
             pool,
