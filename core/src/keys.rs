@@ -150,8 +150,8 @@ mod tests {
 
     #[test]
     fn a_non_ascii_prefix_does_not_panic() {
-        // "tf-" + 7 ASCII + 'é' (two bytes): byte 11 falls inside the 'é'.
-        for given in ["tf-abcdefgéxyz", "tf-ééééééééé", "é", "tf-", ""] {
+        // "tf-" + 7 ASCII + "é" (two bytes): byte 11 falls inside the "é"; likewise after "tf-a".
+        for given in ["tf-abcdefgéxyz", "tf-aééééééééé", "é", "tf-", ""] {
             assert_eq!(visible_prefix(given), given);
         }
         assert_eq!(visible_prefix("tf-abcdefghé"), "tf-abcdefgh");

@@ -108,7 +108,7 @@ async fn limits_for_a_non_ascii_key_prefix_is_an_error_not_a_panic(pool: PgPool)
     let t = TestApp::spawn(pool).await;
     t.tenant("acme").await;
     // Byte 11 falls inside the 'é': slicing there used to panic.
-    for given in ["tf-abcdefgéxyz", "tf-ééééééééé"] {
+    for given in ["tf-abcdefgéxyz", "tf-aééééééééé"] {
         let e = admin(&t.pool, &["limits", "--key", given])
             .await
             .unwrap_err();
