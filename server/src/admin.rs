@@ -28,10 +28,13 @@ async fn pool(db: &DbArgs) -> anyhow::Result<PgPool> {
 
 pub async fn migrate(db: &DbArgs) -> anyhow::Result<()> {
     pool(db).await?;
-    say(&mut std::io::stdout(), &format!(
-        "migrations applied to {}",
-        tf_core::db::redact_url(db.database_url.expose())
-    ))
+    say(
+        &mut std::io::stdout(),
+        &format!(
+            "migrations applied to {}",
+            tf_core::db::redact_url(db.database_url.expose())
+        ),
+    )
 }
 
 fn say(out: &mut impl Write, line: &str) -> anyhow::Result<()> {
@@ -64,7 +67,6 @@ pub async fn run(cmd: AdminCommand) -> anyhow::Result<()> {
 
 /// Runs an operator command on `pool`, writing what it reports to `out` (tests pass a buffer).
 pub async fn run_on(pool: &PgPool, cmd: AdminCommand, out: &mut impl Write) -> anyhow::Result<()> {
-
     match cmd {
         AdminCommand::CreateAdmin {
             db: _,
@@ -88,7 +90,10 @@ pub async fn run_on(pool: &PgPool, cmd: AdminCommand, out: &mut impl Write) -> a
             let tenant =
                 accounts::create_tenant(pool, &name, display_name.as_deref().unwrap_or(&name))
                     .await?;
-            say(out, &format!("created tenant {} ({})", tenant.name, tenant.id))?;
+            say(
+                out,
+                &format!("created tenant {} ({})", tenant.name, tenant.id),
+            )?;
             if let Some(email) = member_email {
                 let (password, generated) = password_or_generated(member_password);
                 let user = accounts::create_user(
@@ -105,13 +110,20 @@ pub async fn run_on(pool: &PgPool, cmd: AdminCommand, out: &mut impl Write) -> a
                 }
             }
         }
-        AdminCommand::IssueKey { db: _, tenant, name } => {
+        AdminCommand::IssueKey {
+            db: _,
+            tenant,
+            name,
+        } => {
             let tenant = accounts::find_tenant(pool, &tenant).await?;
             let (key, secret) = tf_core::keys::issue(pool, tenant.id, &name).await?;
-            say(out, &format!(
-                "issued key {} for tenant {}; it is shown only now:",
-                key.prefix, tenant.name
-            ))?;
+            say(
+                out,
+                &format!(
+                    "issued key {} for tenant {}; it is shown only now:",
+                    key.prefix, tenant.name
+                ),
+            )?;
             say(out, &secret)?;
         }
         AdminCommand::ResetPassword {
@@ -137,7 +149,10 @@ pub async fn run_on(pool: &PgPool, cmd: AdminCommand, out: &mut impl Write) -> a
                 Err(_) => keys::revoke_by_prefix(pool, &key).await?,
             };
             let key = revoked.with_context(|| {
-                format!("no unrevoked key {:?} (give its id, its prefix or the whole key)", keys::visible_prefix(&key))
+                format!(
+                    "no unrevoked key {:?} (give its id, its prefix or the whole key)",
+                    keys::visible_prefix(&key)
+                )
             })?;
             let tenant = accounts::tenant_by_id(pool, key.tenant_id).await?;
             // The UPDATE fired tf_auth_changed: every replica drops its key cache.

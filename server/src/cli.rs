@@ -68,7 +68,11 @@ pub struct ServeArgs {
     pub demo: bool,
     /// Where `--demo` keeps the demo credentials between starts (created readable by its owner
     /// only).
-    #[arg(long, env = "TF_DEMO_STATE", default_value = ".tokenfactory/demo-credentials.json")]
+    #[arg(
+        long,
+        env = "TF_DEMO_STATE",
+        default_value = ".tokenfactory/demo-credentials.json"
+    )]
     pub demo_state: PathBuf,
     /// Mark session cookies Secure (set when serving behind TLS).
     #[arg(long, env = "TF_SECURE_COOKIES", default_value_t = false, action = clap::ArgAction::Set)]

@@ -48,10 +48,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         crate::redis_conn::connect(args.redis_url.expose(), &fleet_tracker, cancel.clone()).await;
     fleet::start(&fleet_spec, &pool, &fleet_tracker, &cancel).await?;
     let demo = if args.demo {
-        Some(
-            crate::demo::ensure(&pool, fleet_spec == FleetSpec::LocalSim, &args.demo_state)
-                .await?,
-        )
+        Some(crate::demo::ensure(&pool, fleet_spec == FleetSpec::LocalSim, &args.demo_state).await?)
     } else {
         None
     };

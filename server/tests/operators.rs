@@ -65,10 +65,14 @@ async fn revoke_key_by_prefix_or_id_is_refused_on_the_next_requests(pool: PgPool
     assert!(out.contains(&prefix) && out.contains("acme"), "{out}");
     wait_for_status(&t, &acme.key, 401).await;
     // Twice is an error naming the key, not a silent success.
-    let again = admin(&t.pool, &["revoke-key", &acme.key]).await.unwrap_err();
+    let again = admin(&t.pool, &["revoke-key", &acme.key])
+        .await
+        .unwrap_err();
     assert!(again.contains(&prefix), "{again}");
 
-    let (second, key) = tf_core::keys::issue(&t.pool, acme.id, "second").await.unwrap();
+    let (second, key) = tf_core::keys::issue(&t.pool, acme.id, "second")
+        .await
+        .unwrap();
     wait_for_status(&t, &key, 200).await;
     admin(&t.pool, &["revoke-key", &second.id.to_string()])
         .await
@@ -120,7 +124,9 @@ async fn limits_for_a_non_ascii_key_prefix_is_an_error_not_a_panic(pool: PgPool)
 async fn demo_credentials_survive_a_restart_and_another_replica_revokes_nothing(pool: PgPool) {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join(".tokenfactory/demo.json");
-    let first = tokenfactory::demo::ensure(&pool, false, &state).await.unwrap();
+    let first = tokenfactory::demo::ensure(&pool, false, &state)
+        .await
+        .unwrap();
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
@@ -128,7 +134,9 @@ async fn demo_credentials_survive_a_restart_and_another_replica_revokes_nothing(
         assert_eq!(mode & 0o777, 0o600, "{mode:o}");
     }
     // A restart prints the same credentials, and they work.
-    let again = tokenfactory::demo::ensure(&pool, false, &state).await.unwrap();
+    let again = tokenfactory::demo::ensure(&pool, false, &state)
+        .await
+        .unwrap();
     assert_eq!(again, first);
     for (email, password) in [
         (&first.member_email, &first.member_password),
@@ -147,7 +155,9 @@ async fn demo_credentials_survive_a_restart_and_another_replica_revokes_nothing(
 
     // A replica elsewhere (no state file) gets its own key; the first one keeps working.
     let elsewhere = dir.path().join("other/demo.json");
-    let other = tokenfactory::demo::ensure(&pool, false, &elsewhere).await.unwrap();
+    let other = tokenfactory::demo::ensure(&pool, false, &elsewhere)
+        .await
+        .unwrap();
     assert_ne!(other.api_key, first.api_key);
     let revoked: i64 =
         sqlx::query_scalar("SELECT count(*) FROM api_keys WHERE revoked_at IS NOT NULL")
@@ -168,7 +178,9 @@ async fn demo_credentials_survive_a_restart_and_another_replica_revokes_nothing(
         .to_string(),
     )
     .unwrap();
-    let repaired = tokenfactory::demo::ensure(&pool, false, &state).await.unwrap();
+    let repaired = tokenfactory::demo::ensure(&pool, false, &state)
+        .await
+        .unwrap();
     assert_ne!(repaired.api_key, "tf-not-a-key");
     assert_ne!(repaired.member_password, "not it at all");
     wait_for_status(&t, &repaired.api_key, 200).await;
@@ -215,7 +227,15 @@ async fn a_replica_started_before_redis_switches_to_shared_limits_when_it_comes_
     let acme = t.tenant("acme").await;
     admin(
         &pool,
-        &["limits", "--tenant", "acme", "--rpm", "1000", "--spend-limit", "1000000"],
+        &[
+            "limits",
+            "--tenant",
+            "acme",
+            "--rpm",
+            "1000",
+            "--spend-limit",
+            "1000000",
+        ],
     )
     .await
     .unwrap();

@@ -38,7 +38,10 @@ async fn login_page_sets_a_safe_csrf_cookie_and_a_csrf_field(pool: PgPool) {
     assert!(csp.starts_with("default-src 'self'"), "{csp}");
     let html = res.text().await.unwrap();
     assert_eq!(csrf(&html).len(), 64);
-    assert!(cookie.starts_with(&format!("tf_csrf={};", csrf(&html))), "{cookie}");
+    assert!(
+        cookie.starts_with(&format!("tf_csrf={};", csrf(&html))),
+        "{cookie}"
+    );
     assert!(html.contains(r#"action="/api/login""#), "{html}");
     assert!(html.contains(r#"method="post""#));
     // The only scripts are Leptos's inert bookkeeping, allowed by this response's nonce.
@@ -56,7 +59,10 @@ async fn cookie_is_secure_when_configured(pool: PgPool) {
     let portal = TestPortal::spawn_with(pool, true, true).await;
     // Behind TLS the CSRF cookie is host-only and HTTPS-only: no subdomain can plant one.
     let cookie = set_cookie(&portal.browser().get("/login").await, "__Host-tf_csrf").unwrap();
-    assert!(cookie.contains("Secure") && cookie.contains("Path=/"), "{cookie}");
+    assert!(
+        cookie.contains("Secure") && cookie.contains("Path=/"),
+        "{cookie}"
+    );
     assert!(!cookie.contains("Domain"), "{cookie}");
 }
 
@@ -200,7 +206,10 @@ async fn anonymous_visits_store_no_session(pool: PgPool) {
     // Failed logins and stale forms leave a flash message, in a cookie too.
     let b = portal.browser();
     assert_redirect(&b.login(MEMBER, "wrong password!").await, "/login");
-    assert!(b.html("/login").await.contains("Invalid email or password."));
+    assert!(b
+        .html("/login")
+        .await
+        .contains("Invalid email or password."));
     b.post("/api/login", &[("csrf", "00")]).await;
     assert!(b.html("/login").await.contains("This form has expired"));
     let rows: (i64, i64) = sqlx::query_as(
@@ -305,7 +314,10 @@ async fn failures_from_one_address_delay_only_that_address(portal: &TestPortal) 
     }
     // The account's owner, from another address, signs in: no lockout.
     assert_redirect(
-        &portal.browser_from(OTHER_ADDRESS).login(MEMBER, PASSWORD).await,
+        &portal
+            .browser_from(OTHER_ADDRESS)
+            .login(MEMBER, PASSWORD)
+            .await,
         "/",
     );
     // Another account from the attacker's address is not affected either.
@@ -354,7 +366,10 @@ async fn guessing_spread_over_addresses_is_delayed_briefly_not_locked_out() {
     let slot = Some(redis::aio::ConnectionManager::new(client).await.unwrap()).into();
     let t = LoginThrottle::new(slot, format!("tftest:{}:", uuid::Uuid::new_v4()));
     for i in 0..throttle::ACCOUNT_FREE {
-        assert_eq!(t.begin("v@x", &format!("10.0.0.{i}")).await, Verdict::Allowed);
+        assert_eq!(
+            t.begin("v@x", &format!("10.0.0.{i}")).await,
+            Verdict::Allowed
+        );
     }
     let Verdict::Throttled { retry_after } = t.begin("v@x", "10.1.1.1").await else {
         panic!("the per-account bound must apply across addresses")
@@ -387,7 +402,13 @@ async fn resetting_a_password_ends_the_users_sessions(pool: PgPool) {
     assert_redirect(&admin_browser.login(ADMIN, PASSWORD).await, "/admin");
     let out = admin(
         &portal.pool,
-        &["reset-password", "--email", MEMBER, "--password", "a new one, long enough"],
+        &[
+            "reset-password",
+            "--email",
+            MEMBER,
+            "--password",
+            "a new one, long enough",
+        ],
     )
     .await;
     assert!(out.contains("2 portal session(s) ended"), "{out}");

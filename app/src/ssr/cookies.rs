@@ -26,9 +26,12 @@ const FLASH_MAX_AGE: time::Duration = time::Duration::minutes(5);
 /// The request's cookie jar (put there by the session layer's cookie manager); what is added to
 /// it goes out as `Set-Cookie` on the response.
 pub async fn jar() -> Result<Cookies, PortalError> {
-    leptos_axum::extract::<Cookies>()
-        .await
-        .map_err(|e| internal("no cookie jar on the request: is the session layer applied?", e))
+    leptos_axum::extract::<Cookies>().await.map_err(|e| {
+        internal(
+            "no cookie jar on the request: is the session layer applied?",
+            e,
+        )
+    })
 }
 
 /// Whether cookies are marked `Secure` (and `__Host-` prefixed).
@@ -60,8 +63,7 @@ fn build(base: &str, value: String, max_age: Option<time::Duration>) -> Cookie<'
 
 /// The value of one of the portal's cookies on the request.
 pub fn get(jar: &Cookies, base: &str) -> Option<String> {
-    jar.get(&name(base, secure()))
-        .map(|c| c.value().to_owned())
+    jar.get(&name(base, secure())).map(|c| c.value().to_owned())
 }
 
 /// Sets one of the portal's cookies for the browser's session.

@@ -27,7 +27,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
-
 /// Failures per (address, account) before attempts are delayed.
 pub const PAIR_FREE: u32 = 5;
 /// The first delay per (address, account); it doubles with every further failure.
@@ -366,7 +365,10 @@ mod tests {
             l.begin(&attacker, now);
         }
         assert!(matches!(l.begin(&attacker, now), Verdict::Throttled { .. }));
-        assert_eq!(l.begin(&keys("victim@x", "10.0.0.1"), now), Verdict::Allowed);
+        assert_eq!(
+            l.begin(&keys("victim@x", "10.0.0.1"), now),
+            Verdict::Allowed
+        );
     }
 
     #[test]

@@ -158,7 +158,10 @@ upstream_model = "tiny-llama"
             assert!(e.contains("[[base]] #1 (name \"c\")"), "{bad}: {e}");
         }
         let e = error(&format!("{ok}{ok}"));
-        assert!(e.contains("#2") && e.contains("already used by [[base]] #1"), "{e}");
+        assert!(
+            e.contains("#2") && e.contains("already used by [[base]] #1"),
+            "{e}"
+        );
         assert!(error("[[base]]\nname=''\nupstream='http://x/v1'").contains("#1"));
     }
 }

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis::{FromRedisValue, ScriptInvocation};
-use tf_core::redis_slot::RedisSlot;
 use sqlx::PgPool;
+use tf_core::redis_slot::RedisSlot;
 use time::OffsetDateTime;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;

@@ -57,7 +57,10 @@ impl Gateway {
             .env("RUST_LOG", "warn")
             // The banner prints the demo key; kept beside the journal, so a restart reprints it.
             .env("TF_DEMO", "true")
-            .env("TF_DEMO_STATE", spec.journal_dir.with_extension("demo.json"))
+            .env(
+                "TF_DEMO_STATE",
+                spec.journal_dir.with_extension("demo.json"),
+            )
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .kill_on_drop(true)
