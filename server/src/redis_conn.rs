@@ -63,7 +63,11 @@ async fn keep_trying(client: redis::Client, slot: RedisSlot, cancel: Cancellatio
             () = cancel.cancelled() => return,
             () = tokio::time::sleep(pause) => {}
         }
-        if let Some(conn) = attempt(&client).await {
+        let attempted = tokio::select! {
+            () = cancel.cancelled() => return,
+            conn = attempt(&client) => conn,
+        };
+        if let Some(conn) = attempted {
             slot.fill(conn);
             tracing::info!("Redis reachable: limits and login throttling are shared again");
             return;

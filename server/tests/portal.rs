@@ -473,3 +473,45 @@ async fn the_suspend_command_deletes_the_tenants_sessions(pool: PgPool) {
     admin(&portal.pool, &["reactivate-tenant", "--tenant", "acme"]).await;
     assert_redirect(&b.login(MEMBER, PASSWORD).await, "/");
 }
+
+#[sqlx::test(migrations = "../migrations")]
+async fn a_session_ended_elsewhere_is_not_written_back(pool: PgPool) {
+    use tf_app::ssr::store::{self, PortalStore};
+    use tower_sessions::session::{Id, Record};
+    use tower_sessions::SessionStore;
+    let portal = TestPortal::spawn(pool).await;
+    let user: uuid::Uuid = sqlx::query_scalar("SELECT id FROM users WHERE email = $1")
+        .bind(MEMBER)
+        .fetch_one(&portal.pool)
+        .await
+        .unwrap();
+    let s = PortalStore::new(portal.pool.clone());
+    let mut record = Record {
+        id: Id::default(),
+        data: [("user_id".to_owned(), serde_json::json!(user))].into(),
+        expiry_date: time::OffsetDateTime::now_utc() + time::Duration::hours(1),
+    };
+    s.create(&mut record).await.unwrap();
+    assert!(s.load(&record.id).await.unwrap().is_some());
+    // An operator ends it while a request that loaded it is still running ...
+    assert_eq!(
+        store::end_sessions_of_user(&portal.pool, user)
+            .await
+            .unwrap(),
+        1
+    );
+    // ... and that request's save at the end does not bring it back.
+    record
+        .data
+        .insert("seen".to_owned(), serde_json::json!(true));
+    s.save(&record).await.unwrap();
+    assert!(s.load(&record.id).await.unwrap().is_none());
+    assert_eq!(sessions_of(&portal.pool, MEMBER).await, 0);
+    // Nothing anonymous is ever stored.
+    let mut anonymous = Record {
+        id: Id::default(),
+        data: Default::default(),
+        expiry_date: record.expiry_date,
+    };
+    assert!(s.create(&mut anonymous).await.is_err());
+}

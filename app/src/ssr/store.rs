@@ -89,6 +89,8 @@ impl SessionStore for PortalStore {
         Err(backend("could not find a free session id"))
     }
 
+    // INVARIANT: an UPDATE, never an upsert, so an ended session stays ended (test:
+    // portal::a_session_ended_elsewhere_is_not_written_back).
     async fn save(&self, record: &Record) -> session_store::Result<()> {
         let Some(user) = user_of(record) else {
             // The user was taken out of the session: nothing is left to keep.
