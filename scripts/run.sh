@@ -3,4 +3,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/ensure-services.sh
-exec cargo run --release -p tokenfactory -- serve "$@"
+exec cargo run --release -p tokenfactory -- serve --demo "$@"

@@ -76,16 +76,17 @@ pub struct PageState {
     pub ops: Option<OpsSnapshot>,
 }
 
-/// Loads the session for a page and applies the page's access rule (redirects or 403). Creating
-/// the CSRF token here is what creates the session and its cookie on a first visit. A GET, like
-/// the pages: a cross-site POST carries no SameSite=Lax cookie, so it would start a new session
-/// whose cookie replaces the visitor's (signing them out).
+/// Loads the session for a page and applies the page's access rule (redirects or 403). A first
+/// visit gets its CSRF cookie here, and no stored session: that waits for a login. A GET, like
+/// the pages: a cross-site POST carries no SameSite=Lax cookie, so it would be answered with a
+/// new CSRF cookie that replaces the visitor's (staling their open forms).
 #[server(prefix = "/api", endpoint = "page", input = leptos::server_fn::codec::GetUrl)]
 pub async fn load_page(access: Access) -> Result<PageState, PortalError> {
-    use crate::ssr::{csrf, session, Portal};
+    use crate::ssr::{cookies, csrf, session, Portal};
 
     let portal = Portal::current()?;
     let s = session::current().await?;
+    let jar = cookies::jar().await?;
     let viewer = session::signed_in(&portal, &s).await?.map(|si| Viewer {
         email: si.user.email,
         admin: si.user.role == tf_core::Role::Admin,
@@ -120,8 +121,8 @@ pub async fn load_page(access: Access) -> Result<PageState, PortalError> {
     };
     Ok(PageState {
         ops,
-        csrf: csrf::ensure_token(&s).await?,
-        flash: session::take_flash(&s).await?,
+        csrf: csrf::ensure_token(&jar),
+        flash: cookies::take_flash(&jar),
         viewer,
         status: if forbidden {
             PageStatus::Forbidden
@@ -140,24 +141,26 @@ pub async fn login(
     #[server(default)] email: String,
     #[server(default)] password: String,
 ) -> Result<(), PortalError> {
-    use crate::ssr::session::{self, SUSPENDED};
+    use crate::ssr::cookies::{self, Flash};
+    use crate::ssr::session;
     use crate::ssr::throttle::Verdict;
     use crate::ssr::{csrf as tokens, internal, Portal};
     use tf_core::accounts::{self, LoginRefusal};
 
     let portal = Portal::current()?;
     let s = session::current().await?;
-    if !tokens::verify(&s, &csrf).await {
-        return Err(refuse_csrf(&s, "/login").await);
+    let jar = cookies::jar().await?;
+    if !tokens::verify(&jar, &csrf) {
+        return Err(refuse_csrf(&jar, "/login"));
     }
     let email = email.trim().to_lowercase();
     if email.len() > MAX_INPUT_LEN || password.len() > MAX_INPUT_LEN {
-        return back_to_login(&s, INVALID_CREDENTIALS).await;
+        return back_to_login(&jar, Flash::InvalidCredentials);
     }
     let ip = session::client_ip().await;
     if let Verdict::Throttled { retry_after } = portal.throttle.begin(&email, &ip).await {
         tracing::info!(%ip, "login throttled");
-        return back_to_login(&s, &throttled_message(retry_after)).await;
+        return back_to_login(&jar, Flash::throttled(retry_after));
     }
     let outcome = accounts::authenticate(&portal.deps.pool, &email, &password)
         .await
@@ -176,76 +179,55 @@ pub async fn login(
         Err(LoginRefusal::TenantSuspended) => {
             // The password was right, so this is not a guess to count.
             portal.throttle.succeeded(&email, &ip).await;
-            back_to_login(&s, SUSPENDED).await
+            back_to_login(&jar, Flash::Suspended)
         }
-        Err(LoginRefusal::BadCredentials) => back_to_login(&s, INVALID_CREDENTIALS).await,
+        Err(LoginRefusal::BadCredentials) => back_to_login(&jar, Flash::InvalidCredentials),
     }
 }
 
 /// Signs out: the session is deleted and its cookie removed.
 #[server(prefix = "/api", endpoint = "logout")]
 pub async fn logout(#[server(default)] csrf: String) -> Result<(), PortalError> {
-    use crate::ssr::{csrf as tokens, session};
+    use crate::ssr::{cookies, csrf as tokens, session};
 
     let s = session::current().await?;
-    if !tokens::verify(&s, &csrf).await {
-        return Err(refuse_csrf(&s, "/").await);
+    let jar = cookies::jar().await?;
+    if !tokens::verify(&jar, &csrf) {
+        return Err(refuse_csrf(&jar, "/"));
     }
     session::end(&s).await?;
+    tokens::rotate_token(&jar);
     session::redirect("/login");
     Ok(())
 }
 
 /// A refused login: back to the form with the reason.
 #[cfg(feature = "ssr")]
-async fn back_to_login(s: &tower_sessions::Session, message: &str) -> Result<(), PortalError> {
-    crate::ssr::session::set_flash(s, message).await?;
+fn back_to_login(
+    jar: &tower_cookies::Cookies,
+    flash: crate::ssr::cookies::Flash,
+) -> Result<(), PortalError> {
+    crate::ssr::cookies::set_flash(jar, flash);
     crate::ssr::session::redirect("/login");
     Ok(())
 }
 
-/// "Try again in N minutes", rounded up so the user never comes back too early.
-#[cfg(feature = "ssr")]
-fn throttled_message(retry_after: std::time::Duration) -> String {
-    let minutes = retry_after.as_secs().div_ceil(60).max(1);
-    let unit = if minutes == 1 { "minute" } else { "minutes" };
-    format!("Too many failed attempts. Try again in {minutes} {unit}.")
-}
-
 /// Refuses a form whose CSRF token is missing or wrong, changing nothing else. A browser posting a
-/// stale form is sent back with an explanation; other clients get 403. A request without a
-/// session (a cross-site post: SameSite=Lax withholds the cookie) gets no new session, so a
-/// forged post cannot replace a victim's cookie.
+/// stale form is sent back with an explanation; other clients get 403. A request without the
+/// token cookie (a cross-site post: SameSite=Lax withholds cookies) gets no cookie either, so a
+/// forged post cannot touch a victim's cookies.
 #[cfg(feature = "ssr")]
-async fn refuse_csrf(s: &tower_sessions::Session, back: &str) -> PortalError {
-    use crate::ssr::session;
+fn refuse_csrf(jar: &tower_cookies::Cookies, back: &str) -> PortalError {
+    use crate::ssr::{cookies, csrf, session};
 
     tracing::warn!("refused a form with a missing or wrong CSRF token");
     if session::accepts_html() {
-        if s.id().is_some() {
-            let _ = session::set_flash(s, &PortalError::Csrf.to_string()).await;
+        if csrf::has_token(jar) {
+            cookies::set_flash(jar, cookies::Flash::Csrf);
         }
         session::redirect(back);
     } else {
         session::set_status(http::StatusCode::FORBIDDEN);
     }
     PortalError::Csrf
-}
-
-#[cfg(all(test, feature = "ssr"))]
-mod tests {
-    use super::throttled_message;
-    use std::time::Duration;
-
-    #[test]
-    fn throttle_message_rounds_up() {
-        assert_eq!(
-            throttled_message(Duration::from_secs(14 * 60 + 1)),
-            "Too many failed attempts. Try again in 15 minutes."
-        );
-        assert_eq!(
-            throttled_message(Duration::from_millis(10)),
-            "Too many failed attempts. Try again in 1 minute."
-        );
-    }
 }

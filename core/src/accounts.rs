@@ -225,23 +225,21 @@ pub async fn create_user(
     })
 }
 
+/// Sets a user's password; returns the user's id (so the caller can end their sessions).
 pub async fn reset_password(
     pool: &PgPool,
     email: &str,
     password: &str,
-) -> Result<(), AccountError> {
+) -> Result<Uuid, AccountError> {
     check_password(password)?;
     let hash = hash_password(password).await?;
     let email = email.trim().to_lowercase();
-    let done = sqlx::query("UPDATE users SET password_hash = $2 WHERE email = $1")
+    sqlx::query_scalar("UPDATE users SET password_hash = $2 WHERE email = $1 RETURNING id")
         .bind(&email)
         .bind(hash)
-        .execute(pool)
-        .await?;
-    if done.rows_affected() == 0 {
-        return Err(AccountError::NotFound(format!("user {email}")));
-    }
-    Ok(())
+        .fetch_optional(pool)
+        .await?
+        .ok_or_else(|| AccountError::NotFound(format!("user {email}")))
 }
 
 /// Why a login was refused. The portal shows one message for both, so emails do not leak.

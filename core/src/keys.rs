@@ -97,13 +97,38 @@ pub async fn revoke(
 }
 
 /// The visible prefix of a whole key, or the argument itself when it already is a prefix.
+/// Operators type this, so it may be anything: a string whose cut would fall inside a character
+/// cannot be a key (keys are ASCII) and is returned whole, to match nothing.
 pub fn visible_prefix(prefix_or_key: &str) -> &str {
     let n = KEY_PREFIX.len() + VISIBLE_CHARS;
-    if prefix_or_key.starts_with(KEY_PREFIX) && prefix_or_key.len() > n {
-        &prefix_or_key[..n]
-    } else {
-        prefix_or_key
+    match prefix_or_key.get(..n) {
+        Some(prefix) if prefix_or_key.starts_with(KEY_PREFIX) && prefix_or_key.len() > n => prefix,
+        _ => prefix_or_key,
     }
+}
+
+/// Revokes the key with this id (any tenant's; operators only). Returns the revoked key, or
+/// `None` when no unrevoked key has that id.
+pub async fn revoke_by_id(pool: &PgPool, id: Uuid) -> sqlx::Result<Option<ApiKey>> {
+    sqlx::query_as::<_, ApiKey>(
+        "UPDATE api_keys SET revoked_at = now() WHERE id = $1 AND revoked_at IS NULL
+         RETURNING id, tenant_id, name, prefix, created_at, last_used_at, revoked_at",
+    )
+    .bind(id)
+    .fetch_optional(pool)
+    .await
+}
+
+/// Revokes the unrevoked key with this visible prefix (or whole key) of any tenant (operators
+/// only). Returns the revoked key, or `None` when there is none.
+pub async fn revoke_by_prefix(pool: &PgPool, prefix_or_key: &str) -> sqlx::Result<Option<ApiKey>> {
+    sqlx::query_as::<_, ApiKey>(
+        "UPDATE api_keys SET revoked_at = now() WHERE prefix = $1 AND revoked_at IS NULL
+         RETURNING id, tenant_id, name, prefix, created_at, last_used_at, revoked_at",
+    )
+    .bind(visible_prefix(prefix_or_key))
+    .fetch_optional(pool)
+    .await
 }
 
 #[cfg(test)]
@@ -121,5 +146,14 @@ mod tests {
         assert_eq!(a.sha256, hash_secret(&a.secret));
         assert_eq!(visible_prefix(&a.secret), a.prefix);
         assert!(!format!("{a:?}").contains(&a.secret));
+    }
+
+    #[test]
+    fn a_non_ascii_prefix_does_not_panic() {
+        // "tf-" + 7 ASCII + "é" (two bytes): byte 11 falls inside the "é"; likewise after "tf-a".
+        for given in ["tf-abcdefgéxyz", "tf-aééééééééé", "é", "tf-", ""] {
+            assert_eq!(visible_prefix(given), given);
+        }
+        assert_eq!(visible_prefix("tf-abcdefghé"), "tf-abcdefgh");
     }
 }

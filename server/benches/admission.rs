@@ -124,7 +124,7 @@ fn main() {
         let dir = std::env::temp_dir().join(format!("tf-bench-quota-journal-{}", std::process::id()));
         let journal = Journal::open(&dir, Durability::Process, Duration::from_millis(5), Default::default()).unwrap();
         let options = AppOptions {
-            redis: Some(redis),
+            redis: Some(redis).into(),
             redis_prefix: format!("tfbench-{}:", uuid::Uuid::new_v4().simple()),
             journal: Some(Arc::new(journal)),
             ..AppOptions::default()

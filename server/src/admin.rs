@@ -1,13 +1,18 @@
 //! The `migrate` and `admin` commands: what an operator does from a shell. Secrets (generated
-//! passwords, new API keys) are printed once to stdout and never logged.
+//! passwords, new API keys) are printed once to stdout and never logged. Changes to keys and
+//! tenants reach every replica through the `tf_auth_changed` trigger (within a second); the
+//! commands that end portal sessions delete their rows, so the next request is signed out.
 
 use std::io::Write;
 
 use anyhow::Context;
 use sqlx::PgPool;
-use tf_core::accounts::{self, Role};
+use tf_app::ssr::store;
+use tf_core::accounts::{self, Role, TenantStatus};
+use tf_core::keys;
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
+use uuid::Uuid;
 
 use crate::cli::{AdminCommand, DbArgs};
 use crate::demo::random_password;
@@ -23,14 +28,16 @@ async fn pool(db: &DbArgs) -> anyhow::Result<PgPool> {
 
 pub async fn migrate(db: &DbArgs) -> anyhow::Result<()> {
     pool(db).await?;
-    say(&format!(
-        "migrations applied to {}",
-        tf_core::db::redact_url(db.database_url.expose())
-    ))
+    say(
+        &mut std::io::stdout(),
+        &format!(
+            "migrations applied to {}",
+            tf_core::db::redact_url(db.database_url.expose())
+        ),
+    )
 }
 
-fn say(line: &str) -> anyhow::Result<()> {
-    let mut out = std::io::stdout().lock();
+fn say(out: &mut impl Write, line: &str) -> anyhow::Result<()> {
     writeln!(out, "{line}")?;
     Ok(out.flush()?)
 }
@@ -52,100 +59,154 @@ fn parse_time(flag: &str, value: Option<String>) -> anyhow::Result<Option<Offset
         .transpose()
 }
 
+/// Runs an operator command, printing to stdout.
 pub async fn run(cmd: AdminCommand) -> anyhow::Result<()> {
+    let pool = pool(cmd.db()).await?;
+    run_on(&pool, cmd, &mut std::io::stdout()).await
+}
+
+/// Runs an operator command on `pool`, writing what it reports to `out` (tests pass a buffer).
+pub async fn run_on(pool: &PgPool, cmd: AdminCommand, out: &mut impl Write) -> anyhow::Result<()> {
     match cmd {
         AdminCommand::CreateAdmin {
-            db,
+            db: _,
             email,
             password,
         } => {
-            let pool = pool(&db).await?;
             let (password, generated) = password_or_generated(password);
-            let user = accounts::create_user(&pool, &email, &password, Role::Admin, None).await?;
-            say(&format!("created admin {}", user.email))?;
+            let user = accounts::create_user(pool, &email, &password, Role::Admin, None).await?;
+            say(out, &format!("created admin {}", user.email))?;
             if generated {
-                say(&format!("password: {password}"))?;
+                say(out, &format!("password: {password}"))?;
             }
         }
         AdminCommand::CreateTenant {
-            db,
+            db: _,
             name,
             display_name,
             member_email,
             member_password,
         } => {
-            let pool = pool(&db).await?;
             let tenant =
-                accounts::create_tenant(&pool, &name, display_name.as_deref().unwrap_or(&name))
+                accounts::create_tenant(pool, &name, display_name.as_deref().unwrap_or(&name))
                     .await?;
-            say(&format!("created tenant {} ({})", tenant.name, tenant.id))?;
+            say(
+                out,
+                &format!("created tenant {} ({})", tenant.name, tenant.id),
+            )?;
             if let Some(email) = member_email {
                 let (password, generated) = password_or_generated(member_password);
                 let user = accounts::create_user(
-                    &pool,
+                    pool,
                     &email,
                     &password,
                     Role::TenantMember,
                     Some(tenant.id),
                 )
                 .await?;
-                say(&format!("created member {}", user.email))?;
+                say(out, &format!("created member {}", user.email))?;
                 if generated {
-                    say(&format!("password: {password}"))?;
+                    say(out, &format!("password: {password}"))?;
                 }
             }
         }
-        AdminCommand::IssueKey { db, tenant, name } => {
-            let pool = pool(&db).await?;
-            let tenant = accounts::find_tenant(&pool, &tenant).await?;
-            let (key, secret) = tf_core::keys::issue(&pool, tenant.id, &name).await?;
-            say(&format!(
-                "issued key {} for tenant {}; it is shown only now:",
-                key.prefix, tenant.name
-            ))?;
-            say(&secret)?;
+        AdminCommand::IssueKey {
+            db: _,
+            tenant,
+            name,
+        } => {
+            let tenant = accounts::find_tenant(pool, &tenant).await?;
+            let (key, secret) = tf_core::keys::issue(pool, tenant.id, &name).await?;
+            say(
+                out,
+                &format!(
+                    "issued key {} for tenant {}; it is shown only now:",
+                    key.prefix, tenant.name
+                ),
+            )?;
+            say(out, &secret)?;
         }
         AdminCommand::ResetPassword {
-            db,
+            db: _,
             email,
             password,
         } => {
-            let pool = pool(&db).await?;
             let (password, generated) = password_or_generated(password);
-            accounts::reset_password(&pool, &email, &password).await?;
-            say(&format!("password of {email} reset"))?;
+            let user = accounts::reset_password(pool, &email, &password).await?;
+            // The old password may be what leaked: whoever signed in with it is signed out.
+            let ended = store::end_sessions_of_user(pool, user).await?;
+            say(
+                out,
+                &format!("password of {email} reset; {ended} portal session(s) ended"),
+            )?;
             if generated {
-                say(&format!("password: {password}"))?;
+                say(out, &format!("password: {password}"))?;
             }
         }
+        AdminCommand::RevokeKey { db: _, key } => {
+            let revoked = match Uuid::parse_str(&key) {
+                Ok(id) => keys::revoke_by_id(pool, id).await?,
+                Err(_) => keys::revoke_by_prefix(pool, &key).await?,
+            };
+            let key = revoked.with_context(|| {
+                format!(
+                    "no unrevoked key {:?} (give its id, its prefix or the whole key)",
+                    keys::visible_prefix(&key)
+                )
+            })?;
+            let tenant = accounts::tenant_by_id(pool, key.tenant_id).await?;
+            // The UPDATE fired tf_auth_changed: every replica drops its key cache.
+            say(
+                out,
+                &format!(
+                    "revoked key {} ({}) of tenant {}; refused everywhere within a second",
+                    key.prefix, key.id, tenant.name
+                ),
+            )?;
+        }
+        AdminCommand::SuspendTenant { db: _, tenant } => {
+            accounts::set_tenant_status(pool, &tenant, TenantStatus::Suspended).await?;
+            let t = accounts::find_tenant(pool, &tenant).await?;
+            let ended = store::end_sessions_of_tenant(pool, t.id).await?;
+            say(
+                out,
+                &format!(
+                    "suspended tenant {tenant}: its keys get 403 within a second; {ended} portal session(s) ended"
+                ),
+            )?;
+        }
+        AdminCommand::ReactivateTenant { db: _, tenant } => {
+            accounts::set_tenant_status(pool, &tenant, TenantStatus::Active).await?;
+            say(
+                out,
+                &format!("reactivated tenant {tenant}: its keys work again within a second"),
+            )?;
+        }
         AdminCommand::Usage {
-            db,
+            db: _,
             tenant,
             since,
             until,
         } => {
-            let pool = pool(&db).await?;
             let tenant_id = match tenant {
-                Some(t) => Some(accounts::find_tenant(&pool, &t).await?.id),
+                Some(t) => Some(accounts::find_tenant(pool, &t).await?.id),
                 None => None,
             };
             let events = usage::query(
-                &pool,
+                pool,
                 tenant_id,
                 parse_time("since", since)?,
                 parse_time("until", until)?,
             )
             .await?;
-            let mut out = std::io::stdout().lock();
             for e in events {
-                serde_json::to_writer(&mut out, &e)?;
+                serde_json::to_writer(&mut *out, &e)?;
                 out.write_all(b"\n")?;
             }
             out.flush()?;
         }
         AdminCommand::Limits(args) => {
-            let pool = pool(&args.db).await?;
-            say(crate::quota::admin::run(&pool, &args).await?.trim_end())?;
+            say(out, crate::quota::admin::run(pool, &args).await?.trim_end())?;
         }
     }
     Ok(())

@@ -25,7 +25,8 @@ const SESSION_PURGE: Duration = Duration::from_secs(600);
 /// What `build` needs besides the database.
 #[derive(Clone)]
 pub struct AppOptions {
-    pub redis: Option<redis::aio::ConnectionManager>,
+    /// Redis for shared limits and login throttling; while empty, both count per replica.
+    pub redis: tf_core::redis_slot::RedisSlot,
     pub redis_prefix: String,
     pub secure_cookies: bool,
     /// Trust `X-Forwarded-For` for the portal's per-address login throttle.
@@ -42,7 +43,7 @@ pub struct AppOptions {
 impl Default for AppOptions {
     fn default() -> Self {
         Self {
-            redis: None,
+            redis: tf_core::redis_slot::RedisSlot::empty(),
             redis_prefix: "tf:".into(),
             secure_cookies: false,
             trust_forwarded_for: false,

@@ -61,9 +61,19 @@ pub struct ServeArgs {
     /// of engines that already run).
     #[arg(long, env = "TF_FLEET", default_value = "local-sim")]
     pub fleet: String,
-    /// Create the demo tenant and print a fresh demo login and API key at start-up.
-    #[arg(long, env = "TF_DEMO", default_value_t = true, action = clap::ArgAction::Set)]
+    /// Create the demo tenant (logins, adapters, an API key) once, and print its credentials at
+    /// every start. For trying the product on one machine (`scripts/run.sh` sets it); never for
+    /// production replicas.
+    #[arg(long, env = "TF_DEMO", default_value_t = false, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
     pub demo: bool,
+    /// Where `--demo` keeps the demo credentials between starts (created readable by its owner
+    /// only).
+    #[arg(
+        long,
+        env = "TF_DEMO_STATE",
+        default_value = ".tokenfactory/demo-credentials.json"
+    )]
+    pub demo_state: PathBuf,
     /// Mark session cookies Secure (set when serving behind TLS).
     #[arg(long, env = "TF_SECURE_COOKIES", default_value_t = false, action = clap::ArgAction::Set)]
     pub secure_cookies: bool,
@@ -219,7 +229,8 @@ pub enum AdminCommand {
         #[arg(long, default_value = "")]
         name: String,
     },
-    /// Set a new password for a portal user (prints a generated one if none is given).
+    /// Set a new password for a portal user (prints a generated one if none is given) and end
+    /// every portal session they have.
     ResetPassword {
         #[command(flatten)]
         db: DbArgs,
@@ -229,6 +240,30 @@ pub enum AdminCommand {
         /// New password; generated and printed when absent.
         #[arg(long, env = "TF_NEW_PASSWORD")]
         password: Option<Secret>,
+    },
+    /// Revoke an API key of any tenant; every replica refuses it within a second.
+    RevokeKey {
+        #[command(flatten)]
+        db: DbArgs,
+        /// The key: its id (a UUID), its visible prefix (`tf-` and 8 characters) or the whole key.
+        key: String,
+    },
+    /// Suspend a tenant: its API keys get 403 within a second on every replica and its users'
+    /// portal sessions end. Data is kept.
+    SuspendTenant {
+        #[command(flatten)]
+        db: DbArgs,
+        /// Tenant handle.
+        #[arg(long)]
+        tenant: String,
+    },
+    /// Reactivate a suspended tenant: its keys work again; its users sign in again.
+    ReactivateTenant {
+        #[command(flatten)]
+        db: DbArgs,
+        /// Tenant handle.
+        #[arg(long)]
+        tenant: String,
     },
     /// Print stored usage events as JSON lines, oldest first.
     Usage {
@@ -246,6 +281,23 @@ pub enum AdminCommand {
     },
     /// Set or show the limits of a tenant or a key (no value flags: show limits and consumption).
     Limits(crate::quota::admin::LimitsArgs),
+}
+
+impl AdminCommand {
+    /// The database the command works on.
+    pub fn db(&self) -> &DbArgs {
+        match self {
+            Self::CreateAdmin { db, .. }
+            | Self::CreateTenant { db, .. }
+            | Self::IssueKey { db, .. }
+            | Self::ResetPassword { db, .. }
+            | Self::RevokeKey { db, .. }
+            | Self::SuspendTenant { db, .. }
+            | Self::ReactivateTenant { db, .. }
+            | Self::Usage { db, .. } => db,
+            Self::Limits(args) => &args.db,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Args)]

@@ -1,12 +1,23 @@
-//! The demo tenant of the embedded default: a tenant with a member login, an admin login, the
-//! demo adapters and an API key, printed at start-up so a new user can try everything at once.
-//! Passwords and the key are fresh on every start (only hashes are stored, so they cannot be
-//! shown again); the previous start's demo key is revoked.
+//! The demo tenant of the embedded default (`serve --demo`): a tenant with a member login, an
+//! admin login, the demo adapters and an API key, printed at start-up so a new user can try
+//! everything at once.
+//!
+//! The credentials are made once and kept in a local state file (`--demo-state`, mode 0600, so
+//! only its owner can read it), then reprinted at every later start: a restart does not break a
+//! saved key or login. Each credential in the file is checked against the database first (a file
+//! from another database, a password reset by an operator, a revoked key); only what no longer
+//! works is replaced, and no key is ever revoked here.
 
+use std::io::Write;
+use std::path::Path;
+
+use anyhow::Context;
 use rand::distributions::{Alphanumeric, DistString};
+use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
 use tf_core::accounts::{self, AccountError, Role};
 use tf_core::keys;
+use uuid::Uuid;
 
 use crate::fleet::{self, local_sim};
 
@@ -15,13 +26,24 @@ pub const DEMO_EMAIL: &str = "demo@tokenfactory.local";
 pub const ADMIN_EMAIL: &str = "admin@tokenfactory.local";
 const DEMO_KEY_NAME: &str = "demo key (printed at start-up)";
 
-/// What start-up prints.
+/// What start-up prints, and what the state file holds.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct DemoCredentials {
-    pub member_email: &'static str,
+    pub member_email: String,
     pub member_password: String,
-    pub admin_email: &'static str,
+    pub admin_email: String,
     pub admin_password: String,
     pub api_key: String,
+}
+
+impl std::fmt::Debug for DemoCredentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DemoCredentials")
+            .field("member_email", &self.member_email)
+            .field("admin_email", &self.admin_email)
+            .finish_non_exhaustive()
+    }
 }
 
 /// A random password that meets the minimum length.
@@ -29,8 +51,14 @@ pub fn random_password() -> String {
     Alphanumeric.sample_string(&mut rand::rngs::OsRng, 16)
 }
 
-/// Creates or refreshes the demo tenant, its users, adapters (on the local simulator) and key.
-pub async fn ensure(pool: &PgPool, with_sim_adapters: bool) -> anyhow::Result<DemoCredentials> {
+/// Creates the demo tenant, its users, adapters (on the local simulator) and key, or takes them
+/// over from `state` (the file written by an earlier start) as far as they still work. Writes the
+/// file back (mode 0600) with what is printed.
+pub async fn ensure(
+    pool: &PgPool,
+    with_sim_adapters: bool,
+    state: &Path,
+) -> anyhow::Result<DemoCredentials> {
     let tenant = match accounts::find_tenant(pool, DEMO_TENANT).await {
         Ok(t) => t,
         Err(AccountError::NotFound(_)) => {
@@ -38,47 +66,120 @@ pub async fn ensure(pool: &PgPool, with_sim_adapters: bool) -> anyhow::Result<De
         }
         Err(e) => return Err(e.into()),
     };
-    let member_password = random_password();
-    let admin_password = random_password();
-    upsert_user(
+    let saved = read_state(state);
+    let member_password = kept_password(
         pool,
         DEMO_EMAIL,
-        &member_password,
+        saved.as_ref().map(|s| s.member_password.as_str()),
         Role::TenantMember,
         Some(tenant.id),
     )
     .await?;
-    upsert_user(pool, ADMIN_EMAIL, &admin_password, Role::Admin, None).await?;
+    let admin_password = kept_password(
+        pool,
+        ADMIN_EMAIL,
+        saved.as_ref().map(|s| s.admin_password.as_str()),
+        Role::Admin,
+        None,
+    )
+    .await?;
     if with_sim_adapters {
         for (served, lora) in local_sim::DEMO_ADAPTERS {
             fleet::register_adapter(pool, tenant.id, served, local_sim::DEMO_BASE, lora).await?;
         }
     }
-    sqlx::query("UPDATE api_keys SET revoked_at = now() WHERE tenant_id = $1 AND name = $2 AND revoked_at IS NULL")
-        .bind(tenant.id)
-        .bind(DEMO_KEY_NAME)
-        .execute(pool)
-        .await?;
-    let (_, api_key) = keys::issue(pool, tenant.id, DEMO_KEY_NAME).await?;
-    Ok(DemoCredentials {
-        member_email: DEMO_EMAIL,
+    let api_key = match saved.as_ref().map(|s| s.api_key.as_str()) {
+        Some(key) if key_works(pool, tenant.id, key).await? => key.to_owned(),
+        _ => keys::issue(pool, tenant.id, DEMO_KEY_NAME).await?.1,
+    };
+    let creds = DemoCredentials {
+        member_email: DEMO_EMAIL.to_owned(),
         member_password,
-        admin_email: ADMIN_EMAIL,
+        admin_email: ADMIN_EMAIL.to_owned(),
         admin_password,
         api_key,
-    })
+    };
+    write_state(state, &creds)
+        .with_context(|| format!("writing the demo credentials to {}", state.display()))?;
+    Ok(creds)
 }
 
-async fn upsert_user(
+/// The saved credentials, if the file exists and parses (otherwise new ones are made).
+fn read_state(path: &Path) -> Option<DemoCredentials> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+        Err(e) => {
+            tracing::warn!(error = %e, path = %path.display(), "demo state unreadable; making new credentials");
+            return None;
+        }
+    };
+    match serde_json::from_str(&text) {
+        Ok(c) => Some(c),
+        Err(e) => {
+            tracing::warn!(error = %e, path = %path.display(), "demo state malformed; making new credentials");
+            None
+        }
+    }
+}
+
+/// Writes the file readable by its owner only, atomically (a crash leaves the old file or the
+/// new one, never half of one).
+fn write_state(path: &Path, creds: &DemoCredentials) -> anyhow::Result<()> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)?;
+    }
+    let tmp = path.with_extension("tmp");
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let mut file = options.open(&tmp)?;
+    // The mode above applies only when the file is created; a leftover keeps its own.
+    #[cfg(unix)]
+    file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+    file.write_all(serde_json::to_string_pretty(creds)?.as_bytes())?;
+    file.sync_all()?;
+    std::fs::rename(&tmp, path)?;
+    Ok(())
+}
+
+/// The saved password when it still signs the user in; otherwise a new one, set on the user
+/// (created if missing).
+async fn kept_password(
     pool: &PgPool,
     email: &str,
-    password: &str,
+    saved: Option<&str>,
     role: Role,
-    tenant: Option<uuid::Uuid>,
-) -> Result<(), AccountError> {
-    match accounts::create_user(pool, email, password, role, tenant).await {
-        Ok(_) => Ok(()),
-        Err(AccountError::Exists(_)) => accounts::reset_password(pool, email, password).await,
-        Err(e) => Err(e),
+    tenant: Option<Uuid>,
+) -> anyhow::Result<String> {
+    if let Some(password) = saved {
+        if matches!(
+            accounts::authenticate(pool, email, password).await?,
+            Ok(_) | Err(accounts::LoginRefusal::TenantSuspended)
+        ) {
+            return Ok(password.to_owned());
+        }
     }
+    let password = random_password();
+    match accounts::create_user(pool, email, &password, role, tenant).await {
+        Ok(_) => {}
+        Err(AccountError::Exists(_)) => {
+            accounts::reset_password(pool, email, &password).await?;
+        }
+        Err(e) => return Err(e.into()),
+    }
+    Ok(password)
+}
+
+/// Whether `key` is an unrevoked key of the demo tenant.
+async fn key_works(pool: &PgPool, tenant: Uuid, key: &str) -> sqlx::Result<bool> {
+    sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM api_keys
+                        WHERE secret_sha256 = $1 AND tenant_id = $2 AND revoked_at IS NULL)",
+    )
+    .bind(&keys::hash_secret(key)[..])
+    .bind(tenant)
+    .fetch_one(pool)
+    .await
 }

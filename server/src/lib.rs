@@ -19,6 +19,7 @@ pub mod metering;
 pub mod notify;
 pub mod portal;
 pub mod quota;
+pub mod redis_conn;
 pub mod secret;
 pub mod serve;
 pub mod sim;

@@ -23,7 +23,6 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let pool = tf_core::db::connect(url, 32).await?;
     tf_core::db::migrate(&pool, url).await?;
 
-    let redis = connect_redis(args.redis_url.expose()).await;
     let journal = match args.journal.journal_durability {
         crate::journal::Durability::Off => None,
         level => Some(std::sync::Arc::new(
@@ -43,9 +42,12 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     };
     let cancel = CancellationToken::new();
     let fleet_tracker = tokio_util::task::TaskTracker::new();
+    // If Redis is not up yet, a connector keeps trying on this tracker until `cancel`.
+    let redis =
+        crate::redis_conn::connect(args.redis_url.expose(), &fleet_tracker, cancel.clone()).await;
     fleet::start(&fleet_spec, &pool, &fleet_tracker, &cancel).await?;
     let demo = if args.demo {
-        Some(crate::demo::ensure(&pool, fleet_spec == FleetSpec::LocalSim).await?)
+        Some(crate::demo::ensure(&pool, fleet_spec == FleetSpec::LocalSim, &args.demo_state).await?)
     } else {
         None
     };
@@ -75,7 +77,12 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         .visible(uuid::Uuid::nil())
         .first()
         .map(|r| r.served_name.clone());
-    print_banner(addr, &fleet_spec, demo.as_ref(), model.as_deref())?;
+    print_banner(
+        addr,
+        &fleet_spec,
+        demo.as_ref().map(|d| (d, args.demo_state.as_path())),
+        model.as_deref(),
+    )?;
 
     let stop = CancellationToken::new();
     let stopping = stop.clone();
@@ -117,24 +124,6 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Connects to Redis; serving goes on without it (limits fall back to this replica).
-pub async fn connect_redis(url: &str) -> Option<redis::aio::ConnectionManager> {
-    let client = match redis::Client::open(url) {
-        Ok(c) => c,
-        Err(e) => {
-            tracing::warn!(error = %e, "REDIS_URL is invalid; running without Redis");
-            return None;
-        }
-    };
-    match tokio::time::timeout(Duration::from_secs(3), client.get_connection_manager()).await {
-        Ok(Ok(m)) => Some(m),
-        _ => {
-            tracing::warn!("Redis is unreachable; running on per-replica limits");
-            None
-        }
-    }
-}
-
 async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
@@ -159,14 +148,14 @@ async fn shutdown_signal() {
 fn print_banner(
     addr: SocketAddr,
     fleet: &FleetSpec,
-    demo: Option<&crate::demo::DemoCredentials>,
+    demo: Option<(&crate::demo::DemoCredentials, &std::path::Path)>,
     model: Option<&str>,
 ) -> std::io::Result<()> {
     let mut out = std::io::stdout().lock();
     writeln!(out, "\nToken Factory is running ({} fleet).", fleet.label())?;
     writeln!(out, "  Portal:   http://{addr}/")?;
     writeln!(out, "  API:      http://{addr}/v1")?;
-    if let Some(d) = demo {
+    if let Some((d, state)) = demo {
         writeln!(
             out,
             "  Tenant login: {} / {}",
@@ -188,7 +177,8 @@ fn print_banner(
         }
         writeln!(
             out,
-            "\n(Passwords and the demo key are new at every start; older demo keys are revoked.)"
+            "\n(Demo credentials are kept in {} (readable only by you) and shown again at every start.)",
+            state.display()
         )?;
     }
     out.flush()

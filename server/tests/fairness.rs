@@ -203,7 +203,7 @@ async fn long_prompt_cap_keeps_the_victims_ttft_within_twice_unloaded() {
         .await
         .unwrap();
     let options = AppOptions {
-        redis: Some(redis),
+        redis: Some(redis).into(),
         redis_prefix: prefix,
         quota: QuotaArgs::default(),
         ..AppOptions::default()

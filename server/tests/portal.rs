@@ -7,25 +7,29 @@
 #![expect(
     clippy::unwrap_used,
     clippy::expect_used,
+    clippy::panic,
     reason = "a test helper that fails should fail the test loudly"
 )]
 
 #[path = "portal_support/mod.rs"]
 mod support;
 
-use reqwest::header::CONTENT_TYPE;
+use reqwest::header::{CONTENT_TYPE, SET_COOKIE};
 use reqwest::StatusCode;
 use sqlx::PgPool;
 use support::*;
 use tf_core::accounts::{self, TenantStatus};
 #[sqlx::test(migrations = "../migrations")]
-async fn login_page_sets_a_safe_cookie_and_a_csrf_field(pool: PgPool) {
+async fn login_page_sets_a_safe_csrf_cookie_and_a_csrf_field(pool: PgPool) {
     let portal = TestPortal::spawn(pool).await;
     let res = portal.browser().get("/login").await;
     assert_eq!(res.status(), StatusCode::OK);
-    let cookie = session_cookie(&res).expect("a session cookie");
+    // An anonymous visitor gets no session, only the CSRF cookie.
+    assert_eq!(session_cookie(&res), None);
+    let cookie = set_cookie(&res, "tf_csrf").expect("a CSRF cookie");
     assert!(cookie.contains("HttpOnly"), "{cookie}");
     assert!(cookie.contains("SameSite=Lax"), "{cookie}");
+    assert!(cookie.contains("Path=/"), "{cookie}");
     assert!(!cookie.contains("Secure"), "{cookie}");
     let h = res.headers();
     assert_eq!(h["x-frame-options"], "DENY");
@@ -34,6 +38,10 @@ async fn login_page_sets_a_safe_cookie_and_a_csrf_field(pool: PgPool) {
     assert!(csp.starts_with("default-src 'self'"), "{csp}");
     let html = res.text().await.unwrap();
     assert_eq!(csrf(&html).len(), 64);
+    assert!(
+        cookie.starts_with(&format!("tf_csrf={};", csrf(&html))),
+        "{cookie}"
+    );
     assert!(html.contains(r#"action="/api/login""#), "{html}");
     assert!(html.contains(r#"method="post""#));
     // The only scripts are Leptos's inert bookkeeping, allowed by this response's nonce.
@@ -49,8 +57,13 @@ async fn login_page_sets_a_safe_cookie_and_a_csrf_field(pool: PgPool) {
 #[sqlx::test(migrations = "../migrations")]
 async fn cookie_is_secure_when_configured(pool: PgPool) {
     let portal = TestPortal::spawn_with(pool, true, true).await;
-    let cookie = session_cookie(&portal.browser().get("/login").await).unwrap();
-    assert!(cookie.contains("Secure"), "{cookie}");
+    // Behind TLS the CSRF cookie is host-only and HTTPS-only: no subdomain can plant one.
+    let cookie = set_cookie(&portal.browser().get("/login").await, "__Host-tf_csrf").unwrap();
+    assert!(
+        cookie.contains("Secure") && cookie.contains("Path=/"),
+        "{cookie}"
+    );
+    assert!(!cookie.contains("Domain"), "{cookie}");
 }
 
 #[sqlx::test(migrations = "../migrations")]
@@ -155,17 +168,57 @@ async fn pages_without_a_session_redirect_to_login(pool: PgPool) {
 async fn logout_deletes_the_session(pool: PgPool) {
     let portal = TestPortal::spawn(pool).await;
     let b = portal.browser();
-    let res = b.login(MEMBER, PASSWORD).await;
-    let id = cookie_value(&session_cookie(&res).unwrap());
+    b.login(MEMBER, PASSWORD).await;
+    assert_eq!(sessions_of(&portal.pool, MEMBER).await, 1);
     let token = b.token_on("/").await;
     assert_redirect(&b.post("/api/logout", &[("csrf", &token)]).await, "/login");
     assert_redirect(&b.get("/").await, "/login");
-    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM tower_sessions.session WHERE id = $1")
-        .bind(&id)
-        .fetch_one(&portal.pool)
+    assert_eq!(sessions_of(&portal.pool, MEMBER).await, 0);
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn session_ids_are_stored_only_as_their_hash(pool: PgPool) {
+    let portal = TestPortal::spawn(pool).await;
+    let res = portal.browser().login(MEMBER, PASSWORD).await;
+    let id = cookie_value(&session_cookie(&res).unwrap());
+    // The cookie is the id's 16 bytes in unpadded URL-safe base64; the row holds their SHA-256.
+    let (hashed, anywhere): (i64, i64) = sqlx::query_as(
+        "SELECT
+           (SELECT count(*) FROM portal_sessions
+            WHERE id_sha256 = sha256(decode(translate($1, '-_', '+/') || '==', 'base64'))),
+           (SELECT count(*) FROM portal_sessions
+            WHERE position(convert_to($1, 'UTF8') IN id_sha256) > 0 OR data::text LIKE '%' || $1 || '%')",
+    )
+    .bind(&id)
+    .fetch_one(&portal.pool)
+    .await
+    .unwrap();
+    assert_eq!((hashed, anywhere), (1, 0));
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn anonymous_visits_store_no_session(pool: PgPool) {
+    let portal = TestPortal::spawn(pool).await;
+    for _ in 0..30 {
+        let res = portal.browser().get("/login").await;
+        assert_eq!(session_cookie(&res), None);
+    }
+    // Failed logins and stale forms leave a flash message, in a cookie too.
+    let b = portal.browser();
+    assert_redirect(&b.login(MEMBER, "wrong password!").await, "/login");
+    assert!(b
+        .html("/login")
         .await
-        .unwrap();
-    assert_eq!(rows, 0);
+        .contains("Invalid email or password."));
+    b.post("/api/login", &[("csrf", "00")]).await;
+    assert!(b.html("/login").await.contains("This form has expired"));
+    let rows: (i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM portal_sessions), (SELECT count(*) FROM tower_sessions.session)",
+    )
+    .fetch_one(&portal.pool)
+    .await
+    .unwrap();
+    assert_eq!(rows, (0, 0));
 }
 
 #[sqlx::test(migrations = "../migrations")]
@@ -218,7 +271,7 @@ async fn cross_site_posts_do_not_replace_the_session_cookie(pool: PgPool) {
     ] {
         let res = stranger.post(path, &form).await;
         assert!(res.status().is_redirection());
-        assert_eq!(session_cookie(&res), None, "{path}");
+        assert_eq!(res.headers().get(SET_COOKIE), None, "{path}");
     }
     // The page-state function is a GET, never a cookie-less cross-site POST.
     let res = stranger.post("/api/page", &[("access", "Public")]).await;
@@ -239,48 +292,90 @@ async fn logout_without_the_right_csrf_token_is_refused(pool: PgPool) {
     assert!(b.html("/").await.contains(MEMBER));
 }
 
-async fn five_failures_then_the_right_password_is_refused(portal: &TestPortal) {
-    let b = portal.browser();
+/// What a legitimate user from another address sees while 127.0.0.1 hammers their account.
+const OTHER_ADDRESS: &str = "127.0.0.2";
+
+async fn failures_from_one_address_delay_only_that_address(portal: &TestPortal) {
+    let attacker = portal.browser();
     for _ in 0..5 {
-        assert_redirect(&b.login(MEMBER, "wrong password!").await, "/login");
+        assert_redirect(&attacker.login(MEMBER, "wrong password!").await, "/login");
     }
-    assert_redirect(&b.login(MEMBER, PASSWORD).await, "/login");
-    let page = b.html("/login").await;
+    // The sixth attempt from this address waits, even with the right password.
+    assert_redirect(&attacker.login(MEMBER, PASSWORD).await, "/login");
+    let page = attacker.html("/login").await;
     assert!(
-        page.contains("Too many failed attempts. Try again in 15 minutes."),
+        page.contains("Too many failed attempts. Try again in 30 seconds."),
         "{page}"
     );
-    assert_redirect(&b.get("/").await, "/login");
-    // Per email: another account from the same address is not affected.
+    assert_redirect(&attacker.get("/").await, "/login");
+    // Hammering on changes nothing for anybody else.
+    for _ in 0..20 {
+        attacker.login(MEMBER, "wrong password!").await;
+    }
+    // The account's owner, from another address, signs in: no lockout.
+    assert_redirect(
+        &portal
+            .browser_from(OTHER_ADDRESS)
+            .login(MEMBER, PASSWORD)
+            .await,
+        "/",
+    );
+    // Another account from the attacker's address is not affected either.
     assert_redirect(&portal.browser().login(ADMIN, PASSWORD).await, "/admin");
 }
 
 #[sqlx::test(migrations = "../migrations")]
-async fn repeated_failures_throttle_the_email_in_redis(pool: PgPool) {
+async fn an_attacker_cannot_lock_an_account_in_redis(pool: PgPool) {
     let portal = TestPortal::spawn(pool).await;
-    five_failures_then_the_right_password_is_refused(&portal).await;
-    // The counter lives in Redis (shared by replicas), under the prefix, with a TTL.
+    failures_from_one_address_delay_only_that_address(&portal).await;
+    // The counters live in Redis (shared by replicas), under the prefix, with TTLs; refused
+    // attempts counted for nothing.
     let client = redis::Client::open("redis://127.0.0.1:6379").unwrap();
     let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-    let key = format!("{}login:email:{MEMBER}", portal.redis_prefix);
-    let count: u32 = redis::cmd("GET")
-        .arg(&key)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    let ttl: i64 = redis::cmd("PTTL")
-        .arg(&key)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    assert_eq!(count, 5);
-    assert!(ttl > 0 && ttl <= 15 * 60 * 1000, "{ttl}");
+    let p = &portal.redis_prefix;
+    for (key, failures, max_ttl_s) in [
+        (format!("{p}login:pair:127.0.0.1/{MEMBER}"), 5, 3600),
+        (format!("{p}login:account:{MEMBER}"), 5, 900),
+    ] {
+        let f: u32 = redis::cmd("HGET")
+            .arg(&key)
+            .arg("f")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let ttl: i64 = redis::cmd("PTTL")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(f, failures, "{key}");
+        assert!(ttl > 0 && ttl <= max_ttl_s * 1000, "{key}: {ttl}");
+    }
 }
 
 #[sqlx::test(migrations = "../migrations")]
-async fn repeated_failures_throttle_the_email_without_redis(pool: PgPool) {
+async fn an_attacker_cannot_lock_an_account_without_redis(pool: PgPool) {
     let portal = TestPortal::spawn_with(pool, false, false).await;
-    five_failures_then_the_right_password_is_refused(&portal).await;
+    failures_from_one_address_delay_only_that_address(&portal).await;
+}
+
+#[tokio::test]
+async fn guessing_spread_over_addresses_is_delayed_briefly_not_locked_out() {
+    use tf_app::ssr::throttle::{self, LoginThrottle, Verdict};
+    let client = redis::Client::open("redis://127.0.0.1:6379").unwrap();
+    let slot = Some(redis::aio::ConnectionManager::new(client).await.unwrap()).into();
+    let t = LoginThrottle::new(slot, format!("tftest:{}:", uuid::Uuid::new_v4()));
+    for i in 0..throttle::ACCOUNT_FREE {
+        assert_eq!(
+            t.begin("v@x", &format!("10.0.0.{i}")).await,
+            Verdict::Allowed
+        );
+    }
+    let Verdict::Throttled { retry_after } = t.begin("v@x", "10.1.1.1").await else {
+        panic!("the per-account bound must apply across addresses")
+    };
+    assert!(retry_after <= throttle::ACCOUNT_MAX, "{retry_after:?}");
+    assert_eq!(t.begin("other@x", "10.1.1.1").await, Verdict::Allowed);
 }
 
 #[sqlx::test(migrations = "../migrations")]
@@ -295,6 +390,34 @@ async fn a_successful_login_clears_the_failures(pool: PgPool) {
         let token = b.token_on("/").await;
         assert_redirect(&b.post("/api/logout", &[("csrf", &token)]).await, "/login");
     }
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn resetting_a_password_ends_the_users_sessions(pool: PgPool) {
+    let portal = TestPortal::spawn(pool).await;
+    let (b, other) = (portal.browser(), portal.browser_from(OTHER_ADDRESS));
+    assert_redirect(&b.login(MEMBER, PASSWORD).await, "/");
+    assert_redirect(&other.login(MEMBER, PASSWORD).await, "/");
+    let admin_browser = portal.browser();
+    assert_redirect(&admin_browser.login(ADMIN, PASSWORD).await, "/admin");
+    let out = admin(
+        &portal.pool,
+        &[
+            "reset-password",
+            "--email",
+            MEMBER,
+            "--password",
+            "a new one, long enough",
+        ],
+    )
+    .await;
+    assert!(out.contains("2 portal session(s) ended"), "{out}");
+    assert_redirect(&b.get("/").await, "/login");
+    assert_redirect(&other.get("/").await, "/login");
+    assert_eq!(sessions_of(&portal.pool, MEMBER).await, 0);
+    // Other users keep theirs; the new password works.
+    assert!(admin_browser.html("/admin").await.contains(ADMIN));
+    assert_redirect(&b.login(MEMBER, "a new one, long enough").await, "/");
 }
 
 #[sqlx::test(migrations = "../migrations")]
@@ -331,4 +454,64 @@ async fn suspending_a_tenant_ends_its_sessions(pool: PgPool) {
         .await
         .unwrap();
     assert_redirect(&b.get("/").await, "/login");
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn the_suspend_command_deletes_the_tenants_sessions(pool: PgPool) {
+    let portal = TestPortal::spawn(pool).await;
+    let b = portal.browser();
+    assert_redirect(&b.login(MEMBER, PASSWORD).await, "/");
+    let admin_browser = portal.browser();
+    assert_redirect(&admin_browser.login(ADMIN, PASSWORD).await, "/admin");
+    let out = admin(&portal.pool, &["suspend-tenant", "--tenant", "acme"]).await;
+    assert!(out.contains("1 portal session(s) ended"), "{out}");
+    assert_eq!(sessions_of(&portal.pool, MEMBER).await, 0);
+    assert_redirect(&b.get("/").await, "/login");
+    assert_redirect(&b.login(MEMBER, PASSWORD).await, "/login");
+    assert!(b.html("/login").await.contains("This tenant is suspended."));
+    assert!(admin_browser.html("/admin").await.contains(ADMIN));
+    admin(&portal.pool, &["reactivate-tenant", "--tenant", "acme"]).await;
+    assert_redirect(&b.login(MEMBER, PASSWORD).await, "/");
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn a_session_ended_elsewhere_is_not_written_back(pool: PgPool) {
+    use tf_app::ssr::store::{self, PortalStore};
+    use tower_sessions::session::{Id, Record};
+    use tower_sessions::SessionStore;
+    let portal = TestPortal::spawn(pool).await;
+    let user: uuid::Uuid = sqlx::query_scalar("SELECT id FROM users WHERE email = $1")
+        .bind(MEMBER)
+        .fetch_one(&portal.pool)
+        .await
+        .unwrap();
+    let s = PortalStore::new(portal.pool.clone());
+    let mut record = Record {
+        id: Id::default(),
+        data: [("user_id".to_owned(), serde_json::json!(user))].into(),
+        expiry_date: time::OffsetDateTime::now_utc() + time::Duration::hours(1),
+    };
+    s.create(&mut record).await.unwrap();
+    assert!(s.load(&record.id).await.unwrap().is_some());
+    // An operator ends it while a request that loaded it is still running ...
+    assert_eq!(
+        store::end_sessions_of_user(&portal.pool, user)
+            .await
+            .unwrap(),
+        1
+    );
+    // ... and that request's save at the end does not bring it back.
+    record
+        .data
+        .insert("seen".to_owned(), serde_json::json!(true));
+    s.save(&record).await.unwrap();
+    assert!(s.load(&record.id).await.unwrap().is_none());
+    assert_eq!(sessions_of(&portal.pool, MEMBER).await, 0);
+    // Nothing anonymous is ever stored.
+    let mut anonymous = Record {
+        id: Id::default(),
+        data: Default::default(),
+        expiry_date: record.expiry_date,
+    };
+    assert!(s.create(&mut anonymous).await.is_err());
 }

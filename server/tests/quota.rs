@@ -37,7 +37,7 @@ async fn redis_at(url: &str) -> ConnectionManager {
 
 fn options(redis: ConnectionManager, prefix: &str, quota: QuotaArgs) -> AppOptions {
     AppOptions {
-        redis: Some(redis),
+        redis: Some(redis).into(),
         redis_prefix: prefix.to_owned(),
         quota,
         ..AppOptions::default()

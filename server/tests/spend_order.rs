@@ -36,7 +36,7 @@ async fn postgres_never_bills_more_than_redis_has_settled(pool: PgPool) {
     )
     .unwrap();
     let options = AppOptions {
-        redis: Some(redis.clone()),
+        redis: Some(redis.clone()).into(),
         redis_prefix: prefix.clone(),
         journal: Some(Arc::new(journal)),
         ..AppOptions::default()

@@ -1,14 +1,18 @@
 //! Server-only half of the portal: the dependencies the server functions run with, the session
-//! helpers (signed-in user, CSRF token, flash message), the login throttle and the redirect rules.
+//! helpers (signed-in user, CSRF token, flash message), the session store, the login throttle and
+//! the redirect rules.
 //! Nothing here is compiled into a browser bundle.
 
+pub mod cookies;
 pub mod csrf;
 pub mod session;
+pub mod store;
 pub mod throttle;
 
 use leptos::prelude::{provide_context, use_context};
 
 use crate::error::PortalError;
+pub use tf_core::redis_slot::RedisSlot;
 pub use throttle::LoginThrottle;
 
 /// What the portal needs from the server, handed over by the `tokenfactory` binary when it builds
@@ -17,9 +21,9 @@ pub use throttle::LoginThrottle;
 pub struct PortalDeps {
     /// Accounts and sessions live in PostgreSQL.
     pub pool: sqlx::PgPool,
-    /// Shared login-throttle counters, so every replica sees the same attempts. `None` (or an
-    /// unreachable server) falls back to a per-process limiter.
-    pub redis: Option<redis::aio::ConnectionManager>,
+    /// Shared login-throttle counters, so every replica sees the same attempts. An empty slot
+    /// (or an unreachable server) falls back to a per-process limiter.
+    pub redis: RedisSlot,
     /// Every Redis key starts with this, so deployments (and tests) sharing a server stay apart.
     pub redis_prefix: String,
     /// Marks the session cookie `Secure`; on whenever the portal is served over TLS.

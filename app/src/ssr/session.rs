@@ -1,7 +1,8 @@
 //! The portal session: it stores only the signed-in user's id (loaded afresh on every request, so
-//! a deleted user or a suspended tenant is signed out on the next page load), the CSRF token and a
-//! one-shot flash message. Also the request facts the server functions need: the client's IP and
-//! how a redirect must be sent.
+//! a deleted user or a suspended tenant is signed out on the next page load), and exists only
+//! while somebody is signed in (the CSRF token and the flash message are cookies, see
+//! [`super::cookies`]). Also the request facts the server functions need: the client's IP and how
+//! a redirect must be sent.
 
 use std::net::{IpAddr, SocketAddr};
 
@@ -13,14 +14,13 @@ use tf_core::accounts::{self, Tenant, TenantStatus, User};
 use tower_sessions::Session;
 use uuid::Uuid;
 
+use super::cookies::{self, Flash};
 use super::{csrf, internal, Portal};
 use crate::error::PortalError;
 use crate::API_PREFIX;
 
-/// Session key of the signed-in user's id.
-const USER_KEY: &str = "user_id";
-/// Session key of the message shown once on the next page.
-const FLASH_KEY: &str = "flash";
+/// Session key of the signed-in user's id (the store also files the session under it).
+pub const USER_KEY: &str = "user_id";
 
 /// Shown when a session's tenant has been suspended.
 pub const SUSPENDED: &str = "This tenant is suspended.";
@@ -67,7 +67,7 @@ pub async fn signed_in(
         }
         Some(_) => {
             end(session).await?;
-            set_flash(session, SUSPENDED).await?;
+            cookies::set_flash(&cookies::jar().await?, Flash::Suspended);
             Ok(None)
         }
         None => {
@@ -77,7 +77,8 @@ pub async fn signed_in(
     }
 }
 
-/// Signs a user in: a new session id (no fixation), only the user id stored, a new CSRF token.
+/// Signs a user in: a new session id (no fixation), only the user id stored (this is what stores
+/// the session), a new CSRF token.
 pub async fn sign_in(session: &Session, user_id: Uuid) -> Result<(), PortalError> {
     session
         .cycle_id()
@@ -87,7 +88,7 @@ pub async fn sign_in(session: &Session, user_id: Uuid) -> Result<(), PortalError
         .insert(USER_KEY, user_id)
         .await
         .map_err(|e| internal("storing the session's user", e))?;
-    csrf::rotate_token(session).await?;
+    csrf::rotate_token(&cookies::jar().await?);
     Ok(())
 }
 
@@ -97,22 +98,6 @@ pub async fn end(session: &Session) -> Result<(), PortalError> {
         .flush()
         .await
         .map_err(|e| internal("deleting the session", e))
-}
-
-/// Leaves a message for the next page the browser shows.
-pub async fn set_flash(session: &Session, message: &str) -> Result<(), PortalError> {
-    session
-        .insert(FLASH_KEY, message)
-        .await
-        .map_err(|e| internal("storing a flash message", e))
-}
-
-/// Takes the pending message, if any (shown once).
-pub async fn take_flash(session: &Session) -> Result<Option<String>, PortalError> {
-    session
-        .remove(FLASH_KEY)
-        .await
-        .map_err(|e| internal("reading a flash message", e))
 }
 
 /// The client's address for throttling: the first `X-Forwarded-For` hop when it is a valid IP

@@ -1,6 +1,8 @@
 //! The `static` backend: engines that already run (a Dynamo frontend, a vLLM server, the
 //! simulator), listed in a TOML file. Token Factory routes to and meters them but never starts or
-//! stops them. Every listed base is a public bare base.
+//! stops them. Every listed base is a public bare base. Every row is checked when the file is
+//! loaded, so a row the gateway could not route to stops start-up with a message naming the row,
+//! instead of failing every route reload later.
 
 use std::path::Path;
 
@@ -41,25 +43,64 @@ fn yes() -> bool {
     true
 }
 
-/// Parses the file's text.
+/// Why an upstream URL cannot be routed to, if it cannot. The gateway's connection pool speaks
+/// plain HTTP/1.1 to `host[:port]` and appends the endpoint to the URL's path.
+fn upstream_problem(url: &str) -> Option<String> {
+    let uri: http::Uri = match url.parse() {
+        Ok(u) => u,
+        Err(e) => return Some(format!("is not a URL ({e})")),
+    };
+    match uri.scheme_str() {
+        Some("http") => {}
+        Some("https") => {
+            return Some(
+                "uses https://, which is not supported: engines are reached over plain http:// \
+                 inside the cluster network"
+                    .to_owned(),
+            )
+        }
+        _ => return Some("must start with http://".to_owned()),
+    }
+    match uri.authority() {
+        None => return Some("has no host".to_owned()),
+        Some(a) if a.host().is_empty() => return Some("has no host".to_owned()),
+        Some(a) if a.as_str().contains('@') => {
+            return Some("must not carry credentials".to_owned())
+        }
+        Some(_) => {}
+    }
+    if uri.query().is_some() {
+        return Some("must not have a query string".to_owned());
+    }
+    None
+}
+
+/// Parses the file's text; the first bad row is an error naming it (position and name).
 pub fn parse(text: &str) -> anyhow::Result<Vec<BaseRegistration>> {
     let fleet: StaticFleet = toml::from_str(text)?;
+    let mut seen = std::collections::HashMap::new();
     fleet
         .base
         .into_iter()
-        .map(|b| {
-            let url = b.upstream.trim_end_matches('/').to_owned();
+        .enumerate()
+        .map(|(i, b)| {
+            let row = format!("[[base]] #{} (name {:?})", i + 1, b.name);
             anyhow::ensure!(
-                url.starts_with("http://") || url.starts_with("https://"),
-                "base {}: upstream {url:?} must be an http(s) URL",
-                b.name
+                !b.name.trim().is_empty() && b.name.trim() == b.name,
+                "{row}: the name must be non-empty, without surrounding spaces"
             );
+            if let Some(first) = seen.insert(b.name.clone(), i + 1) {
+                anyhow::bail!("{row}: the name is already used by [[base]] #{first}");
+            }
+            let url = b.upstream.trim_end_matches('/').to_owned();
+            if let Some(problem) = upstream_problem(&url) {
+                anyhow::bail!("{row}: upstream {url:?} {problem}");
+            }
             let prompt_estimator = match b.prompt_estimator.as_deref() {
                 None => PromptEstimator::default(),
                 Some(name) => PromptEstimator::parse(name).with_context(|| {
                     format!(
-                        "base {}: prompt_estimator {name:?} must be \"byte-bound\" or \"sim-words\"",
-                        b.name
+                        "{row}: prompt_estimator {name:?} must be \"byte-bound\" or \"sim-words\""
                     )
                 })?,
             };
@@ -108,5 +149,34 @@ upstream_model = "tiny-llama"
     fn rejects_unknown_fields_and_bad_urls() {
         assert!(parse("[[base]]\nname='a'\nupstream='http://x/v1'\nbogus=1").is_err());
         assert!(parse("[[base]]\nname='a'\nupstream='ftp://x'").is_err());
+    }
+
+    fn error(text: &str) -> String {
+        format!("{:#}", parse(text).unwrap_err())
+    }
+
+    #[test]
+    fn https_and_other_unroutable_rows_are_rejected_at_load_naming_the_row() {
+        let ok = "[[base]]\nname='a'\nupstream='http://127.0.0.1:8000/v1'\n";
+        let e = error(&format!(
+            "{ok}[[base]]\nname='b'\nupstream='https://engine.internal/v1'\n"
+        ));
+        assert!(e.contains("[[base]] #2") && e.contains("\"b\""), "{e}");
+        assert!(e.contains("https://") && e.contains("http://"), "{e}");
+        for bad in [
+            "http:///v1",
+            "http://user:pw@x/v1",
+            "http://x/v1?a=b",
+            "not a url",
+        ] {
+            let e = error(&format!("[[base]]\nname='c'\nupstream='{bad}'\n"));
+            assert!(e.contains("[[base]] #1 (name \"c\")"), "{bad}: {e}");
+        }
+        let e = error(&format!("{ok}{ok}"));
+        assert!(
+            e.contains("#2") && e.contains("already used by [[base]] #1"),
+            "{e}"
+        );
+        assert!(error("[[base]]\nname=''\nupstream='http://x/v1'").contains("#1"));
     }
 }

@@ -10,20 +10,20 @@ use axum::Router;
 use leptos::config::LeptosOptions;
 use leptos_axum::{generate_route_list, LeptosRoutes};
 use sqlx::PgPool;
+use tf_app::ssr::store::PortalStore;
 use tf_app::ssr::{Portal, PortalDeps};
 use tower_sessions::cookie::time::Duration;
 use tower_sessions::cookie::SameSite;
 use tower_sessions::session_store::ExpiredDeletion;
 use tower_sessions::{Expiry, SessionManagerLayer};
-use tower_sessions_sqlx_store::PostgresStore;
 
 /// Name of the session cookie.
 pub const SESSION_COOKIE: &str = "tf_session";
 /// A session ends after this long without a request.
 const SESSION_IDLE: Duration = Duration::hours(12);
 
-/// Builds the portal's router. Sessions are stored in `tower_sessions.session` (created by the
-/// foundation migration; the store's own `migrate()` is deliberately not called).
+/// Builds the portal's router. Sessions of signed-in users are stored in `portal_sessions`, ids
+/// hashed (see `tf_app::ssr::store`).
 pub async fn router(deps: PortalDeps) -> anyhow::Result<Router> {
     // An explicit site root: the default (".") would let a static handler serve the repository.
     // Nothing is served from it today; it only satisfies Leptos.
@@ -31,7 +31,7 @@ pub async fn router(deps: PortalDeps) -> anyhow::Result<Router> {
         .output_name("tokenfactory")
         .site_root("target/site")
         .build();
-    let sessions = SessionManagerLayer::new(PostgresStore::new(deps.pool.clone()))
+    let sessions = SessionManagerLayer::new(PortalStore::new(deps.pool.clone()))
         .with_name(SESSION_COOKIE)
         .with_http_only(true)
         .with_same_site(SameSite::Lax)
@@ -55,6 +55,6 @@ pub async fn router(deps: PortalDeps) -> anyhow::Result<Router> {
 /// Deletes expired sessions; run it periodically from a background job (the store only skips
 /// them when loading, it does not remove them).
 pub async fn purge_expired_sessions(pool: &PgPool) -> anyhow::Result<()> {
-    PostgresStore::new(pool.clone()).delete_expired().await?;
+    PortalStore::new(pool.clone()).delete_expired().await?;
     Ok(())
 }

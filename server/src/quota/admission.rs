@@ -10,9 +10,9 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
 use redis::{FromRedisValue, ScriptInvocation};
 use sqlx::PgPool;
+use tf_core::redis_slot::RedisSlot;
 use time::OffsetDateTime;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -38,7 +38,8 @@ pub struct Quota(pub(super) Arc<Inner>);
 
 pub(super) struct Inner {
     pub(super) limits: Arc<LimitCache>,
-    pub(super) redis: Option<ConnectionManager>,
+    /// Empty until Redis was reached once (possibly long after start-up).
+    pub(super) redis: RedisSlot,
     pub(super) scripts: Scripts,
     pub(super) local: LocalLimiter,
     pub(super) prefix: String,
@@ -88,15 +89,14 @@ impl Quota {
     /// Builds the subsystem, loads the scripts and starts the lease renewer and the reconciler.
     pub async fn start(
         pool: PgPool,
-        redis: Option<ConnectionManager>,
+        redis: RedisSlot,
         prefix: String,
         cfg: QuotaArgs,
         tracker: &TaskTracker,
         cancel: CancellationToken,
     ) -> Self {
         let scripts = Scripts::default();
-        if let Some(con) = &redis {
-            let mut con = con.clone();
+        if let Some(mut con) = redis.get() {
             if let Err(e) = tokio::time::timeout(Duration::from_secs(2), scripts.load(&mut con))
                 .await
                 .unwrap_or_else(|_| {
@@ -108,6 +108,9 @@ impl Quota {
                 tracing::warn!(error = %e, "quota scripts not loaded at start-up; they load on first use");
             }
         }
+        // Not connected yet: the first answer once the slot is filled counts as a recovery (local
+        // counts merged, the reconciler woken).
+        let not_connected = !redis.is_filled();
         let quota = Self(Arc::new(Inner {
             limits: Arc::new(LimitCache::new(pool.clone())),
             redis,
@@ -117,7 +120,7 @@ impl Quota {
             names: plan::NameCache::default(),
             cfg,
             down_until_ms: AtomicI64::new(0),
-            was_down: AtomicBool::new(false),
+            was_down: AtomicBool::new(not_connected),
             halted: AtomicBool::new(false),
             rid: Uuid::new_v4().simple().to_string(),
             credits: Credits::default(),
@@ -314,20 +317,20 @@ fn refusal(check: &Check, retry_ms: i64, period_left_s: u64, headers: RateHeader
 impl Inner {
     /// Whether Redis may be asked now (present, not halted, not in back-off).
     fn redis_ready(&self, now: i64) -> bool {
-        self.redis.is_some()
+        self.redis.is_filled()
             && !self.halted.load(Ordering::Relaxed)
             && now >= self.down_until_ms.load(Ordering::Relaxed)
     }
 
     /// Runs a script unless Redis is absent, halted or in back-off; `None` means "use local".
     pub(super) async fn call<T: FromRedisValue>(&self, inv: &ScriptInvocation<'_>) -> Option<T> {
-        let con = self.redis.as_ref()?;
-        if self.halted.load(Ordering::Relaxed)
+        if !self.redis.is_filled()
+            || self.halted.load(Ordering::Relaxed)
             || now_ms() < self.down_until_ms.load(Ordering::Relaxed)
         {
             return None;
         }
-        let mut con = con.clone();
+        let mut con = self.redis.get()?;
         match tokio::time::timeout(self.cfg.redis_timeout(), inv.invoke_async::<T>(&mut con)).await
         {
             Ok(Ok(v)) => {
@@ -406,8 +409,9 @@ impl Inner {
         for (key, sec, count) in &buckets {
             inv.key(&**key).arg(*sec).arg(*count);
         }
-        let Some(con) = &self.redis else { return };
-        let mut con = con.clone();
+        let Some(mut con) = self.redis.get() else {
+            return;
+        };
         let merged =
             tokio::time::timeout(self.cfg.redis_timeout(), inv.invoke_async::<i64>(&mut con)).await;
         if !matches!(merged, Ok(Ok(_))) {

@@ -2,10 +2,11 @@
 //! dedicated connection) periodically brings each limited subject's settled-spend counter in Redis
 //! up to the spend billed in PostgreSQL this period, so drift (a settle lost while Redis was down,
 //! a Redis restart or flush, spend admitted on local limits) self-corrects. It runs at once when
-//! Redis comes back. Counters are only raised, never lowered: a request's spend reaches Redis
-//! before its event reaches PostgreSQL (the usage writers wait for `Quota::spend_flushed`), so
-//! PostgreSQL lower than Redis only means events in transit (the journal's shipping lag, or a race
-//! with this pass); lowering would forget them and let spend overshoot (an early version did:
+//! Redis comes back, or is reached for the first time after a start without it. Counters are only
+//! raised, never lowered: a request's spend reaches Redis before its event reaches PostgreSQL (the
+//! usage writers wait for `Quota::spend_flushed`), so PostgreSQL lower than Redis only means
+//! events in transit (the journal's shipping lag, or a race with this pass); lowering would forget
+//! them and let spend overshoot (an early version did:
 //! quota::spend_overshoots_by_at_most_the_reservations_in_flight caught it). The one upward drift
 //! left, an event Redis counted but the sink lost, errs on the safe side. Live reservations are
 //! kept apart from settled spend, so a pass never touches requests in flight. Failures are logged
@@ -29,8 +30,10 @@ const LOCK_KEY: i64 = 0x0074_6671_756f_7461;
 /// Runs until `cancel`: leader election, then a pass every `quota_reconcile_ms` or when Redis
 /// comes back.
 pub(super) async fn run(inner: std::sync::Arc<Inner>, pool: PgPool, cancel: CancellationToken) {
-    if inner.redis.is_none() {
-        return;
+    // Redis may be reached long after start-up (the connector keeps trying): wait for it.
+    tokio::select! {
+        () = cancel.cancelled() => return,
+        _ = inner.redis.wait() => {}
     }
     let every = Duration::from_millis(inner.cfg.quota_reconcile_ms.max(50));
     let mut leader: Option<PoolConnection<Postgres>> = None;

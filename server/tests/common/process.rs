@@ -60,6 +60,12 @@ impl Gateway {
             .env("TF_DRAIN_SECONDS", spec.drain_seconds.to_string())
             .env("TF_REDIS_PREFIX", format!("test:{}:", uuid::Uuid::new_v4()))
             .env("RUST_LOG", "warn")
+            // The banner prints the demo key; kept beside the journal, so a restart reprints it.
+            .env("TF_DEMO", "true")
+            .env(
+                "TF_DEMO_STATE",
+                spec.journal_dir.with_extension("demo.json"),
+            )
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .kill_on_drop(true)

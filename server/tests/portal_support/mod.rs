@@ -38,9 +38,9 @@ impl TestPortal {
             .unwrap();
         let redis = if with_redis {
             let client = redis::Client::open("redis://127.0.0.1:6379").unwrap();
-            Some(redis::aio::ConnectionManager::new(client).await.unwrap())
+            Some(redis::aio::ConnectionManager::new(client).await.unwrap()).into()
         } else {
-            None
+            tf_core::redis_slot::RedisSlot::empty()
         };
         let redis_prefix = format!("tftest:{}:", Uuid::new_v4());
         let router = tokenfactory::portal::router(PortalDeps {
@@ -77,9 +77,16 @@ impl TestPortal {
 
     /// A fresh browser (its own cookie jar) with JavaScript off.
     pub fn browser(&self) -> Browser {
+        self.browser_from("127.0.0.1")
+    }
+
+    /// A browser connecting from another loopback address (Linux routes all of 127/8 to `lo`),
+    /// so the portal sees a different client address.
+    pub fn browser_from(&self, ip: &str) -> Browser {
         let http = Client::builder()
             .cookie_store(true)
             .redirect(Policy::none())
+            .local_address(ip.parse::<std::net::IpAddr>().unwrap())
             .build()
             .unwrap();
         Browser {
@@ -188,12 +195,43 @@ pub fn assert_redirect(res: &Response, path: &str) {
 }
 
 pub fn session_cookie(res: &Response) -> Option<String> {
+    set_cookie(res, "tf_session")
+}
+
+/// The `Set-Cookie` header of the cookie called `name`, if the response sets it.
+pub fn set_cookie(res: &Response, name: &str) -> Option<String> {
     res.headers()
         .get_all(SET_COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
-        .find(|c| c.starts_with("tf_session="))
+        .find(|c| c.starts_with(&format!("{name}=")))
         .map(str::to_owned)
+}
+
+/// Runs `tokenfactory admin ARGS` against the portal's database; returns what it prints.
+pub async fn admin(pool: &PgPool, args: &[&str]) -> String {
+    use clap::Parser;
+    use tokenfactory::cli::{Cli, Command};
+    let argv = ["tokenfactory", "admin"].iter().chain(args).copied();
+    let Some(Command::Admin(cmd)) = Cli::try_parse_from(argv).unwrap().command else {
+        panic!("not an admin command")
+    };
+    let mut out = Vec::new();
+    tokenfactory::admin::run_on(pool, cmd, &mut out)
+        .await
+        .unwrap();
+    String::from_utf8(out).unwrap()
+}
+
+/// Stored portal sessions of the user with this email.
+pub async fn sessions_of(pool: &PgPool, email: &str) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM portal_sessions s JOIN users u ON u.id = s.user_id WHERE u.email = $1",
+    )
+    .bind(email)
+    .fetch_one(pool)
+    .await
+    .unwrap()
 }
 
 pub fn cookie_value(set_cookie: &str) -> String {

@@ -1,0 +1,188 @@
+//! The portal's cookies besides the session: the CSRF token and the one-shot flash message. They
+//! live in cookies, not in the session, so a visitor who has not signed in costs no stored
+//! session (see [`super::store`]).
+//!
+//! Both are HttpOnly, SameSite=Lax and path `/`. Behind TLS they are also `Secure` and named with
+//! the `__Host-` prefix, which browsers accept only from this exact host over HTTPS: a sibling
+//! subdomain cannot plant a CSRF token of its choosing (the known weakness of double-submit
+//! cookies) or a flash message. A flash cookie holds a code, never text, so even a planted one
+//! can only show one of the portal's own messages.
+
+use std::time::Duration;
+
+use tower_cookies::cookie::SameSite;
+use tower_cookies::{Cookie, Cookies};
+
+use super::{internal, Portal};
+use crate::error::PortalError;
+
+/// Base name of the CSRF cookie.
+pub const CSRF_COOKIE: &str = "tf_csrf";
+/// Base name of the flash cookie.
+pub const FLASH_COOKIE: &str = "tf_flash";
+/// How long a flash message waits for the next page.
+const FLASH_MAX_AGE: time::Duration = time::Duration::minutes(5);
+
+/// The request's cookie jar (put there by the session layer's cookie manager); what is added to
+/// it goes out as `Set-Cookie` on the response.
+pub async fn jar() -> Result<Cookies, PortalError> {
+    leptos_axum::extract::<Cookies>().await.map_err(|e| {
+        internal(
+            "no cookie jar on the request: is the session layer applied?",
+            e,
+        )
+    })
+}
+
+/// Whether cookies are marked `Secure` (and `__Host-` prefixed).
+fn secure() -> bool {
+    Portal::current().is_ok_and(|p| p.deps.secure_cookies)
+}
+
+/// The cookie's name as sent: `__Host-` prefixed behind TLS.
+pub fn name(base: &str, secure: bool) -> String {
+    if secure {
+        format!("__Host-{base}")
+    } else {
+        base.to_owned()
+    }
+}
+
+fn build(base: &str, value: String, max_age: Option<time::Duration>) -> Cookie<'static> {
+    let secure = secure();
+    let mut c = Cookie::build((name(base, secure), value))
+        .http_only(true)
+        .same_site(SameSite::Lax)
+        .secure(secure)
+        .path("/");
+    if let Some(age) = max_age {
+        c = c.max_age(age);
+    }
+    c.build()
+}
+
+/// The value of one of the portal's cookies on the request.
+pub fn get(jar: &Cookies, base: &str) -> Option<String> {
+    jar.get(&name(base, secure())).map(|c| c.value().to_owned())
+}
+
+/// Sets one of the portal's cookies for the browser's session.
+pub fn set(jar: &Cookies, base: &str, value: String) {
+    jar.add(build(base, value, None));
+}
+
+/// A message shown once on the next page, as the code its cookie holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flash {
+    /// Wrong password or unknown email (one message for both).
+    InvalidCredentials,
+    /// The tenant is suspended.
+    Suspended,
+    /// The form's CSRF token was missing or wrong.
+    Csrf,
+    /// Login attempts are delayed; the next may come after this many seconds.
+    Throttled { seconds: u64 },
+}
+
+impl Flash {
+    /// The cookie's value.
+    pub fn code(self) -> String {
+        match self {
+            Self::InvalidCredentials => "credentials".to_owned(),
+            Self::Suspended => "suspended".to_owned(),
+            Self::Csrf => "csrf".to_owned(),
+            Self::Throttled { seconds } => format!("throttled-{seconds}"),
+        }
+    }
+
+    /// Reads a cookie's value; anything else is ignored.
+    pub fn parse(code: &str) -> Option<Self> {
+        match code {
+            "credentials" => Some(Self::InvalidCredentials),
+            "suspended" => Some(Self::Suspended),
+            "csrf" => Some(Self::Csrf),
+            other => other
+                .strip_prefix("throttled-")
+                .and_then(|s| s.parse().ok())
+                .map(|seconds| Self::Throttled { seconds }),
+        }
+    }
+
+    /// A throttle's answer, rounded up so the user never comes back too early.
+    pub fn throttled(retry_after: Duration) -> Self {
+        let ms = u64::try_from(retry_after.as_millis()).unwrap_or(u64::MAX);
+        Self::Throttled {
+            seconds: ms.div_ceil(1000).max(1),
+        }
+    }
+
+    /// What the page shows.
+    pub fn message(self) -> String {
+        match self {
+            Self::InvalidCredentials => crate::api::INVALID_CREDENTIALS.to_owned(),
+            Self::Suspended => super::session::SUSPENDED.to_owned(),
+            Self::Csrf => PortalError::Csrf.to_string(),
+            Self::Throttled { seconds } => {
+                let (n, unit) = if seconds < 60 {
+                    (seconds, "second")
+                } else {
+                    (seconds.div_ceil(60), "minute")
+                };
+                let s = if n == 1 { "" } else { "s" };
+                format!("Too many failed attempts. Try again in {n} {unit}{s}.")
+            }
+        }
+    }
+}
+
+/// Leaves a message for the next page the browser shows.
+pub fn set_flash(jar: &Cookies, flash: Flash) {
+    jar.add(build(FLASH_COOKIE, flash.code(), Some(FLASH_MAX_AGE)));
+}
+
+/// Takes the pending message, if any (shown once: the cookie is removed).
+pub fn take_flash(jar: &Cookies) -> Option<String> {
+    let code = get(jar, FLASH_COOKIE)?;
+    jar.remove(build(FLASH_COOKIE, String::new(), None));
+    Flash::parse(&code).map(Flash::message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flash_codes_round_trip_and_unknown_ones_are_ignored() {
+        for f in [
+            Flash::InvalidCredentials,
+            Flash::Suspended,
+            Flash::Csrf,
+            Flash::Throttled { seconds: 90 },
+        ] {
+            assert_eq!(Flash::parse(&f.code()), Some(f));
+        }
+        assert_eq!(Flash::parse("Call +1 555 to unlock"), None);
+        assert_eq!(Flash::parse("throttled-x"), None);
+    }
+
+    #[test]
+    fn throttle_message_rounds_up() {
+        let msg = |d| Flash::throttled(d).message();
+        assert_eq!(
+            msg(Duration::from_secs(14 * 60 + 1)),
+            "Too many failed attempts. Try again in 15 minutes."
+        );
+        assert_eq!(
+            msg(Duration::from_millis(29_100)),
+            "Too many failed attempts. Try again in 30 seconds."
+        );
+        assert_eq!(
+            msg(Duration::from_millis(10)),
+            "Too many failed attempts. Try again in 1 second."
+        );
+        assert_eq!(
+            msg(Duration::from_secs(60)),
+            "Too many failed attempts. Try again in 1 minute."
+        );
+    }
+}

@@ -1,0 +1,285 @@
+//! Operator commands and operator-facing start-up behaviour, against the real server on port 0,
+//! real PostgreSQL and Redis: `admin revoke-key`, `suspend-tenant`, `reactivate-tenant`,
+//! `limits --key` with odd input, the demo credentials kept between starts, and a replica that
+//! starts before Redis and switches to shared limits once Redis is up.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod common;
+
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use common::chaos::ChaosProxy;
+use common::*;
+use sqlx::PgPool;
+use tf_engine_sim::SimConfig;
+use tokenfactory::app::AppOptions;
+use tokenfactory::cli::{Cli, Command};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+/// Runs `tokenfactory admin ARGS` on the test database; returns what it prints, or the error.
+async fn admin(pool: &PgPool, args: &[&str]) -> Result<String, String> {
+    let argv = ["tokenfactory", "admin"].iter().chain(args).copied();
+    let Some(Command::Admin(cmd)) = Cli::try_parse_from(argv).unwrap().command else {
+        panic!("not an admin command")
+    };
+    let mut out = Vec::new();
+    tokenfactory::admin::run_on(pool, cmd, &mut out)
+        .await
+        .map_err(|e| format!("{e:#}"))?;
+    Ok(String::from_utf8(out).unwrap())
+}
+
+/// Polls `/v1/models` with `key` until it answers `status` (at most 3 s: NOTIFY plus the 1 s
+/// cache freshness bound).
+async fn wait_for_status(t: &TestApp, key: &str, status: u16) {
+    let since = Instant::now();
+    loop {
+        let s = t
+            .http
+            .get(t.url("/v1/models"))
+            .bearer_auth(key)
+            .send()
+            .await
+            .unwrap()
+            .status();
+        if s == status {
+            return;
+        }
+        assert!(
+            since.elapsed() < Duration::from_secs(3),
+            "still {s} after 3 s, expected {status}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn revoke_key_by_prefix_or_id_is_refused_on_the_next_requests(pool: PgPool) {
+    let t = TestApp::spawn(pool).await;
+    let acme = t.tenant("acme").await;
+    wait_for_status(&t, &acme.key, 200).await;
+    let prefix = tf_core::keys::visible_prefix(&acme.key).to_owned();
+    let out = admin(&t.pool, &["revoke-key", &prefix]).await.unwrap();
+    assert!(out.contains(&prefix) && out.contains("acme"), "{out}");
+    wait_for_status(&t, &acme.key, 401).await;
+    // Twice is an error naming the key, not a silent success.
+    let again = admin(&t.pool, &["revoke-key", &acme.key])
+        .await
+        .unwrap_err();
+    assert!(again.contains(&prefix), "{again}");
+
+    let (second, key) = tf_core::keys::issue(&t.pool, acme.id, "second")
+        .await
+        .unwrap();
+    wait_for_status(&t, &key, 200).await;
+    admin(&t.pool, &["revoke-key", &second.id.to_string()])
+        .await
+        .unwrap();
+    wait_for_status(&t, &key, 401).await;
+    // An odd argument (not ASCII, not a key) is answered, not a panic.
+    let e = admin(&t.pool, &["revoke-key", "tf-abcdefgéxyz"])
+        .await
+        .unwrap_err();
+    assert!(e.contains("no unrevoked key"), "{e}");
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn suspend_tenant_makes_its_keys_403_and_reactivate_restores_them(pool: PgPool) {
+    let t = TestApp::spawn(pool).await;
+    let acme = t.tenant("acme").await;
+    let beta = t.tenant("beta").await;
+    wait_for_status(&t, &acme.key, 200).await;
+    let out = admin(&t.pool, &["suspend-tenant", "--tenant", "acme"])
+        .await
+        .unwrap();
+    assert!(out.contains("suspended tenant acme"), "{out}");
+    wait_for_status(&t, &acme.key, 403).await;
+    wait_for_status(&t, &beta.key, 200).await;
+    admin(&t.pool, &["reactivate-tenant", "--tenant", "acme"])
+        .await
+        .unwrap();
+    wait_for_status(&t, &acme.key, 200).await;
+    let e = admin(&t.pool, &["suspend-tenant", "--tenant", "nope"])
+        .await
+        .unwrap_err();
+    assert!(e.contains("tenant nope not found"), "{e}");
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn limits_for_a_non_ascii_key_prefix_is_an_error_not_a_panic(pool: PgPool) {
+    let t = TestApp::spawn(pool).await;
+    t.tenant("acme").await;
+    // Byte 11 falls inside the 'é': slicing there used to panic.
+    for given in ["tf-abcdefgéxyz", "tf-aééééééééé"] {
+        let e = admin(&t.pool, &["limits", "--key", given])
+            .await
+            .unwrap_err();
+        assert!(e.contains("no key with prefix"), "{given}: {e}");
+    }
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn demo_credentials_survive_a_restart_and_another_replica_revokes_nothing(pool: PgPool) {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join(".tokenfactory/demo.json");
+    let first = tokenfactory::demo::ensure(&pool, false, &state)
+        .await
+        .unwrap();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&state).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "{mode:o}");
+    }
+    // A restart prints the same credentials, and they work.
+    let again = tokenfactory::demo::ensure(&pool, false, &state)
+        .await
+        .unwrap();
+    assert_eq!(again, first);
+    for (email, password) in [
+        (&first.member_email, &first.member_password),
+        (&first.admin_email, &first.admin_password),
+    ] {
+        assert!(
+            tf_core::accounts::authenticate(&pool, email, password)
+                .await
+                .unwrap()
+                .is_ok(),
+            "{email}"
+        );
+    }
+    let t = TestApp::spawn(pool.clone()).await;
+    wait_for_status(&t, &first.api_key, 200).await;
+
+    // A replica elsewhere (no state file) gets its own key; the first one keeps working.
+    let elsewhere = dir.path().join("other/demo.json");
+    let other = tokenfactory::demo::ensure(&pool, false, &elsewhere)
+        .await
+        .unwrap();
+    assert_ne!(other.api_key, first.api_key);
+    let revoked: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM api_keys WHERE revoked_at IS NOT NULL")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(revoked, 0);
+    wait_for_status(&t, &first.api_key, 200).await;
+
+    // A stale file (say, of another database) is repaired, not trusted.
+    std::fs::write(
+        &state,
+        serde_json::json!({
+            "member_email": "demo@tokenfactory.local", "member_password": "not it at all",
+            "admin_email": "admin@tokenfactory.local", "admin_password": "not it either",
+            "api_key": "tf-not-a-key"
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let repaired = tokenfactory::demo::ensure(&pool, false, &state)
+        .await
+        .unwrap();
+    assert_ne!(repaired.api_key, "tf-not-a-key");
+    assert_ne!(repaired.member_password, "not it at all");
+    wait_for_status(&t, &repaired.api_key, 200).await;
+}
+
+#[test]
+fn serve_runs_no_demo_unless_asked() {
+    let parse = |argv: &[&str]| match Cli::try_parse_from(argv).unwrap().command {
+        Some(Command::Serve(a)) => a.demo,
+        _ => panic!("not serve"),
+    };
+    assert!(!parse(&["tokenfactory", "serve"]));
+    assert!(parse(&["tokenfactory", "serve", "--demo"]));
+    assert!(!parse(&["tokenfactory", "serve", "--demo", "false"]));
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn a_replica_started_before_redis_switches_to_shared_limits_when_it_comes_up(pool: PgPool) {
+    let proxy = ChaosProxy::start("127.0.0.1:6379").await;
+    proxy.cut();
+    let (tracker, cancel) = (TaskTracker::new(), CancellationToken::new());
+    let slot = tokenfactory::redis_conn::connect(
+        &format!("redis://{}", proxy.addr),
+        &tracker,
+        cancel.clone(),
+    )
+    .await;
+    assert!(!slot.is_filled(), "Redis was down at start-up");
+    let prefix = format!("tftest-{}:", uuid::Uuid::new_v4().simple());
+    let t = TestApp::spawn_with(
+        pool.clone(),
+        SimConfig::default(),
+        AppOptions {
+            redis: slot.clone(),
+            redis_prefix: prefix.clone(),
+            quota: tokenfactory::quota::QuotaArgs {
+                quota_reconcile_ms: 100,
+                ..Default::default()
+            },
+            ..AppOptions::default()
+        },
+    )
+    .await;
+    let acme = t.tenant("acme").await;
+    admin(
+        &pool,
+        &[
+            "limits",
+            "--tenant",
+            "acme",
+            "--rpm",
+            "1000",
+            "--spend-limit",
+            "1000000",
+        ],
+    )
+    .await
+    .unwrap();
+    let send = || async {
+        t.post(&acme.key, "/v1/chat/completions", chat(BASE, "hello", 2))
+            .send()
+            .await
+            .unwrap()
+            .status()
+    };
+    assert_eq!(send().await, 200);
+    assert_eq!(t.app.gateway.quota.admissions(), (0, 0), "decided locally");
+
+    proxy.restore();
+    let up = Instant::now();
+    let mut redis = redis::Client::open("redis://127.0.0.1:6379")
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let period = tokenfactory::quota::plan::period(time::OffsetDateTime::now_utc()).0;
+    let spend_key = format!("{prefix}q:s:t:{}:{period}", acme.id);
+    loop {
+        assert_eq!(send().await, 200);
+        let (_, via_redis) = t.app.gateway.quota.admissions();
+        // The reconciler runs only once there is Redis: it writes the billed spend.
+        let reconciled: Option<i64> = redis::cmd("GET")
+            .arg(&spend_key)
+            .query_async(&mut redis)
+            .await
+            .unwrap();
+        if slot.is_filled() && via_redis > 0 && reconciled.is_some() {
+            break;
+        }
+        assert!(
+            up.elapsed() < Duration::from_secs(20),
+            "still local {:?} after Redis came up (filled {}, admissions {:?}, spend {reconciled:?})",
+            up.elapsed(),
+            slot.is_filled(),
+            t.app.gateway.quota.admissions(),
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    cancel.cancel();
+    tracker.close();
+    tracker.wait().await;
+}
