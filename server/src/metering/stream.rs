@@ -347,7 +347,12 @@ impl Stream for MeteredStream {
                         }
                         Poll::Ready(Some(Ok(bytes))) => {
                             this.last_read = tokio::time::Instant::now();
-                            this.got_bytes = true;
+                            if !this.got_bytes {
+                                // The shorter limit starts: the timer still waits for the first.
+                                this.got_bytes = true;
+                                let deadline = this.last_read + this.silence.between;
+                                this.stall_timer.as_mut().reset(deadline);
+                            }
                             match this.absorb(bytes, started) {
                                 Some(done) => End::Complete(Some(done)),
                                 None => continue,
