@@ -198,11 +198,11 @@ async fn a_whole_answer_without_usage_is_billed_from_its_content(pool: PgPool) {
     assert_eq!(r.status(), 200);
     let id = request_id(&r);
     let v: Value = r.json().await.unwrap();
-    assert_eq!(v["model"], RAW);
     let ev = t.event(&id).await;
+    assert_eq!((ev.prompt_tokens, ev.completion_tokens), (HELLO_PROMPT, 40));
     assert_eq!(ev.status, UsageStatus::Ok);
     assert_eq!(ev.provenance, Provenance::Estimated);
-    assert_eq!((ev.prompt_tokens, ev.completion_tokens), (HELLO_PROMPT, 40));
+    assert_eq!(v["model"], RAW);
 }
 
 #[sqlx::test(migrations = "../migrations")]
@@ -278,7 +278,10 @@ async fn usage_chunk_without_choices_reaches_a_client_that_asked(pool: PgPool) {
     let events = [
         content(1, "null", "null"),
         content(2, "\"stop\"", "null"),
-        format!("data: {{\"id\":\"c\",\"model\":\"{INTERNAL}\",\"usage\":{}}}\n\n", usage(7, 2)),
+        format!(
+            "data: {{\"id\":\"c\",\"model\":\"{INTERNAL}\",\"usage\":{}}}\n\n",
+            usage(7, 2)
+        ),
         "data: [DONE]\n\n".into(),
     ];
     let t = with_raw_engine(pool, GatewayArgs::default(), answers(sse(&events))).await;
@@ -290,7 +293,10 @@ async fn usage_chunk_without_choices_reaches_a_client_that_asked(pool: PgPool) {
     assert_eq!(last["usage"]["completion_tokens"], 2, "{chunks:?}");
     assert_eq!(last["model"], RAW);
     let ev = t.event(&id).await;
-    assert_eq!((ev.status, ev.provenance), (UsageStatus::Ok, Provenance::Engine));
+    assert_eq!(
+        (ev.status, ev.provenance),
+        (UsageStatus::Ok, Provenance::Engine)
+    );
     assert_eq!((ev.prompt_tokens, ev.completion_tokens), (7, 2));
 }
 
@@ -306,7 +312,11 @@ async fn a_comment_before_done_keeps_the_final_usage(pool: PgPool) {
     let a = t.tenant("acme").await;
     let r = send(&t, &a.key, streamed(true)).await;
     let chunks = json_of(&data_of(r).await);
-    assert_eq!(chunks.last().unwrap()["usage"]["completion_tokens"], 2, "{chunks:?}");
+    assert_eq!(
+        chunks.last().unwrap()["usage"]["completion_tokens"],
+        2,
+        "{chunks:?}"
+    );
 }
 
 /// Content, then the usage chunk, then the body ends: with `done` as the engine's last bytes.
@@ -314,7 +324,10 @@ async fn ends_after_usage(pool: PgPool, done: Option<&str>) {
     let mut events = vec![
         content(1, "null", "null"),
         content(2, "\"stop\"", "null"),
-        format!("data: {{\"id\":\"c\",\"choices\":[],\"usage\":{}}}\n\n", usage(7, 2)),
+        format!(
+            "data: {{\"id\":\"c\",\"choices\":[],\"usage\":{}}}\n\n",
+            usage(7, 2)
+        ),
     ];
     events.extend(done.map(str::to_owned));
     let t = with_raw_engine(pool, GatewayArgs::default(), answers(sse(&events))).await;
@@ -328,7 +341,10 @@ async fn ends_after_usage(pool: PgPool, done: Option<&str>) {
     assert!(text.ends_with("\n\ndata: [DONE]\n\n"), "{text:?}");
     assert!(!text.contains("\"error\""), "{text:?}");
     let ev = t.event(&id).await;
-    assert_eq!((ev.status, ev.provenance), (UsageStatus::Ok, Provenance::Engine));
+    assert_eq!(
+        (ev.status, ev.provenance),
+        (UsageStatus::Ok, Provenance::Engine)
+    );
     assert_eq!((ev.prompt_tokens, ev.completion_tokens), (7, 2));
 }
 
@@ -412,11 +428,11 @@ async fn an_oversized_answer_bills_the_engine_usage(pool: PgPool) {
     assert_eq!(r.status(), 502);
     let id = request_id(&r);
     let v: Value = r.json().await.unwrap();
-    assert_eq!(v["error"]["code"], "upstream_response_too_large");
     let ev = t.event(&id).await;
-    assert_eq!(ev.status, UsageStatus::UpstreamError);
-    assert_eq!(ev.provenance, Provenance::Engine);
     assert_eq!((ev.prompt_tokens, ev.completion_tokens), (7, 33 << 20));
+    assert_eq!(ev.provenance, Provenance::Engine);
+    assert_eq!(ev.status, UsageStatus::UpstreamError);
+    assert_eq!(v["error"]["code"], "upstream_response_too_large");
 }
 
 #[sqlx::test(migrations = "../migrations")]

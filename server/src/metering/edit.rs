@@ -106,7 +106,9 @@ pub fn apply(raw: &Bytes, model: Option<(Span, &[u8])>, usage: Option<(Span, Usa
     let model = model.filter(|(s, name)| raw.get(s.0..s.1) != Some(*name));
     let usage = usage.and_then(|(span, edit)| match edit {
         UsageEdit::Keep => None,
-        UsageEdit::Null => (raw.get(span.0..span.1) != Some(b"null")).then_some((span, &b"null"[..])),
+        UsageEdit::Null => {
+            (raw.get(span.0..span.1) != Some(b"null")).then_some((span, &b"null"[..]))
+        }
         UsageEdit::Remove => Some(match member_span(raw, span) {
             Some(member) => (member, &b""[..]),
             None => (span, &b"null"[..]),
@@ -149,7 +151,11 @@ mod tests {
             (r#"{"usage":null,"a":1}"#, r#"{"a":1}"#),
             (r#"{ "usage": null }"#, r#"{  }"#),
         ] {
-            let value = if raw.contains("null") { "null" } else { r#"{"x":1}"# };
+            let value = if raw.contains("null") {
+                "null"
+            } else {
+                r#"{"x":1}"#
+            };
             let raw = Bytes::from(raw.to_owned());
             let span = span_of(std::str::from_utf8(&raw).unwrap(), value);
             assert_eq!(apply(&raw, None, Some((span, UsageEdit::Remove))), want);
@@ -174,7 +180,11 @@ mod tests {
             r#"data: {"model":"served","usage":null}"#
         );
         assert_eq!(
-            apply(&raw, Some((m, br#""served""#)), Some((u, UsageEdit::Remove))),
+            apply(
+                &raw,
+                Some((m, br#""served""#)),
+                Some((u, UsageEdit::Remove))
+            ),
             r#"data: {"model":"served"}"#
         );
         let same = apply(&raw, Some((m, br#""up""#)), Some((u, UsageEdit::Keep)));

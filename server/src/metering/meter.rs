@@ -276,7 +276,11 @@ impl StreamMeter {
             }
             _ => None,
         };
-        out.push(Outgoing::Send(self.emit(&event.raw, info.model_span, usage)));
+        out.push(Outgoing::Send(self.emit(
+            &event.raw,
+            info.model_span,
+            usage,
+        )));
     }
 }
 
@@ -415,7 +419,10 @@ mod tests {
         assert_eq!(sent.concat(), engine);
         assert!(m.usage_final());
         let (sent, _) = run(&engine, ClientWants::default());
-        assert_eq!(sent, vec![bare(" a", "\"stop\""), "data: [DONE]\n\n".into()]);
+        assert_eq!(
+            sent,
+            vec![bare(" a", "\"stop\""), "data: [DONE]\n\n".into()]
+        );
     }
 
     #[test]
@@ -448,9 +455,16 @@ mod tests {
             format!("data: {{\"id\":\"c\",\"model\":\"{model}\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\" a\"}},\"finish_reason\":null}}],\"usage\":{usage}}}\n\n")
         };
         let u = |model: &str| {
-            format!("data: {{\"id\":\"c\",\"model\":\"{model}\",\"choices\":[],\"usage\":{U2}}}\n\n")
+            format!(
+                "data: {{\"id\":\"c\",\"model\":\"{model}\",\"choices\":[],\"usage\":{U2}}}\n\n"
+            )
         };
-        let engine = [c("acme--bot--v1", U1), u("acme--bot--v1"), "data: [DONE]\n\n".into()].concat();
+        let engine = [
+            c("acme--bot--v1", U1),
+            u("acme--bot--v1"),
+            "data: [DONE]\n\n".into(),
+        ]
+        .concat();
         let meter = StreamMeter::new(ASKED).with_served_model("bot");
         let (sent, _) = run_meter(&engine, meter);
         assert_eq!(

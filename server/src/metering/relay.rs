@@ -160,7 +160,8 @@ struct MessageText<'a> {
 /// base's tokenizer (what the stream path counts from its chunks).
 fn estimate_completion(choices: Option<&RawValue>) -> u64 {
     use tf_engine_sim::tokenizer::count_text;
-    let Some(list) = choices.and_then(|c| serde_json::from_str::<Vec<ChoiceText<'_>>>(c.get()).ok())
+    let Some(list) =
+        choices.and_then(|c| serde_json::from_str::<Vec<ChoiceText<'_>>>(c.get()).ok())
     else {
         return 0;
     };
@@ -305,11 +306,7 @@ pub async fn relay_whole(
     }
 }
 
-fn whole(
-    status: http::StatusCode,
-    content_type: Option<http::HeaderValue>,
-    body: Bytes,
-) -> Reply {
+fn whole(status: http::StatusCode, content_type: Option<http::HeaderValue>, body: Bytes) -> Reply {
     Reply::Whole(WholeResponse {
         status,
         content_type,
@@ -331,7 +328,8 @@ mod tests {
 
     #[test]
     fn completion_is_estimated_from_the_content() {
-        let c = r#"[{"message":{"content":" w1 w2 w3","reasoning_content":"r1 r2"}},{"text":"a b"}]"#;
+        let c =
+            r#"[{"message":{"content":" w1 w2 w3","reasoning_content":"r1 r2"}},{"text":"a b"}]"#;
         let raw: &RawValue = serde_json::from_str(c).unwrap();
         assert_eq!(estimate_completion(Some(raw)), 7);
         assert_eq!(estimate_completion(None), 0);

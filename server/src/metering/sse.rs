@@ -155,7 +155,10 @@ mod tests {
         for tail in ["data: [DONE]", "data: [DONE]\n", "data: [DONE]\r\n"] {
             let mut p = SseParser::default();
             p.push(Bytes::from(format!("data: x\n\n{tail}")));
-            assert_eq!(p.next_event().and_then(|e| e.data).as_deref(), Some(&b"x"[..]));
+            assert_eq!(
+                p.next_event().and_then(|e| e.data).as_deref(),
+                Some(&b"x"[..])
+            );
             assert_eq!(p.next_event(), None);
             let last = p.finish().unwrap();
             assert_eq!(last.data.as_deref(), Some(&b"[DONE]"[..]), "{tail:?}");
