@@ -124,6 +124,10 @@ pub struct GatewayArgs {
         default_value_t = 300_000
     )]
     pub upstream_first_byte_timeout_ms: u64,
+    /// Longest silence allowed between two reads of an upstream's body, in milliseconds; a
+    /// stream silent longer ends with an error event and is billed for what it produced.
+    #[arg(long, env = "TF_UPSTREAM_CHUNK_TIMEOUT_MS", default_value_t = 60_000)]
+    pub upstream_chunk_timeout_ms: u64,
     /// Idle keep-alive connections kept per upstream.
     #[arg(long, env = "TF_UPSTREAM_POOL_IDLE", default_value_t = 256)]
     pub upstream_pool_idle: usize,
@@ -141,6 +145,7 @@ impl Default for GatewayArgs {
             max_body_bytes: 8 * 1024 * 1024,
             upstream_connect_timeout_ms: 2_000,
             upstream_first_byte_timeout_ms: 300_000,
+            upstream_chunk_timeout_ms: 60_000,
             upstream_pool_idle: 256,
             body_timeout_ms: 10_000,
             body_min_bytes_per_sec: 65_536,

@@ -110,6 +110,7 @@ fn upstream(base: &str) -> Upstream {
         &UpstreamOptions {
             connect_timeout: Duration::from_secs(2),
             first_byte_timeout: Duration::from_secs(5),
+            chunk_timeout: Duration::from_secs(5),
             pool_idle_per_host: 8,
         },
     )

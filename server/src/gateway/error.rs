@@ -37,17 +37,28 @@ pub enum GatewayError {
     /// 408: the body arrived slower than the minimum rate.
     #[error("The request body was not received in time.")]
     BodyTimeout,
-    /// The upstream answered with an error; status and body are re-shaped, not invented.
+    /// The upstream answered with an error; status and body are re-shaped, not invented, and
+    /// its `retry-after` is passed on.
     #[error("{message}")]
     Upstream {
         status: StatusCode,
         message: String,
         kind: String,
         code: Option<serde_json::Value>,
+        retry_after: Option<HeaderValue>,
     },
     /// 502: the upstream could not be reached or broke the protocol.
     #[error("The model backend is unavailable.")]
     UpstreamUnavailable,
+    /// 502: the upstream's answer was larger than the gateway relays.
+    #[error("The model backend's answer exceeded the {0}-byte limit.")]
+    UpstreamTooLarge(usize),
+    /// 503 `service_unavailable`: shutdown cut the request before the engine answered.
+    #[error("The server is restarting; the request was cut. Please retry.")]
+    ShuttingDown,
+    /// 405: the route exists but not for this method (the `Allow` header lists the one it takes).
+    #[error("Method not allowed. This endpoint accepts {0} only.")]
+    MethodNotAllowed(&'static str),
     /// 504: the upstream did not start answering in time.
     #[error("The model backend did not answer in time.")]
     UpstreamTimeout,
@@ -74,6 +85,9 @@ impl GatewayError {
             Self::BodyTimeout => "body_timeout",
             Self::Upstream { .. } => "upstream_error",
             Self::UpstreamUnavailable => "upstream_unavailable",
+            Self::UpstreamTooLarge(_) => "upstream_too_large",
+            Self::ShuttingDown => "shutting_down",
+            Self::MethodNotAllowed(_) => "method_not_allowed",
             Self::UpstreamTimeout => "upstream_timeout",
             Self::ServiceUnavailable => "service_unavailable",
             Self::RateLimited(_) => "rate_limited",
@@ -106,7 +120,9 @@ impl GatewayError {
             Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
             Self::Upstream { status, .. } => *status,
-            Self::UpstreamUnavailable => StatusCode::BAD_GATEWAY,
+            Self::UpstreamUnavailable | Self::UpstreamTooLarge(_) => StatusCode::BAD_GATEWAY,
+            Self::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+            Self::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             Self::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
             Self::ServiceUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             Self::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
@@ -153,12 +169,33 @@ impl GatewayError {
             Self::UpstreamUnavailable | Self::UpstreamTimeout => {
                 ("api_error".into(), serde_json::Value::Null, None)
             }
+            Self::UpstreamTooLarge(_) => (
+                "api_error".into(),
+                json!("upstream_response_too_large"),
+                None,
+            ),
+            Self::ShuttingDown => ("service_unavailable".into(), json!("server_shutdown"), None),
+            Self::MethodNotAllowed(_) => (
+                "invalid_request_error".into(),
+                json!("method_not_allowed"),
+                None,
+            ),
             Self::ServiceUnavailable => {
                 ("service_unavailable".into(), serde_json::Value::Null, None)
             }
             Self::RateLimited(r) => ("rate_limit_error".into(), json!(r.code()), None),
         };
         json!({"error": {"message": self.to_string(), "type": kind, "param": param, "code": code}})
+    }
+}
+
+impl GatewayError {
+    /// Passes an upstream's `retry-after` on (only an upstream error carries one).
+    pub fn with_retry_after(mut self, value: Option<HeaderValue>) -> Self {
+        if let Self::Upstream { retry_after, .. } = &mut self {
+            *retry_after = value;
+        }
+        self
     }
 }
 
@@ -193,6 +230,20 @@ impl IntoResponse for GatewayError {
                 axum::http::header::RETRY_AFTER,
                 HeaderValue::from(wait.as_secs().max(1)),
             );
+        }
+        if let Self::Upstream {
+            retry_after: Some(v),
+            ..
+        } = &self
+        {
+            response
+                .headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, v.clone());
+        }
+        if let Self::MethodNotAllowed(allow) = &self {
+            response
+                .headers_mut()
+                .insert(axum::http::header::ALLOW, HeaderValue::from_static(allow));
         }
         response
     }

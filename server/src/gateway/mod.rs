@@ -10,7 +10,7 @@ pub mod request;
 pub mod resolve;
 pub mod upstream;
 pub mod upstream_conn;
-mod upstream_error;
+pub(crate) mod upstream_error;
 
 use std::sync::Arc;
 
@@ -61,11 +61,29 @@ impl std::ops::Deref for Gateway {
 /// The `/v1` routes.
 pub fn router(gateway: Gateway) -> Router {
     Router::new()
-        .route("/v1/chat/completions", post(handlers::chat_completions))
-        .route("/v1/completions", post(handlers::completions))
-        .route("/v1/models", get(handlers::models))
+        .route(
+            "/v1/chat/completions",
+            post(handlers::chat_completions).fallback(only("POST")),
+        )
+        .route(
+            "/v1/completions",
+            post(handlers::completions).fallback(only("POST")),
+        )
+        .route("/v1/models", get(handlers::models).fallback(only("GET")))
         .route("/v1/{*rest}", axum::routing::any(handlers::unknown_route))
         // `body::read` applies the limit itself, after authentication.
         .layer(axum::extract::DefaultBodyLimit::disable())
         .with_state(gateway)
+}
+
+/// The answer to a known `/v1` route called with another method: 405 in the OpenAI envelope
+/// (axum's default is an empty body). Test: protocol::wrong_methods_get_the_envelope.
+fn only(
+    allow: &'static str,
+) -> impl Fn() -> std::future::Ready<axum::response::Response> + Clone + Send + Sync + 'static {
+    move || {
+        std::future::ready(axum::response::IntoResponse::into_response(
+            error::GatewayError::MethodNotAllowed(allow),
+        ))
+    }
 }

@@ -319,6 +319,7 @@ mod tests {
         let options = crate::gateway::upstream::UpstreamOptions {
             connect_timeout: std::time::Duration::from_secs(1),
             first_byte_timeout: std::time::Duration::from_secs(1),
+            chunk_timeout: std::time::Duration::from_secs(1),
             pool_idle_per_host: 1,
         };
         Route {

@@ -1,6 +1,6 @@
 //! One pool of HTTP/1.1 keep-alive connections per upstream graph (see [`super::upstream_conn`]),
-//! with connect and first-byte timeouts (no total timeout: a stream may legitimately run for
-//! minutes).
+//! with connect, first-byte and inter-chunk timeouts (no total timeout: a stream may
+//! legitimately run for minutes).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,6 +18,8 @@ use super::upstream_conn::{ConnPool, UpstreamFailure, UpstreamResponse};
 pub struct UpstreamOptions {
     pub connect_timeout: Duration,
     pub first_byte_timeout: Duration,
+    /// Longest silence between two reads of a response body (a stalled stream is cut).
+    pub chunk_timeout: Duration,
     pub pool_idle_per_host: usize,
 }
 
@@ -26,6 +28,7 @@ impl From<&crate::cli::GatewayArgs> for UpstreamOptions {
         Self {
             connect_timeout: Duration::from_millis(a.upstream_connect_timeout_ms),
             first_byte_timeout: Duration::from_millis(a.upstream_first_byte_timeout_ms),
+            chunk_timeout: Duration::from_millis(a.upstream_chunk_timeout_ms),
             pool_idle_per_host: a.upstream_pool_idle,
         }
     }
@@ -35,6 +38,8 @@ impl From<&crate::cli::GatewayArgs> for UpstreamOptions {
 pub struct Upstream {
     pub base_url: String,
     pub first_byte_timeout: Duration,
+    /// See [`UpstreamOptions::chunk_timeout`].
+    pub chunk_timeout: Duration,
     pool: Arc<ConnPool>,
     /// Parsed once, not per request.
     chat_path: Uri,
@@ -83,6 +88,7 @@ impl Upstream {
             )),
             base_url,
             first_byte_timeout: options.first_byte_timeout,
+            chunk_timeout: options.chunk_timeout,
         })
     }
 

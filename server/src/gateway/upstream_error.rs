@@ -54,6 +54,7 @@ pub fn reshape(status: StatusCode, body: &[u8]) -> GatewayError {
         message,
         kind,
         code,
+        retry_after: None,
     }
 }
 

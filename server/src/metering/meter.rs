@@ -1,14 +1,17 @@
 //! The per-stream meter: looks at each SSE event once, captures usage from whichever chunk
 //! carries it, and decides what the client receives. A client that did not ask for usage never
-//! sees the usage chunk or per-chunk usage; a client that asked gets the engine's usage exactly as
-//! sent. Events that need no change are forwarded as the engine's raw bytes.
+//! sees the usage chunk or a `usage` member (OpenAI omits it); a client that asked gets the
+//! engine's usage exactly as sent, and `usage: null` on chunks whose running usage it did not
+//! ask for. Every chunk's `model` is the name the client asked for. Events that need no change
+//! are forwarded as the engine's raw bytes; the others are byte-span edits ([`super::edit`]).
 
 use std::borrow::Cow;
 
-use bytes::{Bytes, BytesMut};
-use serde::Deserialize;
+use bytes::Bytes;
+use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 
+use super::edit::{self, Span, UsageEdit};
 use super::sse::SseEvent;
 use super::usage::Usage;
 
@@ -29,12 +32,19 @@ pub enum Outgoing {
 
 #[derive(Deserialize)]
 struct Probe<'a> {
-    #[serde(borrow, default)]
+    /// `Some` for `"usage": null` too (the member is still there to strip).
+    #[serde(borrow, default, deserialize_with = "present")]
     usage: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    model: Option<&'a RawValue>,
     #[serde(borrow, default)]
     choices: Option<Vec<ChoiceProbe<'a>>>,
     #[serde(borrow, default)]
     error: Option<&'a RawValue>,
+}
+
+fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
+    <&RawValue>::deserialize(d).map(Some)
 }
 
 #[derive(Deserialize)]
@@ -59,8 +69,13 @@ struct DeltaProbe<'a> {
 
 /// What one chunk says, as far as metering cares.
 struct ChunkInfo {
-    /// Byte range of the top-level `usage` value inside the event's raw bytes.
-    usage_span: Option<(usize, usize)>,
+    /// Byte range of the top-level `usage` value inside the event's raw bytes (`null` included).
+    usage_span: Option<Span>,
+    /// The usage value is not `null`.
+    has_usage: bool,
+    /// Byte range of the top-level `model` value.
+    model_span: Option<Span>,
+    /// No choices (`[]` or no `choices` key at all) and a usage value: the usage chunk.
     usage_only: bool,
     generated: bool,
     finished: bool,
@@ -70,8 +85,14 @@ struct ChunkInfo {
 fn inspect(raw: &Bytes, data: &Bytes) -> Option<ChunkInfo> {
     let probe: Probe<'_> = serde_json::from_slice(data).ok()?;
     let choices = probe.choices.as_deref().unwrap_or_default();
-    // The usage value is located, not parsed: only the last one seen is ever parsed.
-    let usage_span = probe.usage.and_then(|u| span_in(raw, u.get().as_bytes()));
+    // Values are located, not parsed: only the last usage seen is ever parsed.
+    let usage_span = probe
+        .usage
+        .and_then(|u| edit::locate(raw, data, u.get().as_bytes()));
+    let has_usage = probe.usage.is_some_and(|u| u.get() != "null");
+    let model_span = probe
+        .model
+        .and_then(|m| edit::locate(raw, data, m.get().as_bytes()));
     let generated = choices.iter().any(|c| {
         c.text.as_deref().is_some_and(|t| !t.is_empty())
             || c.delta.as_ref().is_some_and(|d| {
@@ -83,49 +104,44 @@ fn inspect(raw: &Bytes, data: &Bytes) -> Option<ChunkInfo> {
             })
     });
     Some(ChunkInfo {
-        usage_only: probe.choices.as_ref().is_some_and(Vec::is_empty) && usage_span.is_some(),
+        // INVARIANT: a chunk without `choices` is a usage chunk, not a content chunk (test:
+        // usage_chunk_without_choices_is_the_usage_chunk).
+        usage_only: choices.is_empty() && has_usage,
         finished: choices.iter().any(|c| c.finish_reason.is_some()),
         usage_span,
+        has_usage,
+        model_span,
         generated,
         error: probe.error.is_some(),
     })
 }
 
-/// Where `part` (a slice borrowed from the event's data) sits in `raw`. The data of a one-line
-/// event is a slice of `raw` itself, so the offset is pointer arithmetic, no search; a multi-line
-/// event's data is a joined copy, so its value is searched for: its text cannot occur earlier in
-/// the event (inside strings, quotes are escaped), so the first match is the value itself
-/// (test: strips_usage_bytes_exactly).
-fn span_in(raw: &[u8], part: &[u8]) -> Option<(usize, usize)> {
-    let (base, at) = (raw.as_ptr() as usize, part.as_ptr() as usize);
-    let start = match at.checked_sub(base) {
-        Some(offset) if offset + part.len() <= raw.len() => offset,
-        _ => memchr::memmem::find(raw, part)?,
-    };
-    Some((start, start + part.len()))
-}
-
-/// Replaces the usage value at `span` with `null`, leaving every other byte as the engine sent it.
-fn strip_usage(raw: &Bytes, span: (usize, usize)) -> Bytes {
-    let mut out = BytesMut::with_capacity(raw.len());
-    out.extend_from_slice(&raw[..span.0]);
-    out.extend_from_slice(b"null");
-    out.extend_from_slice(&raw[span.1..]);
-    out.freeze()
+/// A finished chunk with usage, held back one event.
+#[derive(Debug)]
+struct Held {
+    raw: Bytes,
+    model: Option<Span>,
+    usage: Span,
 }
 
 /// Accounting state of one stream.
 #[derive(Debug, Default)]
 pub struct StreamMeter {
     wants: ClientWants,
+    /// The served name as a JSON string, written into every chunk's `model`.
+    served_model: Option<Bytes>,
     /// The raw `usage` value of the last chunk that carried one.
     last_usage: Option<Bytes>,
+    /// The last usage came from the usage chunk or a finished chunk: the engine's final count.
+    usage_final: bool,
     generated_chunks: u64,
     saw_done: bool,
     saw_error: bool,
     /// A finished chunk with usage held back one event, to learn whether the engine sends a
     /// separate usage chunk (then the client gets that one) or none (then this one is it).
-    held: Option<(Bytes, (usize, usize))>,
+    held: Option<Held>,
+    /// Comments and data-less events that arrived while a chunk was held, sent after it.
+    behind_held: Vec<Bytes>,
 }
 
 impl StreamMeter {
@@ -136,11 +152,22 @@ impl StreamMeter {
         }
     }
 
+    /// Writes `served` (the name the client asked for) into every chunk's `model`.
+    pub fn with_served_model(mut self, served: &str) -> Self {
+        self.served_model = serde_json::to_vec(served).ok().map(Bytes::from);
+        self
+    }
+
     /// Usage captured so far (the engine's final usage once the stream completed).
     pub fn last_usage(&self) -> Option<Usage> {
         self.last_usage
             .as_ref()
             .and_then(|raw| serde_json::from_slice(raw).ok())
+    }
+    /// Whether the usage captured is the engine's final count (the usage chunk, or usage on a
+    /// finished chunk), not a running count of a stream that ended early.
+    pub fn usage_final(&self) -> bool {
+        self.usage_final && self.last_usage.is_some()
     }
     /// Chunks that carried generated output (the estimate when no usage was seen).
     pub fn generated_chunks(&self) -> u64 {
@@ -155,21 +182,50 @@ impl StreamMeter {
         self.saw_error
     }
 
-    fn release_held(&mut self, keep_usage: bool, out: &mut Vec<Outgoing>) {
-        if let Some((raw, span)) = self.held.take() {
-            out.push(Outgoing::Send(if keep_usage {
-                raw
-            } else {
-                strip_usage(&raw, span)
-            }));
+    /// How a chunk's usage is changed when the client must not see it.
+    fn hidden(&self) -> UsageEdit {
+        if self.wants.usage {
+            UsageEdit::Null
+        } else {
+            UsageEdit::Remove
         }
+    }
+
+    fn emit(&self, raw: &Bytes, model: Option<Span>, usage: Option<(Span, UsageEdit)>) -> Bytes {
+        let model = model.zip(self.served_model.as_deref());
+        edit::apply(raw, model, usage)
+    }
+
+    fn release_held(&mut self, keep_usage: bool, out: &mut Vec<Outgoing>) {
+        if let Some(held) = self.held.take() {
+            let usage = if keep_usage {
+                UsageEdit::Keep
+            } else {
+                self.hidden()
+            };
+            out.push(Outgoing::Send(self.emit(
+                &held.raw,
+                held.model,
+                Some((held.usage, usage)),
+            )));
+        }
+        out.extend(self.behind_held.drain(..).map(Outgoing::Send));
+    }
+
+    /// The engine's body ended without `[DONE]`: a held chunk's usage was the final one.
+    pub fn on_end(&mut self, out: &mut Vec<Outgoing>) {
+        self.release_held(self.wants.usage, out);
     }
 
     /// Takes one upstream event; appends what the client should receive to `out`.
     pub fn on_event(&mut self, event: SseEvent, out: &mut Vec<Outgoing>) {
         let Some(data) = &event.data else {
-            self.release_held(false, out);
-            out.push(Outgoing::Send(event.raw));
+            // A comment or keep-alive says nothing about the held chunk: it waits behind it.
+            if self.held.is_some() {
+                self.behind_held.push(event.raw);
+            } else {
+                out.push(Outgoing::Send(event.raw));
+            }
             return;
         };
         if data.as_ref() == b"[DONE]" {
@@ -180,13 +236,20 @@ impl StreamMeter {
             return;
         }
         let Some(info) = inspect(&event.raw, data) else {
-            self.release_held(false, out);
-            out.push(Outgoing::Send(event.raw));
+            if self.held.is_some() {
+                self.behind_held.push(event.raw);
+            } else {
+                out.push(Outgoing::Send(event.raw));
+            }
             return;
         };
         self.saw_error |= info.error;
-        if let Some((start, end)) = info.usage_span {
+        if let (true, Some((start, end))) = (info.has_usage, info.usage_span) {
             self.last_usage = Some(event.raw.slice(start..end));
+            self.usage_final = info.usage_only || info.finished;
+        } else if info.generated {
+            // Output after the last count: that count is no longer the final one.
+            self.usage_final = false;
         }
         if info.generated {
             self.generated_chunks += 1;
@@ -194,21 +257,30 @@ impl StreamMeter {
         if info.usage_only {
             self.release_held(self.wants.continuous, out);
             if self.wants.usage {
-                out.push(Outgoing::Send(event.raw));
+                out.push(Outgoing::Send(self.emit(&event.raw, info.model_span, None)));
             }
             return;
         }
         self.release_held(false, out);
-        match info.usage_span {
+        let usage = match info.usage_span {
             Some(span) if !self.wants.continuous => {
-                if info.finished && self.wants.usage {
-                    self.held = Some((event.raw, span));
-                } else {
-                    out.push(Outgoing::Send(strip_usage(&event.raw, span)));
+                if info.finished && info.has_usage && self.wants.usage {
+                    self.held = Some(Held {
+                        raw: event.raw,
+                        model: info.model_span,
+                        usage: span,
+                    });
+                    return;
                 }
+                Some((span, self.hidden()))
             }
-            _ => out.push(Outgoing::Send(event.raw)),
-        }
+            _ => None,
+        };
+        out.push(Outgoing::Send(self.emit(
+            &event.raw,
+            info.model_span,
+            usage,
+        )));
     }
 }
 
@@ -217,10 +289,9 @@ mod tests {
     use super::*;
     use crate::metering::sse::SseParser;
 
-    fn run(engine: &str, wants: ClientWants) -> (Vec<String>, StreamMeter) {
+    fn run_meter(engine: &str, mut m: StreamMeter) -> (Vec<String>, StreamMeter) {
         let mut p = SseParser::default();
         p.push(Bytes::copy_from_slice(engine.as_bytes()));
-        let mut m = StreamMeter::new(wants);
         let mut out = Vec::new();
         while let Some(e) = p.next_event() {
             m.on_event(e, &mut out);
@@ -234,12 +305,27 @@ mod tests {
         (sent, m)
     }
 
+    fn run(engine: &str, wants: ClientWants) -> (Vec<String>, StreamMeter) {
+        run_meter(engine, StreamMeter::new(wants))
+    }
+
+    const ASKED: ClientWants = ClientWants {
+        usage: true,
+        continuous: false,
+    };
     const U1: &str = r#"{"prompt_tokens":5,"completion_tokens":1,"total_tokens":6}"#;
     const U2: &str = r#"{"prompt_tokens":5,"completion_tokens":2,"total_tokens":7,"prompt_tokens_details":{"cached_tokens":3}}"#;
 
     fn chunk(content: &str, finish: &str, usage: &str) -> String {
         format!(
             "data: {{\"id\":\"c\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{content}\"}},\"finish_reason\":{finish}}}],\"usage\":{usage}}}\n\n"
+        )
+    }
+
+    /// A chunk as OpenAI sends it to a client that did not ask for usage: no `usage` member.
+    fn bare(content: &str, finish: &str) -> String {
+        format!(
+            "data: {{\"id\":\"c\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{content}\"}},\"finish_reason\":{finish}}}]}}\n\n"
         )
     }
 
@@ -257,21 +343,15 @@ mod tests {
         assert_eq!(
             sent,
             vec![
-                chunk(" a", "null", "null"),
-                chunk(" b", "\"length\"", "null"),
+                bare(" a", "null"),
+                bare(" b", "\"length\""),
                 "data: [DONE]\n\n".into()
             ]
         );
         assert_eq!(m.last_usage().unwrap().completion_tokens, 2);
         assert_eq!(m.last_usage().unwrap().cached_tokens(), 3);
-        assert!(m.completed());
-        let (sent, _) = run(
-            &engine,
-            ClientWants {
-                usage: true,
-                continuous: false,
-            },
-        );
+        assert!(m.completed() && m.usage_final());
+        let (sent, _) = run(&engine, ASKED);
         assert_eq!(sent.concat(), engine);
     }
 
@@ -288,19 +368,13 @@ mod tests {
         assert_eq!(
             sent,
             vec![
-                chunk(" a", "null", "null"),
-                chunk(" b", "\"length\"", "null"),
+                bare(" a", "null"),
+                bare(" b", "\"length\""),
                 "data: [DONE]\n\n".into()
             ]
         );
         assert_eq!(m.generated_chunks(), 2);
-        let (sent, _) = run(
-            &engine,
-            ClientWants {
-                usage: true,
-                continuous: false,
-            },
-        );
+        let (sent, _) = run(&engine, ASKED);
         assert_eq!(
             sent[2],
             format!("data: {{\"id\":\"c\",\"choices\":[],\"usage\":{U2}}}\n\n")
@@ -324,17 +398,100 @@ mod tests {
             "data: [DONE]\n\n".into(),
         ]
         .concat();
-        let (sent, m) = run(
-            &engine,
-            ClientWants {
-                usage: true,
-                continuous: false,
-            },
-        );
+        let (sent, m) = run(&engine, ASKED);
         assert_eq!(sent.concat(), engine);
         assert_eq!(m.last_usage().unwrap().completion_tokens, 2);
         let (sent, _) = run(&engine, ClientWants::default());
-        assert_eq!(sent[1], chunk(" b", "\"stop\"", "null"));
+        assert_eq!(sent[1], bare(" b", "\"stop\""));
+    }
+
+    #[test]
+    fn usage_chunk_without_choices_is_the_usage_chunk() {
+        // Some engines omit `choices` on the usage chunk instead of sending `[]`.
+        let usage_chunk = format!("data: {{\"id\":\"c\",\"usage\":{U2}}}\n\n");
+        let engine = [
+            chunk(" a", "\"stop\"", "null"),
+            usage_chunk.clone(),
+            "data: [DONE]\n\n".into(),
+        ]
+        .concat();
+        let (sent, m) = run(&engine, ASKED);
+        assert_eq!(sent.concat(), engine);
+        assert!(m.usage_final());
+        let (sent, _) = run(&engine, ClientWants::default());
+        assert_eq!(
+            sent,
+            vec![bare(" a", "\"stop\""), "data: [DONE]\n\n".into()]
+        );
+    }
+
+    #[test]
+    fn comments_before_done_leave_the_held_usage_alone() {
+        let engine = [
+            chunk(" a", "null", "null"),
+            chunk(" b", "\"stop\"", U2),
+            ": keep-alive\n\n".into(),
+            "event: ping\n\n".into(),
+            "data: [DONE]\n\n".into(),
+        ]
+        .concat();
+        let (sent, _) = run(&engine, ASKED);
+        assert_eq!(sent.concat(), engine, "the final usage is not stripped");
+        let (sent, _) = run(&engine, ClientWants::default());
+        assert_eq!(
+            sent.concat(),
+            [
+                bare(" a", "null"),
+                bare(" b", "\"stop\""),
+                ": keep-alive\n\nevent: ping\n\ndata: [DONE]\n\n".into()
+            ]
+            .concat()
+        );
+    }
+
+    #[test]
+    fn every_chunk_carries_the_served_model_name() {
+        let c = |model: &str, usage: &str| {
+            format!("data: {{\"id\":\"c\",\"model\":\"{model}\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\" a\"}},\"finish_reason\":null}}],\"usage\":{usage}}}\n\n")
+        };
+        let u = |model: &str| {
+            format!(
+                "data: {{\"id\":\"c\",\"model\":\"{model}\",\"choices\":[],\"usage\":{U2}}}\n\n"
+            )
+        };
+        let engine = [
+            c("acme--bot--v1", U1),
+            u("acme--bot--v1"),
+            "data: [DONE]\n\n".into(),
+        ]
+        .concat();
+        let meter = StreamMeter::new(ASKED).with_served_model("bot");
+        let (sent, _) = run_meter(&engine, meter);
+        assert_eq!(
+            sent,
+            vec![c("bot", "null"), u("bot"), "data: [DONE]\n\n".into()]
+        );
+        let meter = StreamMeter::new(ClientWants::default()).with_served_model("bot");
+        let (sent, _) = run_meter(&engine, meter);
+        assert_eq!(
+            sent[0],
+            "data: {\"id\":\"c\",\"model\":\"bot\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\" a\"},\"finish_reason\":null}]}\n\n"
+        );
+    }
+
+    #[test]
+    fn running_usage_before_an_error_is_not_final() {
+        let engine = [
+            chunk(" a", "null", U1),
+            "data: {\"error\":{\"message\":\"boom\"}}\n\n".into(),
+            "data: [DONE]\n\n".into(),
+        ]
+        .concat();
+        let (_, m) = run(&engine, ClientWants::default());
+        assert!(m.saw_error() && m.completed());
+        assert!(!m.usage_final(), "a running count is partial");
+        let (_, m) = run(&chunk(" a", "\"stop\"", U1), ClientWants::default());
+        assert!(m.usage_final());
     }
 
     #[test]
@@ -355,9 +512,14 @@ mod tests {
         let raw = Bytes::from(format!("data: {{\"usage\":{U1},\"x\":\"usage\"}}\n\n"));
         let data = raw.slice(6..raw.len() - 2);
         let info = inspect(&raw, &data).unwrap();
+        let span = info.usage_span.unwrap();
         assert_eq!(
-            strip_usage(&raw, info.usage_span.unwrap()),
+            edit::apply(&raw, None, Some((span, UsageEdit::Null))),
             "data: {\"usage\":null,\"x\":\"usage\"}\n\n"
+        );
+        assert_eq!(
+            edit::apply(&raw, None, Some((span, UsageEdit::Remove))),
+            "data: {\"x\":\"usage\"}\n\n"
         );
     }
 

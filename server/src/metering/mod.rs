@@ -1,5 +1,6 @@
 //! Metering: reading every response to its end to capture usage, and the usage event itself.
 
+pub mod edit;
 pub mod meter;
 pub mod relay;
 pub mod sse;

@@ -45,6 +45,26 @@ impl SseParser {
         self.buf.len()
     }
 
+    /// At the end of the body: the last event if the engine left out its closing blank line
+    /// (`data: [DONE]` then end of stream). Nothing is invented for a body that ended mid-line
+    /// with no `data:` field complete. Test: a_last_event_without_its_blank_line_counts.
+    pub fn finish(&mut self) -> Option<SseEvent> {
+        if self.buf.is_empty() {
+            return None;
+        }
+        let end: &'static [u8] = if self.buf.ends_with(b"\n") {
+            b"\n"
+        } else {
+            b"\n\n"
+        };
+        self.push(Bytes::from_static(end));
+        let event = self.next_event();
+        self.buf = Bytes::new();
+        self.line_start = 0;
+        self.data.clear();
+        event.filter(|e| e.data.is_some())
+    }
+
     /// The next complete event, if one is buffered.
     pub fn next_event(&mut self) -> Option<SseEvent> {
         loop {
@@ -128,6 +148,26 @@ mod tests {
                 assert_eq!(all_events(input, &[i, j]), whole, "split at {i},{j}");
             }
         }
+    }
+
+    #[test]
+    fn a_last_event_without_its_blank_line_counts() {
+        for tail in ["data: [DONE]", "data: [DONE]\n", "data: [DONE]\r\n"] {
+            let mut p = SseParser::default();
+            p.push(Bytes::from(format!("data: x\n\n{tail}")));
+            assert_eq!(
+                p.next_event().and_then(|e| e.data).as_deref(),
+                Some(&b"x"[..])
+            );
+            assert_eq!(p.next_event(), None);
+            let last = p.finish().unwrap();
+            assert_eq!(last.data.as_deref(), Some(&b"[DONE]"[..]), "{tail:?}");
+            assert_eq!(p.pending(), 0);
+        }
+        let mut p = SseParser::default();
+        p.push(Bytes::from_static(b": comment"));
+        assert_eq!(p.finish(), None);
+        assert_eq!(SseParser::default().finish(), None);
     }
 
     #[test]

@@ -4,12 +4,18 @@
 //! its `Drop` half-closes the upstream connection (the engine sees end-of-file and cancels at
 //! once) and, on a tracked task, reads what the engine sent until it stopped, then records the
 //! event. The event is recorded before the stream's final bytes are released.
+//!
+//! An engine that falls silent is not waited on forever: after the inter-chunk timeout (the
+//! first-byte timeout, if longer, before the first body bytes) the stream ends as an upstream
+//! failure, with an SSE error event, billed for what it produced. An engine that sent its final
+//! usage but closed the stream without `[DONE]` (or without the blank line after it) completed:
+//! the client gets a proper `[DONE]` and the event is `ok`.
 
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures::future::BoxFuture;
@@ -27,6 +33,10 @@ use crate::gateway::upstream_conn::{UpstreamBody, UpstreamResponse};
 const UPSTREAM_ERROR_EVENT: &[u8] = b"data: {\"error\":{\"message\":\"The model backend failed during generation.\",\"type\":\"api_error\",\"param\":null,\"code\":\"upstream_error\"}}\n\n";
 /// How long a half-closed upstream may keep sending before its connection is closed outright.
 const HANG_UP_READ_LIMIT: std::time::Duration = std::time::Duration::from_secs(1);
+/// The SSE event a client receives when the upstream fell silent for longer than allowed.
+const UPSTREAM_STALLED_EVENT: &[u8] = b"data: {\"error\":{\"message\":\"The model backend stopped sending during generation.\",\"type\":\"api_error\",\"param\":null,\"code\":\"upstream_timeout\"}}\n\n";
+/// The end a client receives when the engine completed without sending `[DONE]` itself.
+const DONE_EVENT: &[u8] = b"data: [DONE]\n\n";
 /// The SSE event a client receives when shutdown cuts its stream.
 const CUT_EVENT: &[u8] = b"data: {\"error\":{\"message\":\"The server is restarting; the response was cut.\",\"type\":\"service_unavailable\",\"param\":null,\"code\":\"server_shutdown\"}}\n\n";
 
@@ -36,7 +46,18 @@ enum End {
     Complete(Option<Bytes>),
     ClientGone,
     UpstreamBroken,
+    /// No bytes from the upstream for longer than the inter-chunk timeout.
+    UpstreamStalled,
     Cut,
+}
+
+/// How long the upstream may stay silent.
+#[derive(Debug, Clone, Copy)]
+pub struct Silence {
+    /// Before the first body bytes (the engine may still be queueing or prefilling).
+    pub first: Duration,
+    /// Between two reads once bytes flow.
+    pub between: Duration,
 }
 
 enum State {
@@ -65,11 +86,28 @@ pub struct MeteredStream {
     ttft: Option<i32>,
     cut: Pin<Box<WaitForCancellationFutureOwned>>,
     tracker: TaskTracker,
+    silence: Silence,
+    /// When the upstream last sent bytes (or the stream started).
+    last_read: tokio::time::Instant,
+    got_bytes: bool,
+    /// Fires at the earliest moment the upstream can have been silent too long; re-armed only
+    /// when it fires (not per chunk), from `last_read`.
+    stall_timer: Pin<Box<tokio::time::Sleep>>,
 }
 
 impl MeteredStream {
-    pub fn new(upstream: UpstreamResponse, meter: StreamMeter, ctx: MeterContext) -> Self {
+    pub fn new(
+        upstream: UpstreamResponse,
+        meter: StreamMeter,
+        ctx: MeterContext,
+        silence: Silence,
+    ) -> Self {
+        let now = tokio::time::Instant::now();
         Self {
+            silence,
+            last_read: now,
+            got_bytes: false,
+            stall_timer: Box::pin(tokio::time::sleep_until(now + silence.first)),
             cut: Box::pin(ctx.cut.clone().cancelled_owned()),
             tracker: ctx.tracker.clone(),
             state: State::Reading {
@@ -102,6 +140,49 @@ impl MeteredStream {
         None
     }
 
+    /// The upstream's body ended: complete if `[DONE]` came (perhaps without its blank line) or
+    /// the engine's final usage did; else the stream broke.
+    fn end_of_body(&mut self) -> End {
+        if let Some(event) = self.parser.finish() {
+            self.meter.on_event(event, &mut self.scratch);
+        }
+        let done = self.meter.completed();
+        if !done && self.meter.usage_final() && !self.meter.saw_error() {
+            self.meter.on_end(&mut self.scratch);
+        }
+        let mut tail = None;
+        for o in self.scratch.drain(..) {
+            match o {
+                Outgoing::Send(b) => self.ready.push_back(b),
+                Outgoing::Done(_) => tail = Some(Bytes::from_static(DONE_EVENT)),
+            }
+        }
+        if done || (self.meter.usage_final() && !self.meter.saw_error()) {
+            End::Complete(Some(tail.unwrap_or(Bytes::from_static(DONE_EVENT))))
+        } else {
+            End::UpstreamBroken
+        }
+    }
+
+    /// Whether the upstream has been silent too long (re-arming the timer when it fired early).
+    fn stalled(&mut self, cx: &mut Context<'_>) -> bool {
+        loop {
+            if self.stall_timer.as_mut().poll(cx).is_pending() {
+                return false;
+            }
+            let limit = if self.got_bytes {
+                self.silence.between
+            } else {
+                self.silence.first
+            };
+            let deadline = self.last_read + limit;
+            if tokio::time::Instant::now() >= deadline {
+                return true;
+            }
+            self.stall_timer.as_mut().reset(deadline);
+        }
+    }
+
     /// Ends the stream and starts recording the event. A completed stream's connection goes back
     /// to the pool; a hung-up or cut one is half-closed (the engine stops) and read to its end.
     fn finish(&mut self, end: End) {
@@ -113,7 +194,9 @@ impl MeteredStream {
         let status = match (&end, self.meter.saw_error()) {
             (End::ClientGone, _) => UsageStatus::ClientAbort,
             (End::Cut, _) => UsageStatus::Interrupted,
-            (End::UpstreamBroken, _) | (_, true) => UsageStatus::UpstreamError,
+            (End::UpstreamBroken | End::UpstreamStalled, _) | (_, true) => {
+                UsageStatus::UpstreamError
+            }
             (End::Complete(_), false) => UsageStatus::Ok,
         };
         // A chunk the meter still holds back is not sent on a broken or cut stream: the client
@@ -123,6 +206,7 @@ impl MeteredStream {
             End::Complete(done) => (done, true),
             End::ClientGone => (None, false),
             End::UpstreamBroken => (Some(Bytes::from_static(UPSTREAM_ERROR_EVENT)), false),
+            End::UpstreamStalled => (Some(Bytes::from_static(UPSTREAM_STALLED_EVENT)), false),
             End::Cut => (Some(Bytes::from_static(CUT_EVENT)), false),
         };
         let ttft = self.ttft;
@@ -138,7 +222,7 @@ impl MeteredStream {
                 let usage = meter.last_usage();
                 ctx.settle(
                     usage,
-                    meter.completed(),
+                    meter.usage_final(),
                     meter.generated_chunks(),
                     status,
                     ttft,
@@ -160,7 +244,7 @@ impl MeteredStream {
         let record = ctx
             .settle(
                 self.meter.last_usage(),
-                completed,
+                self.meter.usage_final(),
                 self.meter.generated_chunks(),
                 status,
                 ttft,
@@ -190,6 +274,9 @@ async fn read_to_end(
                 meter.on_event(event, &mut discard);
             }
             discard.clear();
+        }
+        if let Some(event) = parser.finish() {
+            meter.on_event(event, &mut discard);
         }
     };
     if tokio::time::timeout(HANG_UP_READ_LIMIT, read)
@@ -246,18 +333,37 @@ impl Stream for MeteredStream {
                         this.finish(End::Cut);
                         continue;
                     }
-                    let started = ctx.started;
-                    let end = match std::task::ready!(upstream.poll_next_unpin(cx)) {
-                        Some(Ok(bytes)) => match this.absorb(bytes, started) {
-                            Some(done) => End::Complete(Some(done)),
-                            None => continue,
-                        },
-                        Some(Err(e)) => {
+                    let (started, request_id) = (ctx.started, ctx.event.request_id);
+                    let end = match upstream.poll_next_unpin(cx) {
+                        Poll::Pending => {
+                            if !this.stalled(cx) {
+                                return Poll::Pending;
+                            }
+                            tracing::warn!(
+                                %request_id,
+                                "upstream fell silent mid-stream; cut"
+                            );
+                            End::UpstreamStalled
+                        }
+                        Poll::Ready(Some(Ok(bytes))) => {
+                            this.last_read = tokio::time::Instant::now();
+                            if !this.got_bytes {
+                                // The shorter limit starts: the timer still waits for the first.
+                                this.got_bytes = true;
+                                let deadline = this.last_read + this.silence.between;
+                                this.stall_timer.as_mut().reset(deadline);
+                            }
+                            match this.absorb(bytes, started) {
+                                Some(done) => End::Complete(Some(done)),
+                                None => continue,
+                            }
+                        }
+                        Poll::Ready(Some(Err(e))) => {
                             tracing::warn!(error = %e, "upstream stream broke");
                             End::UpstreamBroken
                         }
-                        None if this.meter.completed() => End::Complete(None),
-                        None => End::UpstreamBroken,
+                        Poll::Ready(None) if this.meter.completed() => End::Complete(None),
+                        Poll::Ready(None) => this.end_of_body(),
                     };
                     this.finish(end);
                 }
