@@ -198,3 +198,38 @@ async fn dynamo_flat_errors_become_openai_envelopes(pool: PgPool) {
     assert_eq!(b["error"]["code"], "model_not_found");
     assert!(b["error"]["message"].is_string());
 }
+
+#[sqlx::test(migrations = "../migrations")]
+async fn the_admission_estimate_is_never_below_the_engines_prompt_count(pool: PgPool) {
+    let Some((t, url)) = with_dynamo(pool.clone()).await else {
+        return;
+    };
+    let a = t.tenant("acme").await;
+    admin_limits(&pool, &["--key", &a.key, "--tpm", "1000000"]).await;
+    for content in [
+        "hello there",
+        "Tokenizers split unusual words: antidisestablishmentarianism, naïve café, 1234567.",
+        "",
+    ] {
+        let body = chat(MODEL, content, 4);
+        let engine = direct_usage(&url, &body).await["prompt_tokens"]
+            .as_u64()
+            .unwrap();
+        let r = t
+            .post(&a.key, "/v1/chat/completions", body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        let remaining: u64 = r.headers()["x-ratelimit-remaining-tokens"]
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        let estimated_prompt = 1_000_000 - remaining - 4;
+        assert!(
+            estimated_prompt >= engine,
+            "{content:?}: admission estimated {estimated_prompt} prompt tokens, the engine counted {engine}"
+        );
+    }
+}
