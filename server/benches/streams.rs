@@ -12,8 +12,9 @@
 //! `TF_BENCH_BIN` (the binary to measure, default `target/release/tokenfactory`).
 //!
 //! Open files: this process raises its soft limit to the hard one, and, when it may (root or
-//! CAP_SYS_RESOURCE), the hard limit to what N streams need (the gateway needs 2 per stream and
-//! the simulator and this client 1 each); the children inherit it. When it may not, it says so.
+//! CAP_SYS_RESOURCE), the hard limit to what N streams need (the gateway needs 2 per stream, 3
+//! before issue 19, and the simulator and this client 1 each); the children inherit it. When it
+//! may not, it says so.
 
 #![allow(
     clippy::print_stdout,
@@ -103,12 +104,20 @@ fn free_port() -> SocketAddr {
     l.local_addr().unwrap()
 }
 
-/// Kills the child processes when the benchmark ends, however it ends.
+/// Stops the child processes when the benchmark ends, however it ends: SIGTERM first (the
+/// gateway drains and exits, so a profiler wrapped around it writes its output), then SIGKILL.
 struct Children(Vec<Child>);
 
 impl Drop for Children {
     fn drop(&mut self) {
-        for c in &mut self.0 {
+        for c in self.0.iter_mut().rev() {
+            let _ = Command::new("kill")
+                .args(["-TERM", &c.id().to_string()])
+                .status();
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while Instant::now() < deadline && matches!(c.try_wait(), Ok(None)) {
+                std::thread::sleep(Duration::from_millis(100));
+            }
             let _ = c.kill();
             let _ = c.wait();
         }
@@ -216,7 +225,7 @@ fn main() {
         "{} missing: cargo build --release -p tokenfactory first",
         bin.display()
     );
-    if let Some(note) = raise_nofile(streams * 2 + 2048) {
+    if let Some(note) = raise_nofile(streams * 3 + 2048) {
         println!("note: {note}");
     }
     let rt = tokio::runtime::Builder::new_multi_thread()

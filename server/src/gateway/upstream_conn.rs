@@ -38,7 +38,8 @@ use tokio::net::TcpStream;
 type Driver = Connection<TokioIo<HalfClosable>, Full<Bytes>>;
 
 /// Bytes read from an upstream socket at a time. Each open stream keeps one such buffer for its
-/// upstream connection; an SSE event from an engine is a few hundred bytes.
+/// upstream connection; an SSE event from an engine is a few hundred bytes. It also bounds an
+/// upstream response head (hyper's exact read strategy), which engines keep under 1 KiB.
 pub const READ_BUF_BYTES: usize = 4096;
 
 /// The request to shut the write side of one upstream socket, shared between the connection
@@ -361,7 +362,11 @@ impl Stream for UpstreamBody {
             match Pin::new(&mut this.body).poll_frame(cx) {
                 Poll::Ready(Some(Ok(frame))) => {
                     if let Ok(data) = frame.into_data() {
-                        return Poll::Ready(Some(Ok(data)));
+                        // Copied out (a few hundred bytes an event): a slice would share the
+                        // connection's read buffer while the meter or the client's socket still
+                        // holds it, and hyper would then allocate a new buffer for the next read
+                        // instead of reusing this one.
+                        return Poll::Ready(Some(Ok(Bytes::copy_from_slice(&data))));
                     }
                     // Trailers carry nothing the gateway uses.
                     drove = false;
