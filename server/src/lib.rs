@@ -11,6 +11,7 @@ pub mod admin;
 pub mod app;
 pub mod cli;
 pub mod demo;
+pub mod fd_limit;
 pub mod fleet;
 pub mod gateway;
 pub mod http_server;

@@ -18,6 +18,7 @@ const CUT_GRACE: Duration = Duration::from_secs(5);
 const FINAL_SHIP: Duration = Duration::from_secs(10);
 
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
+    let fd_limit = crate::fd_limit::raise_to_hard_limit();
     let fleet_spec = crate::cli::parse_fleet(&args.fleet).map_err(anyhow::Error::msg)?;
     let url = args.db.database_url.expose();
     let pool = tf_core::db::connect(url, 32).await?;
@@ -86,10 +87,21 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
 
     let stop = CancellationToken::new();
     let stopping = stop.clone();
+    let mut options: crate::http_server::ServerOptions = (&args.http).into();
+    let cap = crate::fd_limit::connection_cap(options.max_connections, fd_limit);
+    if cap < options.max_connections {
+        tracing::warn!(
+            configured = options.max_connections,
+            cap,
+            fd_limit,
+            "fewer client connections than configured fit the open-files limit; the rest wait in the backlog"
+        );
+        options.max_connections = cap;
+    }
     let mut server = std::pin::pin!(crate::http_server::serve(
         listener,
         built.router.clone(),
-        (&args.http).into(),
+        options,
         built.http_metrics.clone(),
         async move { stopping.cancelled().await },
     ));

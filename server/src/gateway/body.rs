@@ -52,7 +52,7 @@ pub async fn read(
     }
     let started = Instant::now();
     let mut body = body;
-    // Most bodies arrive as one frame: kept as it is, no copy.
+    // Most bodies arrive as one frame: one exact-sized copy.
     let mut first: Option<Bytes> = None;
     let mut rest = BytesMut::new();
     let mut received = 0usize;
@@ -78,7 +78,10 @@ pub async fn read(
             return Err(GatewayError::PayloadTooLarge(limit));
         }
         match &first {
-            None if rest.is_empty() => first = Some(data),
+            // Copied out: a frame is a slice of the connection's read buffer, and the body is
+            // kept for the whole response (the prompt estimate), which would keep that buffer
+            // from being reused and make hyper allocate a second one for the connection.
+            None if rest.is_empty() => first = Some(Bytes::copy_from_slice(&data)),
             _ => {
                 if let Some(f) = first.take() {
                     rest.reserve(declared.map_or(0, |n| n as usize).max(received));

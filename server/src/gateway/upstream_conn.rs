@@ -8,24 +8,141 @@
 //!
 //! A hang-up is passed on as a half-close (our write side shut, the read side kept): the engine
 //! sees end-of-file and stops at once, and every byte it wrote before it stopped still reaches us,
-//! so the tokens it produced can be counted from its own output.
+//! so the tokens it produced can be counted from its own output. The socket is owned by the
+//! connection alone (one descriptor per upstream connection, no duplicate): the half-close is
+//! asked for through a flag the socket's IO wrapper ([`HalfClosable`]) acts on at its next poll,
+//! and the wrapper wakes the task that drives it so that poll comes at once.
+//!
+//! Memory: each connection's read buffer is a fixed [`READ_BUF_BYTES`] (hyper's adaptive default
+//! starts at 8 KiB and grows up to ~400 KiB), since what an engine sends is small SSE events; a
+//! large answer only takes more reads.
 
 use std::future::{poll_fn, Future};
 use std::pin::{pin, Pin};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures::task::AtomicWaker;
 use futures::Stream;
 use http::{HeaderMap, HeaderValue, Request, StatusCode};
 use http_body_util::Full;
 use hyper::body::{Body as _, Incoming};
 use hyper::client::conn::http1::{self, Connection, SendRequest};
 use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
-type Driver = Connection<TokioIo<TcpStream>, Full<Bytes>>;
+type Driver = Connection<TokioIo<HalfClosable>, Full<Bytes>>;
+
+/// Bytes read from an upstream socket at a time. Each open stream keeps one such buffer for its
+/// upstream connection; an SSE event from an engine is a few hundred bytes. It also bounds an
+/// upstream response head (hyper's exact read strategy), which engines keep under 1 KiB.
+pub const READ_BUF_BYTES: usize = 4096;
+
+/// The request to shut the write side of one upstream socket, shared between the connection
+/// (which asks) and the socket's IO wrapper (which does it).
+#[derive(Debug, Default)]
+struct ShutWrite {
+    requested: AtomicBool,
+    /// The task that last polled the socket: woken so the shutdown happens without waiting for
+    /// the engine to send something.
+    waker: AtomicWaker,
+}
+
+/// The upstream socket, with a write side that [`ShutWrite`] can close while reads go on.
+/// Replaces a `try_clone` of the socket (a second descriptor per open stream).
+struct HalfClosable {
+    tcp: TcpStream,
+    shut: Arc<ShutWrite>,
+    /// The shutdown was done (or failed: it is not tried again).
+    shut_done: bool,
+}
+
+impl HalfClosable {
+    /// Shuts the write side if that was asked for and not done yet; registers the waker first
+    /// so a request made after the check still wakes this task.
+    fn apply_shutdown(&mut self, cx: &mut Context<'_>) {
+        if self.shut_done {
+            return;
+        }
+        self.shut.waker.register(cx.waker());
+        if !self.shut.requested.load(Ordering::Acquire) {
+            return;
+        }
+        self.shut_done = true;
+        // Tokio's TCP shutdown is one `shutdown(2)` call: it is never pending.
+        if let Poll::Ready(Err(e)) = Pin::new(&mut self.tcp).poll_shutdown(cx) {
+            tracing::debug!(error = %e, "half-close of an upstream connection failed");
+        }
+    }
+
+    fn write_shut() -> std::io::Error {
+        std::io::Error::new(
+            std::io::ErrorKind::BrokenPipe,
+            "upstream write side shut (client left)",
+        )
+    }
+}
+
+impl AsyncRead for HalfClosable {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        self.apply_shutdown(cx);
+        Pin::new(&mut self.tcp).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for HalfClosable {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        self.apply_shutdown(cx);
+        if self.shut_done {
+            return Poll::Ready(Err(Self::write_shut()));
+        }
+        Pin::new(&mut self.tcp).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        self.apply_shutdown(cx);
+        if self.shut_done {
+            return Poll::Ready(Err(Self::write_shut()));
+        }
+        Pin::new(&mut self.tcp).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.tcp.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        self.apply_shutdown(cx);
+        if self.shut_done {
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut self.tcp).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        if self.shut_done {
+            return Poll::Ready(Ok(()));
+        }
+        self.shut_done = true;
+        Pin::new(&mut self.tcp).poll_shutdown(cx)
+    }
+}
 
 /// Why an exchange with the upstream failed.
 #[derive(Debug, thiserror::Error)]
@@ -43,9 +160,9 @@ pub enum UpstreamFailure {
 pub struct Conn {
     sender: SendRequest<Full<Bytes>>,
     driver: Option<Driver>,
-    /// A second handle on the socket (the driver owns the first), to shut its write side while
-    /// the driver keeps reading. `None` once shut: the connection never goes back to the pool.
-    write_half: Option<std::net::TcpStream>,
+    /// Asks the socket (owned by the driver) to shut its write side while the driver keeps
+    /// reading. Once asked, the connection never goes back to the pool.
+    shut: Arc<ShutWrite>,
 }
 
 impl Conn {
@@ -66,17 +183,18 @@ impl Conn {
 
     /// Whether the connection can take a request now (driving it once to learn).
     fn ready(&mut self, cx: &mut Context<'_>) -> bool {
-        self.write_half.is_some()
+        !self.shut.requested.load(Ordering::Acquire)
             && self.drive(cx)
             && matches!(self.sender.poll_ready(cx), Poll::Ready(Ok(())))
     }
 
     /// Sends FIN: the engine reads end-of-file and cancels; its output so far can still be read.
+    /// INVARIANT: the engine sees end-of-file when the client leaves, and what it wrote before
+    /// is still read and billed (server/tests/hang_up.rs, upstream_conn.rs). The wrapper shuts
+    /// the socket at its next poll, which the wake-up brings at once.
     fn shut_write(&mut self) {
-        if let Some(socket) = self.write_half.take() {
-            if let Err(e) = socket.shutdown(std::net::Shutdown::Write) {
-                tracing::debug!(error = %e, "half-close of an upstream connection failed");
-            }
+        if !self.shut.requested.swap(true, Ordering::AcqRel) {
+            self.shut.waker.wake();
         }
     }
 }
@@ -127,15 +245,20 @@ impl ConnPool {
             .map_err(|e| UpstreamFailure::Connect(self.addr.clone(), e))?;
         // Requests and chunks are small: no Nagle delay.
         let _ = tcp.set_nodelay(true);
-        let connect_err = |e: std::io::Error| UpstreamFailure::Connect(self.addr.clone(), e);
-        let std_tcp = tcp.into_std().map_err(connect_err)?;
-        let write_half = std_tcp.try_clone().map_err(connect_err)?;
-        let tcp = TcpStream::from_std(std_tcp).map_err(connect_err)?;
-        let (sender, driver) = http1::Builder::new().handshake(TokioIo::new(tcp)).await?;
+        let shut = Arc::new(ShutWrite::default());
+        let io = HalfClosable {
+            tcp,
+            shut: shut.clone(),
+            shut_done: false,
+        };
+        let (sender, driver) = http1::Builder::new()
+            .read_buf_exact_size(Some(READ_BUF_BYTES))
+            .handshake(TokioIo::new(io))
+            .await?;
         Ok(Conn {
             sender,
             driver: Some(driver),
-            write_half: Some(write_half),
+            shut,
         })
     }
 
@@ -239,7 +362,11 @@ impl Stream for UpstreamBody {
             match Pin::new(&mut this.body).poll_frame(cx) {
                 Poll::Ready(Some(Ok(frame))) => {
                     if let Ok(data) = frame.into_data() {
-                        return Poll::Ready(Some(Ok(data)));
+                        // Copied out (a few hundred bytes an event): a slice would share the
+                        // connection's read buffer while the meter or the client's socket still
+                        // holds it, and hyper would then allocate a new buffer for the next read
+                        // instead of reusing this one.
+                        return Poll::Ready(Some(Ok(Bytes::copy_from_slice(&data))));
                     }
                     // Trailers carry nothing the gateway uses.
                     drove = false;
