@@ -10,6 +10,8 @@
 
 #![allow(clippy::print_stdout, clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -88,13 +90,7 @@ fn main() {
         let sim_addr = l.local_addr().unwrap();
         tokio::spawn(tf_engine_sim::serve(l, sim, std::future::pending()));
 
-        let admin = std::env::var("DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
-        let base = admin.rsplit_once('/').map(|(b, _)| b.to_owned()).unwrap();
-        let maint = sqlx::PgPool::connect(&format!("{base}/postgres")).await.unwrap();
-        sqlx::query("DROP DATABASE IF EXISTS tokenfactory_bench_quota WITH (FORCE)").execute(&maint).await.unwrap();
-        let url = format!("{base}/tokenfactory_bench_quota");
-        let pool = tf_core::db::connect(&url, 16).await.unwrap();
-        tf_core::db::migrate(&pool, &url).await.unwrap();
+        let (pool, _) = common::fresh_database("tokenfactory_bench_quota", 16).await;
         let reg = BaseRegistration {
             name: "bench-base".into(),
             graph: "bench".into(),

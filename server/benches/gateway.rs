@@ -9,6 +9,8 @@
 
 #![allow(clippy::print_stdout, clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -149,19 +151,7 @@ async fn serve_sim() -> SocketAddr {
 }
 
 async fn setup_gateway(sim: SocketAddr) -> (SocketAddr, String) {
-    let admin = std::env::var("DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
-    let base = admin.rsplit_once('/').map(|(b, _)| b.to_owned()).unwrap();
-    let maint = sqlx::PgPool::connect(&format!("{base}/postgres"))
-        .await
-        .unwrap();
-    sqlx::query("DROP DATABASE IF EXISTS tokenfactory_bench WITH (FORCE)")
-        .execute(&maint)
-        .await
-        .unwrap();
-    let url = format!("{base}/tokenfactory_bench");
-    let pool = tf_core::db::connect(&url, 16).await.unwrap();
-    tf_core::db::migrate(&pool, &url).await.unwrap();
+    let (pool, _) = common::fresh_database("tokenfactory_bench", 16).await;
     fleet::register_bases(
         &pool,
         "static",

@@ -7,6 +7,8 @@
 
 #![allow(clippy::print_stdout, clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -85,13 +87,7 @@ fn main() {
         .build()
         .unwrap();
     rt.block_on(async move {
-        let admin = std::env::var("DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
-        let base = admin.rsplit_once('/').map(|(b, _)| b.to_owned()).unwrap();
-        let maint = sqlx::PgPool::connect(&format!("{base}/postgres")).await.unwrap();
-        sqlx::query("DROP DATABASE IF EXISTS tokenfactory_bench_journal WITH (FORCE)").execute(&maint).await.unwrap();
-        let url = format!("{base}/tokenfactory_bench_journal");
-        let pool = tf_core::db::connect(&url, 8).await.unwrap();
-        tf_core::db::migrate(&pool, &url).await.unwrap();
+        let (pool, _) = common::fresh_database("tokenfactory_bench_journal", 8).await;
         let tenant = tf_core::accounts::create_tenant(&pool, "bench", "Bench").await.unwrap().id;
 
         // (1) Throughput: append n events from 50 writers while the shipper runs.

@@ -23,6 +23,8 @@
     clippy::disallowed_methods
 )]
 
+mod common;
+
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -132,18 +134,9 @@ async fn wait_for_port(addr: SocketAddr, what: &str) {
     }
 }
 
-async fn setup_db(url: &str) -> String {
-    let base = url.rsplit_once('/').map(|(b, _)| b.to_owned()).unwrap();
-    let maint = sqlx::PgPool::connect(&format!("{base}/postgres"))
-        .await
-        .unwrap();
-    sqlx::query("DROP DATABASE IF EXISTS tokenfactory_bench_streams WITH (FORCE)")
-        .execute(&maint)
-        .await
-        .unwrap();
-    let url = format!("{base}/tokenfactory_bench_streams");
-    let pool = tf_core::db::connect(&url, 4).await.unwrap();
-    tf_core::db::migrate(&pool, &url).await.unwrap();
+/// The bench database (recreated) with one tenant; returns its URL and the tenant's key.
+async fn setup_db() -> (String, String) {
+    let (pool, url) = common::fresh_database("tokenfactory_bench_streams", 4).await;
     let tenant = tf_core::accounts::create_tenant(&pool, "bench", "Bench")
         .await
         .unwrap();
@@ -151,7 +144,7 @@ async fn setup_db(url: &str) -> String {
         .await
         .unwrap();
     pool.close().await;
-    key
+    (url, key)
 }
 
 fn write_fleet(dir: &Path, sim: SocketAddr) -> PathBuf {
@@ -234,10 +227,7 @@ fn main() {
         .build()
         .unwrap();
     rt.block_on(async move {
-        let db = std::env::var("DATABASE_URL")
-            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
-        let key = setup_db(&db).await;
-        let base = db.rsplit_once('/').map(|(b, _)| b.to_owned()).unwrap();
+        let (db_url, key) = setup_db().await;
         let scratch = std::env::temp_dir().join(format!("tf-bench-streams-{}", std::process::id()));
         std::fs::create_dir_all(&scratch).unwrap();
         let (sim, gw) = (free_port(), free_port());
@@ -256,7 +246,7 @@ fn main() {
         gw_cmd
             .args(["serve", "--listen", &gw.to_string()])
             .arg(format!("--fleet=static:{}", fleet.display()))
-            .env("DATABASE_URL", format!("{base}/tokenfactory_bench_streams"))
+            .env("DATABASE_URL", &db_url)
             .env("TF_REDIS_PREFIX", format!("tfbench{}:", std::process::id()))
             .env("TF_JOURNAL_DIR", scratch.join("journal"))
             .env("TF_DEMO", "false");
