@@ -4,6 +4,7 @@
 //! login throttle) lives in [`ssr`], compiled only with the `ssr` feature.
 
 pub mod api;
+pub mod charts;
 pub mod error;
 pub mod pages;
 #[cfg(feature = "ssr")]
