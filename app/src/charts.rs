@@ -134,8 +134,11 @@ pub fn layout(data: &ChartData) -> Layout {
                 ),
             });
         }
-        line.push((slot_x + slot / 2, base - scale(column.line, line_max, plot_h)));
-        if i % every == 0 {
+        line.push((
+            slot_x + slot / 2,
+            base - scale(column.line, line_max, plot_h),
+        ));
+        if i.is_multiple_of(every) {
             labels.push((slot_x + slot / 2, column.label.clone()));
         }
     }
@@ -162,7 +165,7 @@ pub fn compact(value: u64) -> String {
     for (unit, suffix) in UNITS {
         if value >= unit {
             let tenths = value / (unit / 10);
-            return if tenths % 10 == 0 || tenths >= 1000 {
+            return if tenths.is_multiple_of(10) || tenths >= 1000 {
                 format!("{}{suffix}", tenths / 10)
             } else {
                 format!("{}.{}{suffix}", tenths / 10, tenths % 10)
@@ -260,21 +263,39 @@ mod tests {
         ]));
         let plot_h = HEIGHT - TOP - BOTTOM;
         // Scale 400 (ticks 0,100,..,400): d2 fills the plot, d1 half of it.
-        let d2: Vec<_> = chart.segments.iter().filter(|s| s.x > chart.segments[0].x).collect();
+        let d2: Vec<_> = chart
+            .segments
+            .iter()
+            .filter(|s| s.x > chart.segments[0].x)
+            .collect();
         assert_eq!(d2.len(), 1, "a zero segment draws nothing");
         assert_eq!(d2[0].height, plot_h);
-        let d1: Vec<_> = chart.segments.iter().filter(|s| s.x == chart.segments[0].x).collect();
+        let d1: Vec<_> = chart
+            .segments
+            .iter()
+            .filter(|s| s.x == chart.segments[0].x)
+            .collect();
         assert_eq!(d1.iter().map(|s| s.height).sum::<i64>(), plot_h / 2);
         for pair in d1.windows(2) {
-            assert_eq!(pair[0].y, pair[1].y + pair[1].height, "stacked without gaps");
+            assert_eq!(
+                pair[0].y,
+                pair[1].y + pair[1].height,
+                "stacked without gaps"
+            );
         }
-        assert_eq!(chart.line[1].1, TOP, "the largest line value is the top of its scale");
+        assert_eq!(
+            chart.line[1].1, TOP,
+            "the largest line value is the top of its scale"
+        );
         assert_eq!(chart.line[0].1, TOP + plot_h * 3 / 4);
     }
 
     #[test]
     fn rounding_never_makes_a_stack_taller_than_its_total() {
-        let chart = layout(&data(vec![column("d", [1, 1, 1], 0), column("e", [3, 0, 0], 0)]));
+        let chart = layout(&data(vec![
+            column("d", [1, 1, 1], 0),
+            column("e", [3, 0, 0], 0),
+        ]));
         let heights = |x: i64| {
             chart
                 .segments
@@ -289,7 +310,9 @@ mod tests {
 
     #[test]
     fn labels_are_thinned_to_about_twelve() {
-        let columns = (0..90).map(|d| column(&format!("{d}"), [d, 0, 0], d)).collect();
+        let columns = (0..90)
+            .map(|d| column(&format!("{d}"), [d, 0, 0], d))
+            .collect();
         let chart = layout(&data(columns));
         assert!(chart.labels.len() <= 12, "{}", chart.labels.len());
         assert_eq!(chart.labels[0].1, "0");

@@ -7,6 +7,7 @@
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+pub mod adapter_check;
 pub mod admin;
 pub mod app;
 pub mod cli;
