@@ -2,6 +2,7 @@
 //! the catalog (`base_models`, `adapters`); the gateway only ever reads the catalog. The lifecycle
 //! issue adds the Kubernetes (Dynamo) backend behind the same entry point.
 
+pub mod dynamo_render;
 pub mod local_sim;
 pub mod static_file;
 
