@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokenfactory::journal::{Durability, Journal, JournalMetrics, Shipper};
-use tokenfactory::metering::usage::{Provenance, UsageEvent, UsageStatus};
+use tokenfactory::usage::{Provenance, UsageEvent, UsageStatus};
 use uuid::Uuid;
 
 fn event(tenant: Uuid) -> UsageEvent {

@@ -12,7 +12,7 @@ use common::*;
 use serde_json::{json, Value};
 use sqlx::PgPool;
 use tokenfactory::fleet::{self, BaseRegistration};
-use tokenfactory::metering::usage::{Provenance, UsageStatus};
+use tokenfactory::usage::{Provenance, UsageStatus};
 
 const MODEL: &str = "tiny-llama";
 

@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use sqlx::PgPool;
 use tf_engine_sim::SimConfig;
 use tokenfactory::app::AppOptions;
-use tokenfactory::metering::usage::{Provenance, UsageStatus};
+use tokenfactory::usage::{Provenance, UsageStatus};
 
 #[sqlx::test(migrations = "../migrations")]
 async fn non_streamed_chat_is_forwarded_and_metered_exactly(pool: PgPool) {

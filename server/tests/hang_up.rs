@@ -15,7 +15,7 @@ use common::*;
 use serde_json::json;
 use sqlx::PgPool;
 use tokenfactory::fleet::{self, BaseRegistration};
-use tokenfactory::metering::usage::{Provenance, UsageStatus};
+use tokenfactory::usage::{Provenance, UsageStatus};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 

@@ -12,7 +12,8 @@ use std::time::Duration;
 use common::chaos::ChaosProxy;
 use sqlx::PgPool;
 use tokenfactory::journal::{segment, Durability, Journal, JournalMetrics, Shipper};
-use tokenfactory::metering::usage::{self, Provenance, UsageEvent, UsageStatus};
+use tokenfactory::usage_store;
+use tokenfactory::usage::{Provenance, UsageEvent, UsageStatus};
 use uuid::Uuid;
 
 async fn tenant(pool: &PgPool) -> Uuid {
@@ -194,5 +195,5 @@ async fn postgres_outage_grows_the_backlog_then_drains_once(pool: PgPool) {
     assert_eq!(sums(&pool).await, (200, 2 * (200 * 201 / 2)));
     cancel.cancel();
     task.await.unwrap();
-    let _ = usage::query(&pool, Some(t), None, None).await.unwrap();
+    let _ = usage_store::query(&pool, Some(t), None, None).await.unwrap();
 }

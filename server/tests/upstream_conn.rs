@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use common::raw_http;
 use futures::StreamExt;
-use tokenfactory::gateway::request::Endpoint;
+use tokenfactory::endpoint::Endpoint;
 use tokenfactory::gateway::upstream::{Upstream, UpstreamOptions};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};

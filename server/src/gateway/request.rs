@@ -12,27 +12,12 @@ use uuid::Uuid;
 use super::engine_policy::PromptEstimator;
 use super::error::GatewayError;
 use super::resolve::{Route, SaltPolicy};
+use crate::endpoint::Endpoint;
+use crate::metering::meter::ClientWants;
 
 /// Tokens a chat template or BOS adds beyond the prompt's own bytes (Llama 3.1's adds a dated
 /// system preamble of about 25).
 const TEMPLATE_TOKENS: u64 = 64;
-use crate::metering::meter::ClientWants;
-
-/// Which OpenAI endpoint.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Endpoint {
-    Chat,
-    Completions,
-}
-
-impl Endpoint {
-    pub fn path(self) -> &'static str {
-        match self {
-            Self::Chat => "/chat/completions",
-            Self::Completions => "/completions",
-        }
-    }
-}
 
 /// A parsed client request: the top-level fields with their values left as the client wrote
 /// them (a prompt of 100k tokens is scanned once, never built into a tree and written again).

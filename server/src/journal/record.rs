@@ -2,7 +2,7 @@
 //! usage event as JSON). A record cut short by a crash, or whose checksum does not match, ends
 //! the readable part of a segment: it is detected and dropped, never misread.
 
-use crate::metering::usage::UsageEvent;
+use crate::usage::UsageEvent;
 
 /// Bytes before the payload.
 pub const HEADER: usize = 8;
@@ -61,7 +61,7 @@ pub fn decode(buf: &[u8]) -> Decoded {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::metering::usage::{Provenance, UsageStatus};
+    use crate::usage::{Provenance, UsageStatus};
 
     pub fn event(n: u8) -> UsageEvent {
         UsageEvent {

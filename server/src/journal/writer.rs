@@ -12,8 +12,10 @@ use std::time::Duration;
 use sqlx::PgPool;
 
 use super::metrics::JournalMetrics;
-use super::{record, segment, Durability};
-use crate::metering::usage::{self, SinkFuture, UsageEvent, UsageSink};
+use super::durability::Durability;
+use super::{record, segment};
+use crate::usage::{SinkFuture, SpendBarrier, UsageEvent, UsageSink};
+use crate::usage_store;
 
 /// A segment is closed and a new one started past this size.
 const SEGMENT_BYTES: u64 = 32 * 1024 * 1024;
@@ -254,8 +256,8 @@ impl Journal {
 pub struct JournalSink {
     pub journal: Arc<Journal>,
     pub pool: PgPool,
-    /// Its spend must reach Redis before a directly written event reaches PostgreSQL.
-    pub quota: Option<crate::quota::Quota>,
+    /// Waited on before an event written directly reaches PostgreSQL.
+    pub spend: Option<SpendBarrier>,
 }
 
 impl UsageSink for JournalSink {
@@ -265,7 +267,7 @@ impl UsageSink for JournalSink {
                 Ok(()) => Ok(()),
                 Err(e) => {
                     tracing::error!(error = %e, request_id = %event.request_id, "journal append failed; writing to PostgreSQL directly");
-                    usage::store(&self.pool, self.quota.as_ref(), std::slice::from_ref(event))
+                    usage_store::store(&self.pool, self.spend.as_ref(), std::slice::from_ref(event))
                         .await?;
                     Ok(())
                 }

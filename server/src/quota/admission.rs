@@ -423,11 +423,11 @@ impl Inner {
 /// Records a refused request as a usage event (status `rejected`, zero tokens) so it appears in
 /// the tenant's request log. A sink failure is logged; the refusal stands either way.
 pub async fn record_refusal(
-    sink: &dyn crate::metering::usage::UsageSink,
-    mut event: crate::metering::usage::UsageEvent,
+    sink: &dyn crate::usage::UsageSink,
+    mut event: crate::usage::UsageEvent,
     started: std::time::Instant,
 ) {
-    event.status = crate::metering::usage::UsageStatus::Rejected;
+    event.status = crate::usage::UsageStatus::Rejected;
     event.duration_ms = i32::try_from(started.elapsed().as_millis()).unwrap_or(i32::MAX);
     if let Err(e) = sink.record(&event).await {
         tracing::warn!(request_id = %event.request_id, error = %e, "refused request not recorded");

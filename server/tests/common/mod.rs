@@ -16,7 +16,8 @@ use sqlx::PgPool;
 use tf_engine_sim::{EngineSim, LedgerEntry, SimConfig};
 use tokenfactory::app::{self, App, AppOptions};
 use tokenfactory::fleet::{self, BaseRegistration};
-use tokenfactory::metering::usage::{self, UsageEvent};
+use tokenfactory::usage_store;
+use tokenfactory::usage::UsageEvent;
 use uuid::Uuid;
 
 pub const BASE: &str = "sim-base";
@@ -131,7 +132,7 @@ impl TestApp {
     }
 
     pub async fn events(&self) -> Vec<UsageEvent> {
-        usage::query(&self.pool, None, None, None).await.unwrap()
+        usage_store::query(&self.pool, None, None, None).await.unwrap()
     }
 
     /// Waits (bounded) until the simulator's ledger has an entry for `request_id`.
