@@ -162,9 +162,9 @@ async fn setup_gateway(sim: SocketAddr) -> (SocketAddr, String) {
             upstream_model: "bench-base".into(),
             continuous_usage: true,
             denied_fields: Some(
-                tokenfactory::gateway::engine_policy::EnginePolicy::denied_except(&["sim"]),
+                tokenfactory::engine_policy::EnginePolicy::denied_except(&["sim"]),
             ),
-            prompt_estimator: tokenfactory::gateway::engine_policy::PromptEstimator::SimWords,
+            prompt_estimator: tokenfactory::engine_policy::PromptEstimator::SimWords,
         }],
     )
     .await

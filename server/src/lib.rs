@@ -12,6 +12,7 @@ pub mod app;
 pub mod cli;
 pub mod demo;
 pub mod endpoint;
+pub mod engine_policy;
 pub mod fd_limit;
 pub mod fleet;
 pub mod gateway;

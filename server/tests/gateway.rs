@@ -469,9 +469,9 @@ async fn completed_requests_reuse_their_upstream_connection(pool: PgPool) {
             upstream_model: BASE.into(),
             continuous_usage: true,
             denied_fields: Some(
-                tokenfactory::gateway::engine_policy::EnginePolicy::denied_except(&["sim"]),
+                tokenfactory::engine_policy::EnginePolicy::denied_except(&["sim"]),
             ),
-            prompt_estimator: tokenfactory::gateway::engine_policy::PromptEstimator::SimWords,
+            prompt_estimator: tokenfactory::engine_policy::PromptEstimator::SimWords,
         }],
     )
     .await

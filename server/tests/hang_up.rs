@@ -82,9 +82,9 @@ async fn the_token_in_flight_at_a_hang_up_is_billed(pool: PgPool) {
             upstream_model: RACY.into(),
             continuous_usage: true,
             denied_fields: Some(
-                tokenfactory::gateway::engine_policy::EnginePolicy::denied_except(&["sim"]),
+                tokenfactory::engine_policy::EnginePolicy::denied_except(&["sim"]),
             ),
-            prompt_estimator: tokenfactory::gateway::engine_policy::PromptEstimator::SimWords,
+            prompt_estimator: tokenfactory::engine_policy::PromptEstimator::SimWords,
         }],
     )
     .await

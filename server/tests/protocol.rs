@@ -75,7 +75,7 @@ where
             upstream_model: INTERNAL.into(),
             continuous_usage: true,
             denied_fields: None,
-            prompt_estimator: tokenfactory::gateway::engine_policy::PromptEstimator::SimWords,
+            prompt_estimator: tokenfactory::engine_policy::PromptEstimator::SimWords,
         }],
     )
     .await

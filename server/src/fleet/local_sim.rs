@@ -7,7 +7,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::BaseRegistration;
-use crate::gateway::engine_policy::PromptEstimator;
+use crate::engine_policy::PromptEstimator;
 
 /// The base that carries the demo adapters.
 pub const DEMO_BASE: &str = "llama-3.1-8b-sim";

@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
-use crate::gateway::engine_policy::PromptEstimator;
+use crate::engine_policy::PromptEstimator;
 
 /// Which backend `serve` uses.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -2,7 +2,6 @@
 
 pub mod auth;
 pub mod body;
-pub mod engine_policy;
 pub mod error;
 pub mod exchange;
 mod handlers;

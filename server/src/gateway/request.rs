@@ -9,7 +9,7 @@ use serde_json::value::{to_raw_value, RawValue};
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
-use super::engine_policy::PromptEstimator;
+use crate::engine_policy::PromptEstimator;
 use super::error::GatewayError;
 use super::resolve::{Route, SaltPolicy};
 use crate::endpoint::Endpoint;
@@ -320,7 +320,7 @@ mod tests {
             price_key: "m".into(),
             salt,
             continuous_usage: true,
-            policy: crate::gateway::engine_policy::EnginePolicy::default(),
+            policy: crate::engine_policy::EnginePolicy::default(),
             created: 0,
         }
     }

@@ -10,7 +10,7 @@ use arc_swap::ArcSwap;
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use super::engine_policy::{EnginePolicy, PromptEstimator};
+use crate::engine_policy::{EnginePolicy, PromptEstimator};
 use super::upstream::{Upstream, UpstreamOptions};
 
 /// How the request's `cache_salt` is set.

@@ -64,9 +64,9 @@ impl TestApp {
                 upstream_model: BASE.into(),
                 continuous_usage: true,
                 denied_fields: Some(
-                    tokenfactory::gateway::engine_policy::EnginePolicy::denied_except(&["sim"]),
+                    tokenfactory::engine_policy::EnginePolicy::denied_except(&["sim"]),
                 ),
-                prompt_estimator: tokenfactory::gateway::engine_policy::PromptEstimator::SimWords,
+                prompt_estimator: tokenfactory::engine_policy::PromptEstimator::SimWords,
             }],
         )
         .await
