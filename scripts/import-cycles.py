@@ -286,7 +286,8 @@ def main():
                 print(problem)
     if found:
         sys.exit(1)
-    print("no import cycles in " + ", ".join(dirs) + "; " + LAYERED + " follows its LAYERS")
+    layered = any(os.path.normpath(d) == LAYERED for d in dirs)
+    print("no import cycles in " + ", ".join(dirs) + (f"; {LAYERED} follows LAYERS" if layered else ""))
 
 
 if __name__ == "__main__":

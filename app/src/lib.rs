@@ -5,6 +5,7 @@
 
 pub mod api;
 pub mod error;
+pub mod model;
 pub mod pages;
 #[cfg(feature = "ssr")]
 pub mod ssr;

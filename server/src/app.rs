@@ -145,7 +145,7 @@ pub async fn build(pool: PgPool, options: AppOptions) -> anyhow::Result<App> {
         trust_forwarded_for: options.trust_forwarded_for,
         ops: options.journal.as_ref().map(|j| {
             let m = j.metrics.clone();
-            let read: Arc<dyn Fn() -> tf_app::api::OpsSnapshot + Send + Sync> =
+            let read: Arc<dyn Fn() -> tf_app::model::OpsSnapshot + Send + Sync> =
                 Arc::new(move || m.snapshot());
             read
         }),
