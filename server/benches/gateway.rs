@@ -7,6 +7,8 @@
 //! `tokenfactory_bench`, recreated each run). Env: `TF_BENCH_SECONDS` (per phase, default 5),
 //! `TF_BENCH_CONNECTIONS` (default 50).
 
+#![allow(clippy::disallowed_methods, reason = "test scaffolding (fake engines, load generators) runs until the test ends; nothing waits for it at shutdown")]
+
 #![allow(clippy::print_stdout, clippy::unwrap_used, clippy::expect_used)]
 
 mod common;

@@ -8,7 +8,7 @@ use uuid::Uuid;
 use crate::usage::{SinkFuture, SpendBarrier, UsageEvent, UsageSink};
 
 /// The columns, in the order of [`UsageEvent`]'s fields (one place for every INSERT/SELECT).
-pub const COLUMNS: &str = "request_id, tenant_id, api_key_id, served_name, base_model, adapter, graph, price_key, \
+const COLUMNS: &str = "request_id, tenant_id, api_key_id, served_name, base_model, adapter, graph, price_key, \
      prompt_tokens, cached_tokens, completion_tokens, provenance, status, stream, ttft_ms, duration_ms, started_at";
 
 /// Inserts each event into PostgreSQL directly (idempotent on request id).

@@ -1,6 +1,8 @@
 //! The usage journal against real PostgreSQL: shipping, replay after a crash between insert and
 //! cursor write, torn tails, and PostgreSQL outages through a proxy the test controls.
 
+#![allow(clippy::disallowed_methods, reason = "test scaffolding (fake engines, load generators) runs until the test ends; nothing waits for it at shutdown")]
+
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may fail loudly
 
 mod common;

@@ -2,6 +2,8 @@
 //! in front of an engine that breaks one rule (a raw TCP engine writing exactly the bytes under
 //! test, or the simulator), and checks both what the client receives and the usage event.
 
+#![allow(clippy::disallowed_methods, reason = "test scaffolding (fake engines, load generators) runs until the test ends; nothing waits for it at shutdown")]
+
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;

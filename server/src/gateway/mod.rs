@@ -1,14 +1,14 @@
 //! The OpenAI-compatible request path: auth -> resolve -> (admit) -> forward -> meter.
 
 pub mod auth;
-pub mod body;
-pub mod error;
-pub mod exchange;
+pub(crate) mod body;
+pub(crate) mod error;
+pub(crate) mod exchange;
 mod handlers;
-pub mod options;
-pub mod request;
+pub(crate) mod options;
+pub(crate) mod request;
 pub mod resolve;
-pub mod state;
+pub(crate) mod state;
 pub mod upstream;
 pub mod upstream_conn;
 pub(crate) mod upstream_error;

@@ -177,7 +177,7 @@ impl ClientRequest<'_> {
 
     /// The prompt's words (the simulator's exact count; for a real engine a count no BPE
     /// tokenizer goes below, so billing a cut request by it never charges more than produced).
-    pub fn word_prompt_tokens(&self, endpoint: Endpoint) -> u64 {
+    fn word_prompt_tokens(&self, endpoint: Endpoint) -> u64 {
         use tf_engine_sim::tokenizer;
         match endpoint {
             Endpoint::Chat => match field::<Value>(&self.body, "messages") {

@@ -5,9 +5,9 @@
 use crate::usage::UsageEvent;
 
 /// Bytes before the payload.
-pub const HEADER: usize = 8;
+const HEADER: usize = 8;
 /// Larger payloads are corruption, not events.
-pub const MAX_PAYLOAD: usize = 64 * 1024;
+const MAX_PAYLOAD: usize = 64 * 1024;
 
 /// Encodes an event as a record.
 pub fn encode(event: &UsageEvent) -> serde_json::Result<Vec<u8>> {

@@ -105,7 +105,7 @@ impl Shipper {
     }
 
     /// One pass: ships at most one batch. Returns the number of events acknowledged.
-    pub async fn ship_once(&self) -> anyhow::Result<usize> {
+    async fn ship_once(&self) -> anyhow::Result<usize> {
         let mut guard = self.cursor.lock().await;
         let mut cursor = match *guard {
             Some(c) => c,

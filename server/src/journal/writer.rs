@@ -234,12 +234,6 @@ impl Journal {
         Ok(())
     }
 
-    /// Forces an fsync of everything appended so far.
-    pub async fn sync(&self) -> io::Result<()> {
-        let gen = self.committer.written.load(Ordering::Acquire);
-        self.committer.covered(gen).await
-    }
-
     /// Stops appends and the committer after a last fsync (graceful shutdown).
     pub fn close(&self) {
         if let Ok(_active) = self.active.lock() {

@@ -1,6 +1,8 @@
 //! Test harness: the real server on port 0 in front of an in-process engine simulator, on the
 //! fresh database `#[sqlx::test]` made for the test.
 
+#![allow(clippy::disallowed_methods, reason = "test scaffolding (fake engines, load generators) runs until the test ends; nothing waits for it at shutdown")]
+
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test harness: fails loudly
 
 pub mod chaos;
