@@ -12,10 +12,10 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::faults::GlobalFaults;
-use crate::openai::{json_response, ApiError};
 use crate::completions;
 use crate::engine::Engine;
+use crate::faults::GlobalFaults;
+use crate::openai::{json_response, ApiError};
 
 /// Largest request body accepted (a very long prompt still fits).
 const MAX_BODY: usize = 64 * 1024 * 1024;

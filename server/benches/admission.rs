@@ -8,8 +8,10 @@
 //! `TF_BENCH_SECONDS` (per throughput phase, default 5), `TF_BENCH_CONNECTIONS` (default 50),
 //! `TF_BENCH_ADMISSIONS` (default 5000).
 
-#![allow(clippy::disallowed_methods, reason = "test scaffolding (fake engines, load generators) runs until the test ends; nothing waits for it at shutdown")]
-
+#![allow(
+    clippy::disallowed_methods,
+    reason = "test scaffolding (fake engines, load generators) runs until the test ends; nothing waits for it at shutdown"
+)]
 #![allow(clippy::print_stdout, clippy::unwrap_used, clippy::expect_used)]
 
 mod common;

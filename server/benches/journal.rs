@@ -5,8 +5,10 @@
 //! `cargo bench -p tokenfactory --bench journal` (needs PostgreSQL; recreates database
 //! `tokenfactory_bench_journal`). Env: `TF_BENCH_EVENTS` (default 100000).
 
-#![allow(clippy::disallowed_methods, reason = "test scaffolding (fake engines, load generators) runs until the test ends; nothing waits for it at shutdown")]
-
+#![allow(
+    clippy::disallowed_methods,
+    reason = "test scaffolding (fake engines, load generators) runs until the test ends; nothing waits for it at shutdown"
+)]
 #![allow(clippy::print_stdout, clippy::unwrap_used, clippy::expect_used)]
 
 mod common;

@@ -16,8 +16,8 @@ use uuid::Uuid;
 
 use crate::cli::{AdminCommand, DbArgs};
 use crate::demo::random_password;
-use crate::usage_store;
 use crate::secret::Secret;
+use crate::usage_store;
 
 async fn pool(db: &DbArgs) -> anyhow::Result<PgPool> {
     let url = db.database_url.expose();

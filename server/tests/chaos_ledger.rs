@@ -2,8 +2,10 @@
 //! upstream deaths and errors, PostgreSQL cut twice, the gateway SIGKILLed and restarted, a final
 //! SIGTERM), then totals against the engine's ground truth. Target: 0 lost, 0 duplicated.
 
-#![allow(clippy::disallowed_methods, reason = "test scaffolding (fake engines, load generators) runs until the test ends; nothing waits for it at shutdown")]
-
+#![allow(
+    clippy::disallowed_methods,
+    reason = "test scaffolding (fake engines, load generators) runs until the test ends; nothing waits for it at shutdown"
+)]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may fail loudly
 
 mod common;
@@ -20,8 +22,8 @@ use rand::{Rng, SeedableRng};
 use serde_json::json;
 use sqlx::PgPool;
 use tf_engine_sim::{EngineSim, SimConfig};
-use tokenfactory::usage_store;
 use tokenfactory::usage::UsageStatus;
+use tokenfactory::usage_store;
 use tokio::sync::RwLock;
 
 const REQUESTS: usize = 10_000;

@@ -468,9 +468,9 @@ async fn completed_requests_reuse_their_upstream_connection(pool: PgPool) {
             upstream_url: format!("http://{}/v1", proxy.addr),
             upstream_model: BASE.into(),
             continuous_usage: true,
-            denied_fields: Some(
-                tokenfactory::engine_policy::EnginePolicy::denied_except(&["sim"]),
-            ),
+            denied_fields: Some(tokenfactory::engine_policy::EnginePolicy::denied_except(&[
+                "sim",
+            ])),
             prompt_estimator: tokenfactory::engine_policy::PromptEstimator::SimWords,
         }],
     )

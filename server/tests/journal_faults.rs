@@ -1,8 +1,10 @@
 //! Failure policy with real processes: the gateway is a child process the test kills. Each test
 //! checks the usage table against the engine simulator's ground-truth ledger.
 
-#![allow(clippy::disallowed_methods, reason = "test scaffolding (fake engines, load generators) runs until the test ends; nothing waits for it at shutdown")]
-
+#![allow(
+    clippy::disallowed_methods,
+    reason = "test scaffolding (fake engines, load generators) runs until the test ends; nothing waits for it at shutdown"
+)]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may fail loudly
 
 mod common;
@@ -18,8 +20,8 @@ use common::process::{self, Gateway, GatewaySpec};
 use serde_json::json;
 use sqlx::PgPool;
 use tf_engine_sim::{EngineSim, SimConfig};
-use tokenfactory::usage_store;
 use tokenfactory::usage::UsageStatus;
+use tokenfactory::usage_store;
 
 async fn start_sim() -> (EngineSim, SocketAddr) {
     let sim = EngineSim::new(SimConfig {
@@ -275,7 +277,10 @@ async fn postgres_outage_keeps_serving_and_every_event_arrives_once(pool: PgPool
             || gw.metric("tf_journal_ship_failures_total").await > 0.0
     );
     assert_eq!(
-        usage_store::query(&pool, None, None, None).await.unwrap().len(),
+        usage_store::query(&pool, None, None, None)
+            .await
+            .unwrap()
+            .len(),
         1
     );
     proxy.restore();

@@ -2,8 +2,10 @@
 //! in front of an engine that breaks one rule (a raw TCP engine writing exactly the bytes under
 //! test, or the simulator), and checks both what the client receives and the usage event.
 
-#![allow(clippy::disallowed_methods, reason = "test scaffolding (fake engines, load generators) runs until the test ends; nothing waits for it at shutdown")]
-
+#![allow(
+    clippy::disallowed_methods,
+    reason = "test scaffolding (fake engines, load generators) runs until the test ends; nothing waits for it at shutdown"
+)]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -17,8 +19,8 @@ use serde_json::{json, Value};
 use sqlx::PgPool;
 use tf_engine_sim::SimConfig;
 use tokenfactory::app::AppOptions;
-use tokenfactory::gateway::GatewayOptions;
 use tokenfactory::fleet::{self, BaseRegistration};
+use tokenfactory::gateway::GatewayOptions;
 use tokenfactory::usage::{Provenance, UsageStatus};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -243,16 +245,20 @@ async fn a_silent_engine_ends_the_stream_and_is_billed_partially(pool: PgPool) {
 async fn shutdown_while_waiting_for_the_engine_is_recorded_and_answered(pool: PgPool) {
     let got = Arc::new(tokio::sync::Notify::new());
     let g = got.clone();
-    let t = with_raw_engine(pool, GatewayOptions::default(), move |mut tcp: TcpStream| {
-        let g = g.clone();
-        async move {
-            raw_http::read_request(&mut tcp).await.unwrap();
-            g.notify_one();
-            // Never answers; waits for the gateway to close.
-            let mut rest = [0u8; 64];
-            while !matches!(tcp.read(&mut rest).await, Ok(0) | Err(_)) {}
-        }
-    })
+    let t = with_raw_engine(
+        pool,
+        GatewayOptions::default(),
+        move |mut tcp: TcpStream| {
+            let g = g.clone();
+            async move {
+                raw_http::read_request(&mut tcp).await.unwrap();
+                g.notify_one();
+                // Never answers; waits for the gateway to close.
+                let mut rest = [0u8; 64];
+                while !matches!(tcp.read(&mut rest).await, Ok(0) | Err(_)) {}
+            }
+        },
+    )
     .await;
     let a = t.tenant("acme").await;
     let request = t

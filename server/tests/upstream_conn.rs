@@ -3,8 +3,10 @@
 //! engine closed is replaced without failing the request, and dropping a body mid-stream closes
 //! its connection (that is how the engine learns the client left).
 
-#![allow(clippy::disallowed_methods, reason = "test scaffolding (fake engines, load generators) runs until the test ends; nothing waits for it at shutdown")]
-
+#![allow(
+    clippy::disallowed_methods,
+    reason = "test scaffolding (fake engines, load generators) runs until the test ends; nothing waits for it at shutdown"
+)]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;

@@ -12,7 +12,7 @@ pub mod store;
 pub mod throttle;
 
 pub use csp::{content_security_policy, set_page_policy};
-pub use portal::{Portal, PortalDeps};
 pub(crate) use portal::internal;
+pub use portal::{Portal, PortalDeps};
 pub use tf_core::redis_slot::RedisSlot;
 pub use throttle::LoginThrottle;

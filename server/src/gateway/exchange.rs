@@ -33,6 +33,8 @@ pub struct Exchange {
     pub body: Bytes,
     pub stream: bool,
     pub wants: ClientWants,
+    /// Largest whole (non-streamed) answer relayed; the handler passes `--max-body-bytes` or
+    /// 64 MiB, whichever is more (an answer may be far larger than any request).
     pub max_body_bytes: usize,
 }
 
@@ -149,7 +151,9 @@ pub async fn run(x: Exchange, ctx: MeterContext) -> Reply {
             WholeOutcome::EngineError(body) => {
                 Reply::Failed(upstream_error::reshape(status, &body))
             }
-            WholeOutcome::TooLarge => Reply::Failed(GatewayError::UpstreamTooLarge(limits.max_bytes)),
+            WholeOutcome::TooLarge => {
+                Reply::Failed(GatewayError::UpstreamTooLarge(limits.max_bytes))
+            }
             WholeOutcome::Broken => Reply::Failed(GatewayError::UpstreamUnavailable),
         }
     }

@@ -9,10 +9,10 @@ use serde_json::value::{to_raw_value, RawValue};
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
-use crate::engine_policy::PromptEstimator;
 use super::error::GatewayError;
 use super::resolve::{Route, SaltPolicy};
 use crate::endpoint::Endpoint;
+use crate::engine_policy::PromptEstimator;
 use crate::metering::meter::ClientWants;
 
 /// Tokens a chat template or BOS adds beyond the prompt's own bytes (Llama 3.1's adds a dated

@@ -4,10 +4,10 @@ use std::sync::Arc;
 
 use tokio_util::task::TaskTracker;
 
-use crate::usage::UsageSink;
 use super::auth::KeyCache;
 use super::body::BodyTiming;
 use super::resolve::RouteTable;
+use crate::usage::UsageSink;
 
 /// Shared state of the request path, cheap to clone.
 #[derive(Clone)]

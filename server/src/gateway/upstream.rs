@@ -10,8 +10,8 @@ use http::{header, HeaderValue, Method, Request, Uri};
 use http_body_util::Full;
 use uuid::Uuid;
 
-use crate::endpoint::Endpoint;
 use super::upstream_conn::{ConnPool, UpstreamFailure, UpstreamResponse};
+use crate::endpoint::Endpoint;
 
 /// Timeouts and pool sizes shared by every upstream client.
 #[derive(Debug, Clone)]

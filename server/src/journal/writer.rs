@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use sqlx::PgPool;
 
-use super::metrics::JournalMetrics;
 use super::durability::Durability;
+use super::metrics::JournalMetrics;
 use super::{record, segment};
 use crate::usage::{SinkFuture, SpendBarrier, UsageEvent, UsageSink};
 use crate::usage_store;
@@ -261,8 +261,12 @@ impl UsageSink for JournalSink {
                 Ok(()) => Ok(()),
                 Err(e) => {
                     tracing::error!(error = %e, request_id = %event.request_id, "journal append failed; writing to PostgreSQL directly");
-                    usage_store::store(&self.pool, self.spend.as_ref(), std::slice::from_ref(event))
-                        .await?;
+                    usage_store::store(
+                        &self.pool,
+                        self.spend.as_ref(),
+                        std::slice::from_ref(event),
+                    )
+                    .await?;
                     Ok(())
                 }
             }

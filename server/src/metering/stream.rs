@@ -103,12 +103,7 @@ pub struct MeteredStream<B: EngineBody> {
 }
 
 impl<B: EngineBody> MeteredStream<B> {
-    pub fn new(
-        upstream: B,
-        meter: StreamMeter,
-        ctx: MeterContext,
-        silence: Silence,
-    ) -> Self {
+    pub fn new(upstream: B, meter: StreamMeter, ctx: MeterContext, silence: Silence) -> Self {
         let now = tokio::time::Instant::now();
         Self {
             silence,

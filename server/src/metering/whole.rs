@@ -123,7 +123,11 @@ pub enum WholeOutcome {
 
 /// Reads a non-streamed response body, meters it and records the event. The accounting stays in
 /// `pending` while the body is read, so a hang-up then is still recorded.
-pub async fn read_whole<B, E>(mut body: B, pending: &mut Pending, limits: WholeLimits) -> WholeOutcome
+pub async fn read_whole<B, E>(
+    mut body: B,
+    pending: &mut Pending,
+    limits: WholeLimits,
+) -> WholeOutcome
 where
     B: Stream<Item = Result<Bytes, E>> + Unpin,
 {

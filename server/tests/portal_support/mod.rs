@@ -1,7 +1,10 @@
 //! Helpers for the portal tests: a portal on an ephemeral port with a seeded tenant, member and
 //! admin, and a cookie-keeping "browser" that posts forms the way one does with JavaScript off.
 
-#![allow(clippy::disallowed_methods, reason = "test scaffolding (fake engines, load generators) runs until the test ends; nothing waits for it at shutdown")]
+#![allow(
+    clippy::disallowed_methods,
+    reason = "test scaffolding (fake engines, load generators) runs until the test ends; nothing waits for it at shutdown"
+)]
 
 use reqwest::header::{ACCEPT, CONTENT_TYPE, LOCATION, SET_COOKIE};
 use reqwest::{redirect::Policy, Client, Response, StatusCode};
