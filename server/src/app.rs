@@ -22,6 +22,9 @@ const LAST_USED_FLUSH: Duration = Duration::from_secs(5);
 /// How often expired portal sessions are deleted.
 const SESSION_PURGE: Duration = Duration::from_secs(600);
 
+/// The Redis key prefix when none is given (`--redis-prefix`).
+pub const DEFAULT_REDIS_PREFIX: &str = "tf:";
+
 /// What `build` needs besides the database.
 #[derive(Clone)]
 pub struct AppOptions {
@@ -43,7 +46,7 @@ impl Default for AppOptions {
     fn default() -> Self {
         Self {
             redis: tf_core::redis_slot::RedisSlot::empty(),
-            redis_prefix: "tf:".into(),
+            redis_prefix: DEFAULT_REDIS_PREFIX.into(),
             secure_cookies: false,
             trust_forwarded_for: false,
             gateway: GatewayOptions::default(),

@@ -59,7 +59,7 @@ pub struct ServeArgs {
     #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1:6379")]
     pub redis_url: Secret,
     /// Prefix of every Redis key this deployment writes.
-    #[arg(long, env = "TF_REDIS_PREFIX", default_value = "tf:")]
+    #[arg(long, env = "TF_REDIS_PREFIX", default_value = crate::app::DEFAULT_REDIS_PREFIX)]
     pub redis_prefix: String,
     /// Fleet backend: `local-sim` (simulated engines on loopback) or `static:FILE` (a TOML list
     /// of engines that already run).

@@ -72,7 +72,7 @@ pub enum UsageStatus {
     UpstreamError,
     /// Cut by the gateway at its shutdown deadline; billed like an abort.
     Interrupted,
-    /// Refused at admission (the quotas issue); carries no tokens.
+    /// Refused at admission (a limit); carries no tokens.
     Rejected,
 }
 

@@ -1,6 +1,6 @@
 //! The fleet: where base models are served. A backend makes engines reachable and records them in
-//! the catalog (`base_models`, `adapters`); the gateway only ever reads the catalog. The lifecycle
-//! issue adds the Kubernetes (Dynamo) backend behind the same entry point.
+//! the catalog (`base_models`, `adapters`); the gateway only ever reads the catalog. A Kubernetes
+//! (Dynamo) backend is to come behind the same entry point.
 
 pub mod local_sim;
 pub mod static_file;
