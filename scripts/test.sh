@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every check and test: formatting, lints, unit and integration tests on real PostgreSQL and
 # Redis (each test in its own database and key prefix), the gateway in front of the real NVIDIA
-# Dynamo frontend (../shared/dynamo-cpu, when that folder is present), and the end-to-end checks
+# Dynamo frontend (an optional harness outside this repository, ../shared/dynamo-cpu, used when that
+# folder is present; without it the Dynamo tests skip themselves), and the end-to-end checks
 # (printed curl line, the openai Python package, the portal in Chromium with JavaScript off).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,6 +12,7 @@ export DATABASE_URL="${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 cargo clippy -p tf-app --features ssr --all-targets -- -D warnings
+python3 scripts/import-cycles.py   # no file-level import loop, server/src's layers only point down
 
 dynamo=../shared/dynamo-cpu
 if [ -d "$dynamo" ] && [ -z "${TF_DYNAMO_URL:-}" ]; then

@@ -4,77 +4,11 @@
 //! page. State-changing functions check the CSRF token before anything else.
 
 use leptos::prelude::*;
-use serde::{Deserialize, Serialize};
 
 use crate::error::PortalError;
-
-/// Shown for an unknown email and for a wrong password alike, so emails cannot be probed.
-pub const INVALID_CREDENTIALS: &str = "Invalid email or password.";
-/// Longest email or password looked at; longer input is refused before any hashing.
-pub const MAX_INPUT_LEN: usize = 1024;
-
-/// Who may see a page.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Access {
-    /// The login page: anyone; a signed-in user is sent to their home.
-    Public,
-    /// The tenant home: signed-in tenant members; admins are sent to `/admin`.
-    Tenant,
-    /// The admin pages: admins only; members get 403.
-    Admin,
-}
-
-/// What the page should do with the response being rendered.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum PageStatus {
-    /// Render the page.
-    Show,
-    /// A redirect was set; render nothing.
-    Redirect,
-    /// 403 was set; render the refusal.
-    Forbidden,
-}
-
-/// The signed-in user as pages show them.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Viewer {
-    /// Login email, shown in the top bar.
-    pub email: String,
-    /// Whether the user operates the platform.
-    pub admin: bool,
-    /// The tenant's display name (members only).
-    pub tenant: Option<String>,
-}
-
-/// This replica's usage-journal figures, for the admin home (counts since start-up).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct OpsSnapshot {
-    /// Usage events appended to the local journal.
-    pub journaled: u64,
-    /// Usage events acknowledged by PostgreSQL.
-    pub shipped: u64,
-    /// Journal bytes PostgreSQL has not acknowledged yet.
-    pub backlog_bytes: u64,
-    /// Age of the oldest unshipped event, in milliseconds.
-    pub ship_lag_ms: u64,
-    /// Failed shipping attempts (PostgreSQL unreachable).
-    pub ship_failures: u64,
-}
-
-/// Everything a page needs from the session, fetched once per render.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PageState {
-    /// Goes into the hidden `csrf` field of every form on the page.
-    pub csrf: String,
-    /// A message left by the previous form post, shown once.
-    pub flash: Option<String>,
-    /// The signed-in user, if any.
-    pub viewer: Option<Viewer>,
-    /// Whether to render.
-    pub status: PageStatus,
-    /// Operational figures, for admins only.
-    pub ops: Option<OpsSnapshot>,
-}
+use crate::model::{Access, PageState};
+#[cfg(feature = "ssr")]
+use crate::model::{PageStatus, Viewer, MAX_INPUT_LEN};
 
 /// Loads the session for a page and applies the page's access rule (redirects or 403). A first
 /// visit gets its CSRF cookie here, and no stored session: that waits for a login. A GET, like

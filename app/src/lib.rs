@@ -6,6 +6,7 @@
 pub mod api;
 pub mod charts;
 pub mod error;
+pub mod model;
 pub mod pages;
 #[cfg(feature = "ssr")]
 pub mod ssr;

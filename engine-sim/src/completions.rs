@@ -16,20 +16,20 @@ use crate::faults::Knobs;
 use crate::ledger::{LedgerEntry, LedgerGuard};
 use crate::openai::{ApiError, CompletionRequest, Usage};
 use crate::reply::{token_text, Reply};
-use crate::{stream, tokenizer, EngineSim};
+use crate::{stream, tokenizer};
 
 /// `POST /v1/chat/completions`.
-pub async fn chat(State(sim): State<EngineSim>, headers: HeaderMap, body: Bytes) -> Response {
-    handle(sim.engine(), true, &headers, &body).await
+pub async fn chat(State(sim): State<Arc<Engine>>, headers: HeaderMap, body: Bytes) -> Response {
+    handle(sim, true, &headers, &body).await
 }
 
 /// `POST /v1/completions`.
 pub async fn completions(
-    State(sim): State<EngineSim>,
+    State(sim): State<Arc<Engine>>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    handle(sim.engine(), false, &headers, &body).await
+    handle(sim, false, &headers, &body).await
 }
 
 async fn handle(engine: Arc<Engine>, chat: bool, headers: &HeaderMap, body: &[u8]) -> Response {

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use crate::config::SimConfig;
 use crate::faults::{GlobalFaults, Knobs};
 use crate::ledger::{Ledger, LedgerGuard};
-use crate::lock;
+use crate::lock::lock;
 use crate::lora::LoraRegistry;
 use crate::prefix_cache::PrefixCache;
 

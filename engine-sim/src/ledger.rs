@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 
-use crate::lock;
+use crate::lock::lock;
 
 /// What the engine did for one request.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]

@@ -6,13 +6,14 @@
 //! ground truth the gateway's metering is checked against.
 
 use std::future::Future;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
 
 mod completions;
 mod config;
 mod engine;
 mod faults;
 mod ledger;
+mod lock;
 mod lora;
 mod openai;
 mod prefix_cache;
@@ -43,7 +44,7 @@ impl EngineSim {
 
     /// All HTTP routes (OpenAI API, LoRA APIs, `/health`, `/sim/*` controls).
     pub fn router(&self) -> axum::Router {
-        routes::router(self.clone())
+        routes::router(self.engine.clone())
     }
 
     /// The ledger so far, in completion order.
@@ -65,10 +66,6 @@ impl EngineSim {
     pub fn set_faults(&self, faults: GlobalFaults) {
         self.engine.set_faults(faults);
     }
-
-    fn engine(&self) -> Arc<Engine> {
-        self.engine.clone()
-    }
 }
 
 /// Serves the simulator on `listener` until `shutdown` resolves (then drains open requests).
@@ -87,9 +84,4 @@ pub async fn serve(
     axum::serve(listener, sim.router())
         .with_graceful_shutdown(shutdown)
         .await
-}
-
-/// Locks a std mutex, ignoring poisoning (the protected data stays consistent on panic).
-pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }

@@ -3,7 +3,7 @@
 
 use std::sync::Mutex;
 
-use crate::lock;
+use crate::lock::lock;
 
 /// Loaded adapters as (lora_name, lora_path).
 #[derive(Debug, Default)]

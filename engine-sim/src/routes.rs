@@ -2,6 +2,8 @@
 //! `/v1/models`, LoRA management (vLLM's and Dynamo's APIs) and the `/sim/*` test controls
 //! (ledger and global faults).
 
+use std::sync::Arc;
+
 use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -10,15 +12,16 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use crate::completions;
+use crate::engine::Engine;
 use crate::faults::GlobalFaults;
 use crate::openai::{json_response, ApiError};
-use crate::{completions, EngineSim};
 
 /// Largest request body accepted (a very long prompt still fits).
 const MAX_BODY: usize = 64 * 1024 * 1024;
 
 /// All routes of a simulated engine.
-pub fn router(sim: EngineSim) -> Router {
+pub fn router(sim: Arc<Engine>) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(completions::chat))
         .route("/v1/completions", post(completions::completions))
@@ -34,8 +37,8 @@ pub fn router(sim: EngineSim) -> Router {
         .with_state(sim)
 }
 
-async fn models(State(sim): State<EngineSim>) -> Response {
-    let engine = sim.engine();
+async fn models(State(sim): State<Arc<Engine>>) -> Response {
+    let engine = &sim;
     let created = engine.created;
     let mut data: Vec<Value> = engine
         .config
@@ -75,29 +78,29 @@ struct DynamoSource {
     uri: String,
 }
 
-fn lora_error(sim: &EngineSim, status: u16, message: String) -> Response {
+fn lora_error(sim: &Engine, status: u16, message: String) -> Response {
     ApiError {
         status,
         message,
-        flat: sim.engine().faults().flat_errors,
+        flat: sim.faults().flat_errors,
     }
     .into_response()
 }
 
-fn parse<T: for<'de> Deserialize<'de>>(sim: &EngineSim, body: &[u8]) -> Result<T, ApiError> {
+fn parse<T: for<'de> Deserialize<'de>>(sim: &Engine, body: &[u8]) -> Result<T, ApiError> {
     serde_json::from_slice(body).map_err(|e| ApiError {
         status: 400,
         message: format!("Invalid request body: {e}"),
-        flat: sim.engine().faults().flat_errors,
+        flat: sim.faults().flat_errors,
     })
 }
 
-async fn load_lora(State(sim): State<EngineSim>, body: axum::body::Bytes) -> Response {
+async fn load_lora(State(sim): State<Arc<Engine>>, body: axum::body::Bytes) -> Response {
     let req: LoadLora = match parse(&sim, &body) {
         Ok(req) => req,
         Err(error) => return error.into_response(),
     };
-    let engine = sim.engine();
+    let engine = &sim;
     let name = req.lora_name;
     if engine.config.models.contains(&name) || !engine.loras.insert(&name, &req.lora_path) {
         return lora_error(
@@ -113,13 +116,13 @@ async fn load_lora(State(sim): State<EngineSim>, body: axum::body::Bytes) -> Res
         .into_response()
 }
 
-async fn unload_lora(State(sim): State<EngineSim>, body: axum::body::Bytes) -> Response {
+async fn unload_lora(State(sim): State<Arc<Engine>>, body: axum::body::Bytes) -> Response {
     let req: UnloadLora = match parse(&sim, &body) {
         Ok(req) => req,
         Err(error) => return error.into_response(),
     };
     let name = req.lora_name;
-    if !sim.engine().loras.remove(&name) {
+    if !sim.loras.remove(&name) {
         return lora_error(
             &sim,
             404,
@@ -133,12 +136,12 @@ async fn unload_lora(State(sim): State<EngineSim>, body: axum::body::Bytes) -> R
         .into_response()
 }
 
-async fn dynamo_load_lora(State(sim): State<EngineSim>, body: axum::body::Bytes) -> Response {
+async fn dynamo_load_lora(State(sim): State<Arc<Engine>>, body: axum::body::Bytes) -> Response {
     let req: DynamoLora = match parse(&sim, &body) {
         Ok(req) => req,
         Err(error) => return error.into_response(),
     };
-    let engine = sim.engine();
+    let engine = &sim;
     if engine.config.models.contains(&req.lora_name) {
         return lora_error(
             &sim,
@@ -154,8 +157,8 @@ async fn dynamo_load_lora(State(sim): State<EngineSim>, body: axum::body::Bytes)
     )
 }
 
-async fn dynamo_unload_lora(State(sim): State<EngineSim>, Path(name): Path<String>) -> Response {
-    if !sim.engine().loras.remove(&name) {
+async fn dynamo_unload_lora(State(sim): State<Arc<Engine>>, Path(name): Path<String>) -> Response {
+    if !sim.loras.remove(&name) {
         return lora_error(
             &sim,
             404,
@@ -168,9 +171,9 @@ async fn dynamo_unload_lora(State(sim): State<EngineSim>, Path(name): Path<Strin
     )
 }
 
-async fn ledger(State(sim): State<EngineSim>) -> Response {
+async fn ledger(State(sim): State<Arc<Engine>>) -> Response {
     let mut out = Vec::new();
-    for entry in sim.ledger() {
+    for entry in sim.ledger.snapshot() {
         // Serialising a plain struct cannot fail.
         let _ = serde_json::to_writer(&mut out, &entry);
         out.push(b'\n');
@@ -183,16 +186,16 @@ async fn ledger(State(sim): State<EngineSim>) -> Response {
     response
 }
 
-async fn clear_ledger(State(sim): State<EngineSim>) -> StatusCode {
-    sim.engine().ledger.clear();
+async fn clear_ledger(State(sim): State<Arc<Engine>>) -> StatusCode {
+    sim.ledger.clear();
     StatusCode::NO_CONTENT
 }
 
-async fn get_faults(State(sim): State<EngineSim>) -> Json<GlobalFaults> {
-    Json(sim.engine().faults())
+async fn get_faults(State(sim): State<Arc<Engine>>) -> Json<GlobalFaults> {
+    Json(sim.faults())
 }
 
-async fn set_faults(State(sim): State<EngineSim>, body: axum::body::Bytes) -> Response {
+async fn set_faults(State(sim): State<Arc<Engine>>, body: axum::body::Bytes) -> Response {
     match parse::<GlobalFaults>(&sim, &body) {
         Ok(faults) => {
             sim.set_faults(faults);

@@ -8,6 +8,10 @@
 //! `TF_BENCH_SECONDS` (per throughput phase, default 5), `TF_BENCH_CONNECTIONS` (default 50),
 //! `TF_BENCH_ADMISSIONS` (default 5000).
 
+#![allow(
+    clippy::disallowed_methods,
+    reason = "test scaffolding (fake engines, load generators) runs until the test ends; nothing waits for it at shutdown"
+)]
 #![allow(clippy::print_stdout, clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -97,8 +101,8 @@ fn main() {
             upstream_url: format!("http://{sim_addr}/v1"),
             upstream_model: "bench-base".into(),
             continuous_usage: true,
-            denied_fields: Some(tokenfactory::gateway::engine_policy::EnginePolicy::denied_except(&["sim"])),
-            prompt_estimator: tokenfactory::gateway::engine_policy::PromptEstimator::SimWords,
+            denied_fields: Some(tokenfactory::engine_policy::EnginePolicy::denied_except(&["sim"])),
+            prompt_estimator: tokenfactory::engine_policy::PromptEstimator::SimWords,
         };
         fleet::register_bases(&pool, "static", &[reg]).await.unwrap();
         sqlx::query("UPDATE base_models SET micros_per_1k_tokens = 1").execute(&pool).await.unwrap();

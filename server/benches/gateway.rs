@@ -7,6 +7,10 @@
 //! `tokenfactory_bench`, recreated each run). Env: `TF_BENCH_SECONDS` (per phase, default 5),
 //! `TF_BENCH_CONNECTIONS` (default 50).
 
+#![allow(
+    clippy::disallowed_methods,
+    reason = "test scaffolding (fake engines, load generators) runs until the test ends; nothing waits for it at shutdown"
+)]
 #![allow(clippy::print_stdout, clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -161,10 +165,10 @@ async fn setup_gateway(sim: SocketAddr) -> (SocketAddr, String) {
             upstream_url: format!("http://{sim}/v1"),
             upstream_model: "bench-base".into(),
             continuous_usage: true,
-            denied_fields: Some(
-                tokenfactory::gateway::engine_policy::EnginePolicy::denied_except(&["sim"]),
-            ),
-            prompt_estimator: tokenfactory::gateway::engine_policy::PromptEstimator::SimWords,
+            denied_fields: Some(tokenfactory::engine_policy::EnginePolicy::denied_except(&[
+                "sim",
+            ])),
+            prompt_estimator: tokenfactory::engine_policy::PromptEstimator::SimWords,
         }],
     )
     .await

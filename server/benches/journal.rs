@@ -5,6 +5,10 @@
 //! `cargo bench -p tokenfactory --bench journal` (needs PostgreSQL; recreates database
 //! `tokenfactory_bench_journal`). Env: `TF_BENCH_EVENTS` (default 100000).
 
+#![allow(
+    clippy::disallowed_methods,
+    reason = "test scaffolding (fake engines, load generators) runs until the test ends; nothing waits for it at shutdown"
+)]
 #![allow(clippy::print_stdout, clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -14,7 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokenfactory::journal::{Durability, Journal, JournalMetrics, Shipper};
-use tokenfactory::metering::usage::{Provenance, UsageEvent, UsageStatus};
+use tokenfactory::usage::{Provenance, UsageEvent, UsageStatus};
 use uuid::Uuid;
 
 fn event(tenant: Uuid) -> UsageEvent {

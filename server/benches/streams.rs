@@ -148,7 +148,7 @@ async fn setup_db() -> (String, String) {
 }
 
 fn write_fleet(dir: &Path, sim: SocketAddr) -> PathBuf {
-    let denied = tokenfactory::gateway::engine_policy::EnginePolicy::denied_except(&["sim"]);
+    let denied = tokenfactory::engine_policy::EnginePolicy::denied_except(&["sim"]);
     let denied: Vec<String> = denied.iter().map(|f| format!("{f:?}")).collect();
     let toml = format!(
         "[[base]]\nname = \"bench-base\"\nupstream = \"http://{sim}/v1\"\n\

@@ -16,8 +16,8 @@ use uuid::Uuid;
 
 use crate::cli::{AdminCommand, DbArgs};
 use crate::demo::random_password;
-use crate::metering::usage;
 use crate::secret::Secret;
+use crate::usage_store;
 
 async fn pool(db: &DbArgs) -> anyhow::Result<PgPool> {
     let url = db.database_url.expose();
@@ -192,7 +192,7 @@ pub async fn run_on(pool: &PgPool, cmd: AdminCommand, out: &mut impl Write) -> a
                 Some(t) => Some(accounts::find_tenant(pool, &t).await?.id),
                 None => None,
             };
-            let events = usage::query(
+            let events = usage_store::query(
                 pool,
                 tenant_id,
                 parse_time("since", since)?,

@@ -9,18 +9,21 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::cli::GatewayArgs;
 use crate::gateway::auth::KeyCache;
 use crate::gateway::resolve::RouteTable;
-use crate::gateway::{self, Gateway, GatewayInner};
+use crate::gateway::{self, Gateway, GatewayInner, GatewayOptions};
 use crate::http_server::ServerMetrics;
 use crate::journal::{Journal, JournalMetrics, JournalSink, Shipper};
-use crate::metering::usage::{PgSink, UsageSink};
+use crate::usage::{SpendBarrier, UsageSink};
+use crate::usage_store::PgSink;
 
 /// How often batched `last_used_at` updates are written.
 const LAST_USED_FLUSH: Duration = Duration::from_secs(5);
 /// How often expired portal sessions are deleted.
 const SESSION_PURGE: Duration = Duration::from_secs(600);
+
+/// The Redis key prefix when none is given (`--redis-prefix`).
+pub const DEFAULT_REDIS_PREFIX: &str = "tf:";
 
 /// What `build` needs besides the database.
 #[derive(Clone)]
@@ -31,10 +34,9 @@ pub struct AppOptions {
     pub secure_cookies: bool,
     /// Trust `X-Forwarded-For` for the portal's per-address login throttle.
     pub trust_forwarded_for: bool,
-    pub gateway: GatewayArgs,
-    /// Where usage events go when there is no journal; PostgreSQL directly when `None`.
-    pub sink: Option<Arc<dyn UsageSink>>,
-    /// The local usage journal (the production sink) and its shipper.
+    pub gateway: GatewayOptions,
+    /// The local usage journal (the production sink) and its shipper; PostgreSQL directly when
+    /// `None`.
     pub journal: Option<Arc<Journal>>,
     /// Admission settings (lease time, local fallback share, reconciler period).
     pub quota: crate::quota::QuotaArgs,
@@ -44,11 +46,10 @@ impl Default for AppOptions {
     fn default() -> Self {
         Self {
             redis: tf_core::redis_slot::RedisSlot::empty(),
-            redis_prefix: "tf:".into(),
+            redis_prefix: DEFAULT_REDIS_PREFIX.into(),
             secure_cookies: false,
             trust_forwarded_for: false,
-            gateway: GatewayArgs::default(),
-            sink: None,
+            gateway: GatewayOptions::default(),
             journal: None,
             quota: crate::quota::QuotaArgs::default(),
         }
@@ -76,7 +77,7 @@ pub async fn build(pool: PgPool, options: AppOptions) -> anyhow::Result<App> {
     let tracker = TaskTracker::new();
     let cancel = CancellationToken::new();
     let keys = Arc::new(KeyCache::new(pool.clone()));
-    let routes = Arc::new(RouteTable::new(pool.clone(), (&options.gateway).into()));
+    let routes = Arc::new(RouteTable::new(pool.clone(), options.gateway.upstream()));
     routes.reload().await?;
     let cut = CancellationToken::new();
     let quota = crate::quota::Quota::start(
@@ -89,27 +90,31 @@ pub async fn build(pool: PgPool, options: AppOptions) -> anyhow::Result<App> {
     )
     .await;
     // Every writer of usage to PostgreSQL waits for the quota's spend to reach Redis first.
+    let spend = {
+        let quota = quota.clone();
+        SpendBarrier::new(move || {
+            let quota = quota.clone();
+            async move { quota.spend_flushed().await }
+        })
+    };
     let (sink, shipper): (Arc<dyn UsageSink>, _) = match &options.journal {
         Some(journal) => {
             let shipper = Arc::new(
                 Shipper::new(journal.dir.clone(), pool.clone(), journal.metrics.clone())
-                    .with_quota(quota.clone()),
+                    .with_spend_barrier(spend.clone()),
             );
             tracker.spawn(shipper.clone().run(cancel.clone()));
             (
                 Arc::new(JournalSink {
                     journal: journal.clone(),
                     pool: pool.clone(),
-                    quota: Some(quota.clone()),
+                    spend: Some(spend),
                 }),
                 Some(shipper),
             )
         }
         None => (
-            options
-                .sink
-                .clone()
-                .unwrap_or_else(|| Arc::new(PgSink::new(pool.clone()).with_quota(quota.clone()))),
+            Arc::new(PgSink::new(pool.clone()).with_spend_barrier(spend)),
             None,
         ),
     };
@@ -143,7 +148,7 @@ pub async fn build(pool: PgPool, options: AppOptions) -> anyhow::Result<App> {
         trust_forwarded_for: options.trust_forwarded_for,
         ops: options.journal.as_ref().map(|j| {
             let m = j.metrics.clone();
-            let read: Arc<dyn Fn() -> tf_app::api::OpsSnapshot + Send + Sync> =
+            let read: Arc<dyn Fn() -> tf_app::model::OpsSnapshot + Send + Sync> =
                 Arc::new(move || m.snapshot());
             read
         }),

@@ -6,6 +6,10 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+use tf_engine_sim::SimConfig;
+
+use crate::gateway::GatewayOptions;
+use crate::http_server::ServerOptions;
 use crate::secret::Secret;
 
 #[derive(Debug, Parser)]
@@ -55,7 +59,7 @@ pub struct ServeArgs {
     #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1:6379")]
     pub redis_url: Secret,
     /// Prefix of every Redis key this deployment writes.
-    #[arg(long, env = "TF_REDIS_PREFIX", default_value = "tf:")]
+    #[arg(long, env = "TF_REDIS_PREFIX", default_value = crate::app::DEFAULT_REDIS_PREFIX)]
     pub redis_prefix: String,
     /// Fleet backend: `local-sim` (simulated engines on loopback) or `static:FILE` (a TOML list
     /// of engines that already run).
@@ -108,83 +112,60 @@ pub struct JournalArgs {
     pub drain_seconds: u64,
 }
 
-/// Request-path limits and timeouts.
+/// Request-path limits and timeouts; the defaults are [`GatewayOptions::default`]'s.
 #[derive(Debug, Clone, Args)]
 pub struct GatewayArgs {
     /// Largest accepted request body, in bytes (larger: 413).
-    #[arg(long, env = "TF_MAX_BODY_BYTES", default_value_t = 8 * 1024 * 1024)]
+    #[arg(long, env = "TF_MAX_BODY_BYTES", default_value_t = GatewayOptions::default().max_body_bytes)]
     pub max_body_bytes: usize,
     /// Time allowed to open a connection to an upstream, in milliseconds.
-    #[arg(long, env = "TF_UPSTREAM_CONNECT_TIMEOUT_MS", default_value_t = 2_000)]
+    #[arg(long, env = "TF_UPSTREAM_CONNECT_TIMEOUT_MS", default_value_t = GatewayOptions::default().upstream_connect_timeout_ms)]
     pub upstream_connect_timeout_ms: u64,
     /// Time allowed for an upstream to start answering (response headers), in milliseconds.
-    #[arg(
-        long,
-        env = "TF_UPSTREAM_FIRST_BYTE_TIMEOUT_MS",
-        default_value_t = 300_000
-    )]
+    #[arg(long, env = "TF_UPSTREAM_FIRST_BYTE_TIMEOUT_MS", default_value_t = GatewayOptions::default().upstream_first_byte_timeout_ms)]
     pub upstream_first_byte_timeout_ms: u64,
     /// Longest silence allowed between two reads of an upstream's body, in milliseconds; a
     /// stream silent longer ends with an error event and is billed for what it produced.
-    #[arg(long, env = "TF_UPSTREAM_CHUNK_TIMEOUT_MS", default_value_t = 60_000)]
+    #[arg(long, env = "TF_UPSTREAM_CHUNK_TIMEOUT_MS", default_value_t = GatewayOptions::default().upstream_chunk_timeout_ms)]
     pub upstream_chunk_timeout_ms: u64,
     /// Idle keep-alive connections kept per upstream.
-    #[arg(long, env = "TF_UPSTREAM_POOL_IDLE", default_value_t = 256)]
+    #[arg(long, env = "TF_UPSTREAM_POOL_IDLE", default_value_t = GatewayOptions::default().upstream_pool_idle)]
     pub upstream_pool_idle: usize,
     /// Time every request body gets before the minimum rate applies, in milliseconds.
-    #[arg(long, env = "TF_BODY_TIMEOUT_MS", default_value_t = 10_000)]
+    #[arg(long, env = "TF_BODY_TIMEOUT_MS", default_value_t = GatewayOptions::default().body_timeout_ms)]
     pub body_timeout_ms: u64,
     /// Slowest a request body may arrive after that, in bytes per second (slower: 408).
-    #[arg(long, env = "TF_BODY_MIN_BYTES_PER_SEC", default_value_t = 65_536)]
+    #[arg(long, env = "TF_BODY_MIN_BYTES_PER_SEC", default_value_t = GatewayOptions::default().body_min_bytes_per_sec)]
     pub body_min_bytes_per_sec: u64,
 }
 
-impl Default for GatewayArgs {
-    fn default() -> Self {
+impl From<&GatewayArgs> for GatewayOptions {
+    fn from(a: &GatewayArgs) -> Self {
         Self {
-            max_body_bytes: 8 * 1024 * 1024,
-            upstream_connect_timeout_ms: 2_000,
-            upstream_first_byte_timeout_ms: 300_000,
-            upstream_chunk_timeout_ms: 60_000,
-            upstream_pool_idle: 256,
-            body_timeout_ms: 10_000,
-            body_min_bytes_per_sec: 65_536,
+            max_body_bytes: a.max_body_bytes,
+            upstream_connect_timeout_ms: a.upstream_connect_timeout_ms,
+            upstream_first_byte_timeout_ms: a.upstream_first_byte_timeout_ms,
+            upstream_chunk_timeout_ms: a.upstream_chunk_timeout_ms,
+            upstream_pool_idle: a.upstream_pool_idle,
+            body_timeout_ms: a.body_timeout_ms,
+            body_min_bytes_per_sec: a.body_min_bytes_per_sec,
         }
     }
 }
 
-impl GatewayArgs {
-    /// The body-read bounds the handlers apply.
-    pub fn body_timing(&self) -> crate::gateway::body::BodyTiming {
-        crate::gateway::body::BodyTiming {
-            base: std::time::Duration::from_millis(self.body_timeout_ms),
-            min_bytes_per_sec: self.body_min_bytes_per_sec,
-        }
-    }
-}
-
-/// Client connections to the portal and `/v1`.
+/// Client connections to the portal and `/v1`; the defaults are [`ServerOptions::default`]'s.
 #[derive(Debug, Clone, Args)]
 pub struct HttpArgs {
     /// Time a connection gets to send a complete request head, counted from when it opens or its
     /// previous response ends; so it is also the idle keep-alive timeout, in seconds.
-    #[arg(long, env = "TF_HEADER_TIMEOUT_SECS", default_value_t = 30)]
+    #[arg(long, env = "TF_HEADER_TIMEOUT_SECS", default_value_t = ServerOptions::default().header_timeout.as_secs())]
     pub header_timeout_secs: u64,
     /// Most client connections open at once; further ones wait in the listen backlog.
-    #[arg(long, env = "TF_MAX_CONNECTIONS", default_value_t = 16_384)]
+    #[arg(long, env = "TF_MAX_CONNECTIONS", default_value_t = ServerOptions::default().max_connections)]
     pub max_connections: usize,
 }
 
-impl Default for HttpArgs {
-    fn default() -> Self {
-        Self {
-            header_timeout_secs: 30,
-            max_connections: 16_384,
-        }
-    }
-}
-
-impl From<&HttpArgs> for crate::http_server::ServerOptions {
+impl From<&HttpArgs> for ServerOptions {
     fn from(a: &HttpArgs) -> Self {
         Self {
             header_timeout: std::time::Duration::from_secs(a.header_timeout_secs.max(1)),
@@ -305,6 +286,7 @@ impl AdminCommand {
     }
 }
 
+/// The `engine-sim` command; the defaults are [`SimConfig::default`]'s.
 #[derive(Debug, Clone, Args)]
 pub struct SimArgs {
     /// Address to listen on.
@@ -315,30 +297,56 @@ pub struct SimArgs {
         long,
         env = "TF_SIM_MODELS",
         value_delimiter = ',',
-        default_value = "sim-base"
+        default_values_t = SimConfig::default().models
     )]
     pub models: Vec<String>,
     /// LoRA adapters loaded at start, as name=path (comma separated).
     #[arg(long, env = "TF_SIM_LORAS", value_delimiter = ',')]
     pub loras: Vec<String>,
     /// Fixed time before the first token, in milliseconds.
-    #[arg(long, env = "TF_SIM_TTFT_MS", default_value_t = 0)]
+    #[arg(long, env = "TF_SIM_TTFT_MS", default_value_t = SimConfig::default().ttft_ms)]
     pub ttft_ms: u64,
     /// Prefill speed for uncached prompt tokens (0: free).
-    #[arg(long, env = "TF_SIM_PREFILL_TPS", default_value_t = 0)]
+    #[arg(long, env = "TF_SIM_PREFILL_TPS", default_value_t = SimConfig::default().prefill_tokens_per_sec)]
     pub prefill_tokens_per_sec: u64,
     /// Decode speed per request (0: no delay).
-    #[arg(long, env = "TF_SIM_DECODE_TPS", default_value_t = 0)]
+    #[arg(long, env = "TF_SIM_DECODE_TPS", default_value_t = SimConfig::default().decode_tokens_per_sec)]
     pub decode_tokens_per_sec: u64,
     /// Completion length when a request sets no max_tokens.
-    #[arg(long, env = "TF_SIM_DEFAULT_MAX_TOKENS", default_value_t = 16)]
+    #[arg(long, env = "TF_SIM_DEFAULT_MAX_TOKENS", default_value_t = SimConfig::default().default_max_tokens)]
     pub default_max_tokens: u32,
     /// Answer errors in Dynamo's flat shape instead of OpenAI's envelope.
-    #[arg(long, env = "TF_SIM_FLAT_ERRORS", default_value_t = false)]
+    #[arg(long, env = "TF_SIM_FLAT_ERRORS", default_value_t = SimConfig::default().flat_errors)]
     pub flat_errors: bool,
     /// Put streamed usage on the last content chunk instead of a separate chunk.
-    #[arg(long, env = "TF_SIM_USAGE_ON_LAST_CHUNK", default_value_t = false)]
+    #[arg(long, env = "TF_SIM_USAGE_ON_LAST_CHUNK", default_value_t = SimConfig::default().usage_on_last_chunk)]
     pub usage_on_last_chunk: bool,
+}
+
+impl SimArgs {
+    /// The simulator's configuration (`--loras` parsed from name=path).
+    pub fn config(&self) -> Result<SimConfig, String> {
+        let loras = self
+            .loras
+            .iter()
+            .map(|spec| {
+                spec.split_once('=')
+                    .map(|(n, p)| (n.to_owned(), p.to_owned()))
+                    .ok_or_else(|| format!("--loras takes name=path, got {spec:?}"))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(SimConfig {
+            models: self.models.clone(),
+            loras,
+            ttft_ms: self.ttft_ms,
+            prefill_tokens_per_sec: self.prefill_tokens_per_sec,
+            decode_tokens_per_sec: self.decode_tokens_per_sec,
+            default_max_tokens: self.default_max_tokens,
+            flat_errors: self.flat_errors,
+            usage_on_last_chunk: self.usage_on_last_chunk,
+            ..SimConfig::default()
+        })
+    }
 }
 
 /// Parses `--fleet`.

@@ -21,9 +21,9 @@ use uuid::Uuid;
 
 use crate::fleet::{self, local_sim};
 
-pub const DEMO_TENANT: &str = "demo";
-pub const DEMO_EMAIL: &str = "demo@tokenfactory.local";
-pub const ADMIN_EMAIL: &str = "admin@tokenfactory.local";
+const DEMO_TENANT: &str = "demo";
+const DEMO_EMAIL: &str = "demo@tokenfactory.local";
+const ADMIN_EMAIL: &str = "admin@tokenfactory.local";
 const DEMO_KEY_NAME: &str = "demo key (printed at start-up)";
 
 /// What start-up prints, and what the state file holds.

@@ -10,10 +10,10 @@
 
 /// Descriptors kept for everything but client streams: listener, journal, database and Redis
 /// pools, idle upstream connections, the runtime's own.
-pub const RESERVED_FDS: u64 = 512;
+const RESERVED_FDS: u64 = 512;
 
 /// Descriptors one client connection may hold: its socket and its upstream connection.
-pub const FDS_PER_CONNECTION: u64 = 2;
+const FDS_PER_CONNECTION: u64 = 2;
 
 /// Raises the soft open-files limit to the hard one; returns the soft limit now in force (the
 /// old one if it could not be raised, which is logged).

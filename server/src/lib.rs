@@ -1,5 +1,39 @@
 //! Token Factory: the `tokenfactory` binary's library. `app::build` assembles the whole server
 //! (portal, `/v1` gateway, background workers) so tests start the real thing on port 0.
+//!
+//! # Layers
+//!
+//! Each layer imports only the layers above it in this list (and, within a layer, the modules
+//! listed before); `scripts/import-cycles.py` checks it (its `LAYERS` table is this list).
+//!
+//! 1. **Domain types**: plain data every layer shares.
+//!    - [`secret`]: a string that never prints itself (URLs with passwords, keys).
+//!    - [`fd_limit`]: the open-files limit and the connection cap it implies.
+//!    - [`endpoint`]: which OpenAI endpoint (chat, completions) and its path.
+//!    - [`engine_policy`]: per base, the engine-control fields stripped and how prompts are
+//!      estimated before the engine counts them.
+//!    - [`usage`]: the usage event, the engine's `usage`, the sink trait and the spend barrier.
+//! 2. **Stores**: where state lives (accounts, keys and catalog SQL live in `tf_core`).
+//!    - [`redis_conn`]: connecting to Redis without start-up depending on it.
+//!    - [`usage_store`]: usage events in PostgreSQL (the direct sink, the one insert, the read).
+//!    - [`journal`]: the local usage journal, its group committer and its shipper to PostgreSQL.
+//! 3. **Logic**: decisions, independent of HTTP.
+//!    - [`quota`]: admission (rate limits, spend, in-flight caps) shared through Redis.
+//!    - `metering`: reading engine answers (SSE or whole) to their end, finishing usage events.
+//!    - [`adapter_check`]: an uploaded LoRA adapter judged against its base, once, at registration.
+//!    - [`fleet`]: where bases are served (local simulators or a static list) and the catalog.
+//! 4. **Edges**: what clients and operators talk to.
+//!    - [`gateway`]: the `/v1` request path (auth, resolve, admit, forward, meter).
+//!    - [`http_server`]: client connections with head deadlines and a connection cap.
+//!    - [`portal`]: the portal's routes and session layer (components in `tf_app`).
+//!    - `notify`: PostgreSQL notifications that refresh this replica's caches.
+//! 5. **Assembly**: putting it together and starting it.
+//!    - [`app`]: state, routes and background workers (what tests start).
+//!    - [`demo`]: the demo tenant of `serve --demo`.
+//!    - [`sim`]: the `engine-sim` command.
+//!    - [`cli`]: the command line (clap types stay here; the layers take plain option structs).
+//!    - [`admin`]: the `migrate` and `admin` commands.
+//!    - [`serve`]: the `serve` command (migrate, fleet, build, serve, drain).
 
 /// Every request allocates and frees small buffers on several threads; glibc's malloc was ~8% of
 /// the gateway's CPU under load (perf, `--bench gateway`). Declared here, not in `main.rs`, so the
@@ -7,21 +41,30 @@
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+// Domain types.
+pub mod endpoint;
+pub mod engine_policy;
+pub(crate) mod fd_limit;
+pub mod secret;
+pub mod usage;
+// Stores.
+pub mod journal;
+pub mod redis_conn;
+pub mod usage_store;
+// Logic.
 pub mod adapter_check;
+pub mod fleet;
+pub(crate) mod metering;
+pub mod quota;
+// Edges.
+pub mod gateway;
+pub mod http_server;
+pub(crate) mod notify;
+pub mod portal;
+// Assembly.
 pub mod admin;
 pub mod app;
 pub mod cli;
 pub mod demo;
-pub mod fd_limit;
-pub mod fleet;
-pub mod gateway;
-pub mod http_server;
-pub mod journal;
-pub mod metering;
-pub mod notify;
-pub mod portal;
-pub mod quota;
-pub mod redis_conn;
-pub mod secret;
 pub mod serve;
 pub mod sim;

@@ -22,7 +22,10 @@ async fn main() -> ExitCode {
         Some(Command::Serve(args)) => tokenfactory::serve::run(args).await,
         Some(Command::Migrate(db)) => tokenfactory::admin::migrate(&db).await,
         Some(Command::Admin(cmd)) => tokenfactory::admin::run(cmd).await,
-        Some(Command::EngineSim(args)) => tokenfactory::sim::run(args).await,
+        Some(Command::EngineSim(args)) => match args.config() {
+            Ok(config) => tokenfactory::sim::run(args.listen, config).await,
+            Err(e) => Err(anyhow::Error::msg(e)),
+        },
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

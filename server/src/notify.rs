@@ -14,9 +14,9 @@ use crate::gateway::auth::KeyCache;
 use crate::gateway::resolve::RouteTable;
 use crate::quota::limits::LimitCache;
 
-pub const AUTH_CHANNEL: &str = "tf_auth_changed";
-pub const CATALOG_CHANNEL: &str = "tf_catalog_changed";
-pub const LIMITS_CHANNEL: &str = "tf_limits_changed";
+const AUTH_CHANNEL: &str = "tf_auth_changed";
+const CATALOG_CHANNEL: &str = "tf_catalog_changed";
+const LIMITS_CHANNEL: &str = "tf_limits_changed";
 
 /// Runs until `cancel`; reconnects with a short pause when the connection drops.
 pub async fn listen(

@@ -1,6 +1,7 @@
-//! The gateway in front of the real NVIDIA Dynamo frontend (1.6, mocker engine on CPU; see
-//! ../shared/dynamo-cpu). `scripts/test.sh` starts it and sets `TF_DYNAMO_URL`; without that
-//! variable these tests say so and do nothing.
+//! The gateway in front of the real NVIDIA Dynamo frontend (1.6, mocker engine on CPU), reached at
+//! `TF_DYNAMO_URL`. `scripts/test.sh` starts one and sets the variable when a Dynamo harness is
+//! checked out next to this repository (optional; see the script); without the variable these
+//! tests say so and do nothing.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may fail loudly
 
@@ -12,7 +13,7 @@ use common::*;
 use serde_json::{json, Value};
 use sqlx::PgPool;
 use tokenfactory::fleet::{self, BaseRegistration};
-use tokenfactory::metering::usage::{Provenance, UsageStatus};
+use tokenfactory::usage::{Provenance, UsageStatus};
 
 const MODEL: &str = "tiny-llama";
 

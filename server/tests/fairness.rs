@@ -10,6 +10,10 @@
 //! thread of `#[sqlx::test]`, every 100k-token body the servers parse (slowly, in a debug build)
 //! would queue the victim's clients behind it and measure the test harness, not the cap.
 
+#![allow(
+    clippy::disallowed_methods,
+    reason = "test scaffolding (fake engines, load generators) runs until the test ends; nothing waits for it at shutdown"
+)]
 // Helpers outside #[test] fns (and the shared harness in `common`) fail loudly by design.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod common;

@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use sqlx::PgPool;
 use tf_engine_sim::SimConfig;
 use tokenfactory::app::AppOptions;
-use tokenfactory::metering::usage::{Provenance, UsageStatus};
+use tokenfactory::usage::{Provenance, UsageStatus};
 
 #[sqlx::test(migrations = "../migrations")]
 async fn non_streamed_chat_is_forwarded_and_metered_exactly(pool: PgPool) {
@@ -468,10 +468,10 @@ async fn completed_requests_reuse_their_upstream_connection(pool: PgPool) {
             upstream_url: format!("http://{}/v1", proxy.addr),
             upstream_model: BASE.into(),
             continuous_usage: true,
-            denied_fields: Some(
-                tokenfactory::gateway::engine_policy::EnginePolicy::denied_except(&["sim"]),
-            ),
-            prompt_estimator: tokenfactory::gateway::engine_policy::PromptEstimator::SimWords,
+            denied_fields: Some(tokenfactory::engine_policy::EnginePolicy::denied_except(&[
+                "sim",
+            ])),
+            prompt_estimator: tokenfactory::engine_policy::PromptEstimator::SimWords,
         }],
     )
     .await

@@ -3,6 +3,10 @@
 //! and reads on, so that token is billed; a gateway that closed the connection outright would
 //! never read it (the race behind an aborted stream billed one token short).
 
+#![allow(
+    clippy::disallowed_methods,
+    reason = "test scaffolding (fake engines, load generators) runs until the test ends; nothing waits for it at shutdown"
+)]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -15,7 +19,7 @@ use common::*;
 use serde_json::json;
 use sqlx::PgPool;
 use tokenfactory::fleet::{self, BaseRegistration};
-use tokenfactory::metering::usage::{Provenance, UsageStatus};
+use tokenfactory::usage::{Provenance, UsageStatus};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -81,10 +85,10 @@ async fn the_token_in_flight_at_a_hang_up_is_billed(pool: PgPool) {
             upstream_url: format!("http://{engine}/v1"),
             upstream_model: RACY.into(),
             continuous_usage: true,
-            denied_fields: Some(
-                tokenfactory::gateway::engine_policy::EnginePolicy::denied_except(&["sim"]),
-            ),
-            prompt_estimator: tokenfactory::gateway::engine_policy::PromptEstimator::SimWords,
+            denied_fields: Some(tokenfactory::engine_policy::EnginePolicy::denied_except(&[
+                "sim",
+            ])),
+            prompt_estimator: tokenfactory::engine_policy::PromptEstimator::SimWords,
         }],
     )
     .await

@@ -1,6 +1,10 @@
 //! The usage journal against real PostgreSQL: shipping, replay after a crash between insert and
 //! cursor write, torn tails, and PostgreSQL outages through a proxy the test controls.
 
+#![allow(
+    clippy::disallowed_methods,
+    reason = "test scaffolding (fake engines, load generators) runs until the test ends; nothing waits for it at shutdown"
+)]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may fail loudly
 
 mod common;
@@ -12,7 +16,8 @@ use std::time::Duration;
 use common::chaos::ChaosProxy;
 use sqlx::PgPool;
 use tokenfactory::journal::{segment, Durability, Journal, JournalMetrics, Shipper};
-use tokenfactory::metering::usage::{self, Provenance, UsageEvent, UsageStatus};
+use tokenfactory::usage::{Provenance, UsageEvent, UsageStatus};
+use tokenfactory::usage_store;
 use uuid::Uuid;
 
 async fn tenant(pool: &PgPool) -> Uuid {
@@ -194,5 +199,7 @@ async fn postgres_outage_grows_the_backlog_then_drains_once(pool: PgPool) {
     assert_eq!(sums(&pool).await, (200, 2 * (200 * 201 / 2)));
     cancel.cancel();
     task.await.unwrap();
-    let _ = usage::query(&pool, Some(t), None, None).await.unwrap();
+    let _ = usage_store::query(&pool, Some(t), None, None)
+        .await
+        .unwrap();
 }

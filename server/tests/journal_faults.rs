@@ -1,6 +1,10 @@
 //! Failure policy with real processes: the gateway is a child process the test kills. Each test
 //! checks the usage table against the engine simulator's ground-truth ledger.
 
+#![allow(
+    clippy::disallowed_methods,
+    reason = "test scaffolding (fake engines, load generators) runs until the test ends; nothing waits for it at shutdown"
+)]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may fail loudly
 
 mod common;
@@ -16,7 +20,8 @@ use common::process::{self, Gateway, GatewaySpec};
 use serde_json::json;
 use sqlx::PgPool;
 use tf_engine_sim::{EngineSim, SimConfig};
-use tokenfactory::metering::usage::{self, UsageStatus};
+use tokenfactory::usage::UsageStatus;
+use tokenfactory::usage_store;
 
 async fn start_sim() -> (EngineSim, SocketAddr) {
     let sim = EngineSim::new(SimConfig {
@@ -35,10 +40,10 @@ fn stream_body(max_tokens: u32, interval_ms: u64) -> serde_json::Value {
 }
 
 /// Waits (bounded) until the usage table has `n` rows.
-async fn wait_for_events(pool: &PgPool, n: usize) -> Vec<usage::UsageEvent> {
+async fn wait_for_events(pool: &PgPool, n: usize) -> Vec<tokenfactory::usage::UsageEvent> {
     let mut events = Vec::new();
     for _ in 0..1500 {
-        events = usage::query(pool, None, None, None).await.unwrap();
+        events = usage_store::query(pool, None, None, None).await.unwrap();
         if events.len() >= n {
             break;
         }
@@ -180,7 +185,7 @@ async fn sigterm_drains_in_flight_streams_and_bills_them(pool: PgPool) {
     }
     assert_eq!(gw.wait().await, Some(0), "clean exit");
     // The final flush shipped everything before exit.
-    let events = usage::query(&pool, None, None, None).await.unwrap();
+    let events = usage_store::query(&pool, None, None, None).await.unwrap();
     assert_eq!(events.len(), 16);
     let ledger = sim.ledger();
     for e in events {
@@ -223,7 +228,7 @@ async fn sigterm_deadline_cuts_and_bills_the_streams_still_running(pool: PgPool)
         assert!(!c.await.unwrap().completed);
     }
     assert_eq!(gw.wait().await, Some(0));
-    let events = usage::query(&pool, None, None, None).await.unwrap();
+    let events = usage_store::query(&pool, None, None, None).await.unwrap();
     assert_eq!(events.len(), 8);
     let ledger = sim.ledger();
     for e in events {
@@ -272,7 +277,10 @@ async fn postgres_outage_keeps_serving_and_every_event_arrives_once(pool: PgPool
             || gw.metric("tf_journal_ship_failures_total").await > 0.0
     );
     assert_eq!(
-        usage::query(&pool, None, None, None).await.unwrap().len(),
+        usage_store::query(&pool, None, None, None)
+            .await
+            .unwrap()
+            .len(),
         1
     );
     proxy.restore();

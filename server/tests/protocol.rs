@@ -2,6 +2,10 @@
 //! in front of an engine that breaks one rule (a raw TCP engine writing exactly the bytes under
 //! test, or the simulator), and checks both what the client receives and the usage event.
 
+#![allow(
+    clippy::disallowed_methods,
+    reason = "test scaffolding (fake engines, load generators) runs until the test ends; nothing waits for it at shutdown"
+)]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -15,9 +19,9 @@ use serde_json::{json, Value};
 use sqlx::PgPool;
 use tf_engine_sim::SimConfig;
 use tokenfactory::app::AppOptions;
-use tokenfactory::cli::GatewayArgs;
 use tokenfactory::fleet::{self, BaseRegistration};
-use tokenfactory::metering::usage::{Provenance, UsageStatus};
+use tokenfactory::gateway::GatewayOptions;
+use tokenfactory::usage::{Provenance, UsageStatus};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -51,7 +55,7 @@ fn content(i: u32, finish: &str, usage: &str) -> String {
 
 /// Starts an engine that runs `script` on every connection, registers it as [`RAW`], and
 /// starts the gateway (with `gateway` options) in front of it.
-async fn with_raw_engine<F, Fut>(pool: PgPool, gateway: GatewayArgs, script: F) -> TestApp
+async fn with_raw_engine<F, Fut>(pool: PgPool, gateway: GatewayOptions, script: F) -> TestApp
 where
     F: Fn(TcpStream) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = ()> + Send + 'static,
@@ -75,7 +79,7 @@ where
             upstream_model: INTERNAL.into(),
             continuous_usage: true,
             denied_fields: None,
-            prompt_estimator: tokenfactory::gateway::engine_policy::PromptEstimator::SimWords,
+            prompt_estimator: tokenfactory::engine_policy::PromptEstimator::SimWords,
         }],
     )
     .await
@@ -191,7 +195,7 @@ async fn a_whole_answer_without_usage_is_billed_from_its_content(pool: PgPool) {
         "choices": [{"index": 0, "message": {"role": "assistant", "content": words.join(" ")}, "finish_reason": "stop"}]});
     let t = with_raw_engine(
         pool,
-        GatewayArgs::default(),
+        GatewayOptions::default(),
         answers(whole_json("200 OK", "", &body.to_string())),
     )
     .await;
@@ -209,9 +213,9 @@ async fn a_whole_answer_without_usage_is_billed_from_its_content(pool: PgPool) {
 
 #[sqlx::test(migrations = "../migrations")]
 async fn a_silent_engine_ends_the_stream_and_is_billed_partially(pool: PgPool) {
-    let gateway = GatewayArgs {
+    let gateway = GatewayOptions {
         upstream_chunk_timeout_ms: 300,
-        ..GatewayArgs::default()
+        ..GatewayOptions::default()
     };
     let t = with_raw_engine(pool, gateway, |mut tcp: TcpStream| async move {
         raw_http::read_request(&mut tcp).await.unwrap();
@@ -241,16 +245,20 @@ async fn a_silent_engine_ends_the_stream_and_is_billed_partially(pool: PgPool) {
 async fn shutdown_while_waiting_for_the_engine_is_recorded_and_answered(pool: PgPool) {
     let got = Arc::new(tokio::sync::Notify::new());
     let g = got.clone();
-    let t = with_raw_engine(pool, GatewayArgs::default(), move |mut tcp: TcpStream| {
-        let g = g.clone();
-        async move {
-            raw_http::read_request(&mut tcp).await.unwrap();
-            g.notify_one();
-            // Never answers; waits for the gateway to close.
-            let mut rest = [0u8; 64];
-            while !matches!(tcp.read(&mut rest).await, Ok(0) | Err(_)) {}
-        }
-    })
+    let t = with_raw_engine(
+        pool,
+        GatewayOptions::default(),
+        move |mut tcp: TcpStream| {
+            let g = g.clone();
+            async move {
+                raw_http::read_request(&mut tcp).await.unwrap();
+                g.notify_one();
+                // Never answers; waits for the gateway to close.
+                let mut rest = [0u8; 64];
+                while !matches!(tcp.read(&mut rest).await, Ok(0) | Err(_)) {}
+            }
+        },
+    )
     .await;
     let a = t.tenant("acme").await;
     let request = t
@@ -286,7 +294,7 @@ async fn usage_chunk_without_choices_reaches_a_client_that_asked(pool: PgPool) {
         ),
         "data: [DONE]\n\n".into(),
     ];
-    let t = with_raw_engine(pool, GatewayArgs::default(), answers(sse(&events))).await;
+    let t = with_raw_engine(pool, GatewayOptions::default(), answers(sse(&events))).await;
     let a = t.tenant("acme").await;
     let r = send(&t, &a.key, streamed(true)).await;
     let id = request_id(&r);
@@ -310,7 +318,7 @@ async fn a_comment_before_done_keeps_the_final_usage(pool: PgPool) {
         ": keep-alive\n\n".into(),
         "data: [DONE]\n\n".into(),
     ];
-    let t = with_raw_engine(pool, GatewayArgs::default(), answers(sse(&events))).await;
+    let t = with_raw_engine(pool, GatewayOptions::default(), answers(sse(&events))).await;
     let a = t.tenant("acme").await;
     let r = send(&t, &a.key, streamed(true)).await;
     let chunks = json_of(&data_of(r).await);
@@ -332,7 +340,7 @@ async fn ends_after_usage(pool: PgPool, done: Option<&str>) {
         ),
     ];
     events.extend(done.map(str::to_owned));
-    let t = with_raw_engine(pool, GatewayArgs::default(), answers(sse(&events))).await;
+    let t = with_raw_engine(pool, GatewayOptions::default(), answers(sse(&events))).await;
     let a = t.tenant("acme").await;
     let r = send(&t, &a.key, streamed(true)).await;
     let id = request_id(&r);
@@ -369,7 +377,7 @@ async fn running_usage_before_an_engine_error_is_partial(pool: PgPool) {
             .into(),
         "data: [DONE]\n\n".into(),
     ];
-    let t = with_raw_engine(pool, GatewayArgs::default(), answers(sse(&events))).await;
+    let t = with_raw_engine(pool, GatewayOptions::default(), answers(sse(&events))).await;
     let a = t.tenant("acme").await;
     let r = send(&t, &a.key, streamed(false)).await;
     let id = request_id(&r);
@@ -385,7 +393,7 @@ async fn a_json_error_to_a_streamed_request_is_passed_on(pool: PgPool) {
     let error = r#"{"error":{"message":"This model's maximum context length is 8 tokens.","type":"BadRequestError","param":null,"code":400}}"#;
     let t = with_raw_engine(
         pool,
-        GatewayArgs::default(),
+        GatewayOptions::default(),
         answers(whole_json("200 OK", "", error)),
     )
     .await;
@@ -414,7 +422,7 @@ async fn an_oversized_answer_bills_the_engine_usage(pool: PgPool) {
     );
     let t = with_raw_engine(
         pool,
-        GatewayArgs::default(),
+        GatewayOptions::default(),
         answers(whole_json("200 OK", "", &body)),
     )
     .await;
@@ -442,7 +450,7 @@ async fn an_engine_retry_after_is_passed_on(pool: PgPool) {
     let error = r#"{"error":{"message":"Too many requests","type":"RateLimitError","code":429}}"#;
     let t = with_raw_engine(
         pool,
-        GatewayArgs::default(),
+        GatewayOptions::default(),
         answers(whole_json(
             "429 Too Many Requests",
             "retry-after: 7\r\n",

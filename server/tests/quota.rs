@@ -3,6 +3,10 @@
 //! within the lease, serving continues on local limits while Redis is down and the counters
 //! recover after.
 
+#![allow(
+    clippy::disallowed_methods,
+    reason = "test scaffolding (fake engines, load generators) runs until the test ends; nothing waits for it at shutdown"
+)]
 // Helpers outside #[test] fns (and the shared harness in `common`) fail loudly by design.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod common;

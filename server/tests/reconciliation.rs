@@ -15,7 +15,7 @@ use futures::StreamExt;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
 use sqlx::PgPool;
-use tokenfactory::metering::usage::{Provenance, UsageStatus};
+use tokenfactory::usage::{Provenance, UsageStatus};
 
 const REQUESTS: usize = 1_000;
 const CONCURRENCY: usize = 32;

@@ -3,6 +3,10 @@
 //! before each batch instead. The spend reconciler relies on the order: it only ever raises Redis
 //! to what PostgreSQL billed, so PostgreSQL ahead of Redis would be counted twice.
 
+#![allow(
+    clippy::disallowed_methods,
+    reason = "test scaffolding (fake engines, load generators) runs until the test ends; nothing waits for it at shutdown"
+)]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;

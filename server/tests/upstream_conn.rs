@@ -3,6 +3,10 @@
 //! engine closed is replaced without failing the request, and dropping a body mid-stream closes
 //! its connection (that is how the engine learns the client left).
 
+#![allow(
+    clippy::disallowed_methods,
+    reason = "test scaffolding (fake engines, load generators) runs until the test ends; nothing waits for it at shutdown"
+)]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -13,7 +17,7 @@ use std::time::Duration;
 
 use common::raw_http;
 use futures::StreamExt;
-use tokenfactory::gateway::request::Endpoint;
+use tokenfactory::endpoint::Endpoint;
 use tokenfactory::gateway::upstream::{Upstream, UpstreamOptions};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};

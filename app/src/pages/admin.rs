@@ -4,7 +4,7 @@ use leptos::prelude::*;
 use leptos_meta::Title;
 
 use super::{Flash, Guarded, TopBar};
-use crate::api::{Access, OpsSnapshot, PageState};
+use crate::model::{Access, OpsSnapshot, PageState};
 use crate::PRODUCT;
 
 /// `/admin`: admins only; tenant members get 403, visitors go to `/login`.

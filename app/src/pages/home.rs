@@ -4,7 +4,7 @@ use leptos::prelude::*;
 use leptos_meta::Title;
 
 use super::{Flash, Guarded, TopBar};
-use crate::api::{Access, PageState};
+use crate::model::{Access, PageState};
 use crate::PRODUCT;
 
 /// `/`: signed-in tenant members; admins go to `/admin`, everyone else to `/login`.

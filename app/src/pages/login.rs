@@ -5,7 +5,8 @@ use leptos::prelude::*;
 use leptos_meta::Title;
 
 use super::{CsrfField, Flash, Guarded};
-use crate::api::{Access, Login, PageState};
+use crate::api::Login;
+use crate::model::{Access, PageState};
 use crate::PRODUCT;
 
 /// `/login`: open to anyone; signed-in users are sent home.

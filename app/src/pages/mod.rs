@@ -8,7 +8,8 @@ pub mod login;
 use leptos::prelude::*;
 use leptos_meta::Title;
 
-use crate::api::{load_page, Access, Logout, PageState, PageStatus, Viewer};
+use crate::api::{load_page, Logout};
+use crate::model::{Access, PageState, PageStatus, Viewer};
 use crate::PRODUCT;
 
 /// Loads the page's session state under `access` and renders `content` only when the page may be

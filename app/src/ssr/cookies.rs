@@ -13,7 +13,7 @@ use std::time::Duration;
 use tower_cookies::cookie::SameSite;
 use tower_cookies::{Cookie, Cookies};
 
-use super::{internal, Portal};
+use super::portal::{internal, Portal};
 use crate::error::PortalError;
 
 /// Base name of the CSRF cookie.
@@ -119,8 +119,8 @@ impl Flash {
     /// What the page shows.
     pub fn message(self) -> String {
         match self {
-            Self::InvalidCredentials => crate::api::INVALID_CREDENTIALS.to_owned(),
-            Self::Suspended => super::session::SUSPENDED.to_owned(),
+            Self::InvalidCredentials => crate::model::INVALID_CREDENTIALS.to_owned(),
+            Self::Suspended => crate::model::SUSPENDED.to_owned(),
             Self::Csrf => PortalError::Csrf.to_string(),
             Self::Throttled { seconds } => {
                 let (n, unit) = if seconds < 60 {

@@ -4,97 +4,15 @@
 //! Nothing here is compiled into a browser bundle.
 
 pub mod cookies;
+pub mod csp;
 pub mod csrf;
+pub mod portal;
 pub mod session;
 pub mod store;
 pub mod throttle;
 
-use leptos::prelude::{provide_context, use_context};
-
-use crate::error::PortalError;
+pub use csp::{content_security_policy, set_page_policy};
+pub(crate) use portal::internal;
+pub use portal::{Portal, PortalDeps};
 pub use tf_core::redis_slot::RedisSlot;
 pub use throttle::LoginThrottle;
-
-/// What the portal needs from the server, handed over by the `tokenfactory` binary when it builds
-/// the router. Cheap to clone (a pool and a connection manager are handles).
-#[derive(Clone)]
-pub struct PortalDeps {
-    /// Accounts and sessions live in PostgreSQL.
-    pub pool: sqlx::PgPool,
-    /// Shared login-throttle counters, so every replica sees the same attempts. An empty slot
-    /// (or an unreachable server) falls back to a per-process limiter.
-    pub redis: RedisSlot,
-    /// Every Redis key starts with this, so deployments (and tests) sharing a server stay apart.
-    pub redis_prefix: String,
-    /// Marks the session cookie `Secure`; on whenever the portal is served over TLS.
-    pub secure_cookies: bool,
-    /// Take the client address for login throttling from `X-Forwarded-For` (only behind a
-    /// proxy that overwrites it; otherwise a client could pick its own address).
-    pub trust_forwarded_for: bool,
-    /// Reads this replica's usage-journal figures for the admin home (`None`: no journal).
-    pub ops: Option<std::sync::Arc<dyn Fn() -> crate::api::OpsSnapshot + Send + Sync>>,
-}
-
-/// Everything the server functions read from the reactive context: the dependencies and the
-/// login throttle (whose in-process fallback must outlive single requests).
-#[derive(Clone)]
-pub struct Portal {
-    /// The server's dependencies.
-    pub deps: PortalDeps,
-    /// Failed-login counters.
-    pub throttle: LoginThrottle,
-}
-
-impl Portal {
-    /// Builds the portal state once per router; clones share the throttle.
-    pub fn new(deps: PortalDeps) -> Self {
-        let throttle = LoginThrottle::new(deps.redis.clone(), deps.redis_prefix.clone());
-        Self { deps, throttle }
-    }
-
-    /// Puts the portal into the reactive context of a request; pass it to both
-    /// `leptos_routes_with_context` and `handle_server_fns_with_context`.
-    pub fn provide(&self) {
-        provide_context(self.clone());
-    }
-
-    /// The portal of the current request.
-    pub fn current() -> Result<Self, PortalError> {
-        use_context::<Self>().ok_or_else(|| {
-            tracing::error!("portal context missing: the router did not provide it");
-            PortalError::Internal
-        })
-    }
-}
-
-/// The Content-Security-Policy of every portal response: same-origin resources only, no plugins,
-/// no framing, forms only to the portal. Scripts: Leptos appends small inert inline scripts (its
-/// hydration bookkeeping) to every rendered page; they carry the request's nonce, which a page's
-/// policy allows, so no other script can run. Responses that are not pages allow no script.
-pub fn content_security_policy(nonce: Option<&str>) -> String {
-    let scripts = nonce.map_or_else(|| "'none'".to_owned(), |n| format!("'nonce-{n}'"));
-    format!(
-        "default-src 'self'; script-src {scripts}; object-src 'none'; base-uri 'none'; \
-         form-action 'self'; frame-ancestors 'none'"
-    )
-}
-
-/// Sets the page's Content-Security-Policy with the nonce Leptos put on its scripts.
-pub fn set_page_policy() {
-    let (Some(nonce), Some(res)) = (
-        leptos::nonce::use_nonce(),
-        use_context::<leptos_axum::ResponseOptions>(),
-    ) else {
-        return;
-    };
-    let policy = content_security_policy(Some(&nonce.to_string()));
-    if let Ok(value) = http::HeaderValue::from_str(&policy) {
-        res.insert_header(http::header::CONTENT_SECURITY_POLICY, value);
-    }
-}
-
-/// Logs an internal failure and turns it into the error users see (no details).
-pub(crate) fn internal(context: &'static str, e: impl std::fmt::Display) -> PortalError {
-    tracing::error!(error = %e, "{context}");
-    PortalError::Internal
-}

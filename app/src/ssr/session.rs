@@ -15,7 +15,8 @@ use tower_sessions::Session;
 use uuid::Uuid;
 
 use super::cookies::{self, Flash};
-use super::{csrf, internal, Portal};
+use super::csrf;
+use super::portal::{internal, Portal};
 use crate::error::PortalError;
 use crate::API_PREFIX;
 
@@ -23,7 +24,7 @@ use crate::API_PREFIX;
 pub const USER_KEY: &str = "user_id";
 
 /// Shown when a session's tenant has been suspended.
-pub const SUSPENDED: &str = "This tenant is suspended.";
+pub use crate::model::SUSPENDED;
 
 /// The session of the current request (put there by the tower-sessions layer).
 pub async fn current() -> Result<Session, PortalError> {
@@ -104,7 +105,7 @@ pub async fn end(session: &Session) -> Result<(), PortalError> {
 /// and the deployment trusts its proxy to set it, else the socket's peer address, else
 /// `"unknown"` (served without connect info). Parsing keeps arbitrary strings out of keys.
 pub async fn client_ip() -> String {
-    let trusted = super::Portal::current().is_ok_and(|p| p.deps.trust_forwarded_for);
+    let trusted = Portal::current().is_ok_and(|p| p.deps.trust_forwarded_for);
     let forwarded = use_context::<Parts>()
         .filter(|_| trusted)
         .and_then(|parts| {

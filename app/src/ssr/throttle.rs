@@ -117,7 +117,7 @@ pub enum Verdict {
 /// Shared by every request of one router (clones share the local fallback).
 #[derive(Clone)]
 pub struct LoginThrottle {
-    redis: crate::ssr::RedisSlot,
+    redis: tf_core::redis_slot::RedisSlot,
     prefix: String,
     local: Arc<Mutex<LocalLimiter>>,
 }
@@ -127,7 +127,7 @@ type Keys = [String; 3];
 
 impl LoginThrottle {
     /// Counts in Redis under `prefix` once the slot holds a connection, in process until then.
-    pub fn new(redis: crate::ssr::RedisSlot, prefix: String) -> Self {
+    pub fn new(redis: tf_core::redis_slot::RedisSlot, prefix: String) -> Self {
         Self {
             redis,
             prefix,

@@ -1,5 +1,10 @@
 //! Shared helpers for the integration tests: start a simulator on a loopback port, post JSON,
 //! parse SSE bodies and poll the ledger with a bounded loop.
+
+#![allow(
+    clippy::disallowed_methods,
+    reason = "test scaffolding (fake engines, load generators) runs until the test ends; nothing waits for it at shutdown"
+)]
 #![allow(dead_code, clippy::unwrap_used, clippy::panic)]
 
 use std::time::Duration;

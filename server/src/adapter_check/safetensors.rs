@@ -12,7 +12,7 @@ use std::io::Read;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 
-use super::Rejection;
+use super::rejection::Rejection;
 
 /// The largest header accepted. The reference parser allows 100 MB; a LoRA adapter of a 70B base
 /// with every projection targeted has about 1,100 tensors, some 200 KB of header, so 16 MiB is

@@ -7,12 +7,12 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::BaseRegistration;
-use crate::gateway::engine_policy::PromptEstimator;
+use crate::engine_policy::PromptEstimator;
 
 /// The base that carries the demo adapters.
 pub const DEMO_BASE: &str = "llama-3.1-8b-sim";
 /// A second base without adapters.
-pub const OTHER_BASE: &str = "qwen-2.5-7b-sim";
+const OTHER_BASE: &str = "qwen-2.5-7b-sim";
 /// Demo adapters on [`DEMO_BASE`]: (served name, LoRA name the engine knows).
 pub const DEMO_ADAPTERS: [(&str, &str); 2] = [
     ("support-bot", "demo--support-bot--v1"),

@@ -1,6 +1,6 @@
 //! The fleet: where base models are served. A backend makes engines reachable and records them in
-//! the catalog (`base_models`, `adapters`); the gateway only ever reads the catalog. The lifecycle
-//! issue adds the Kubernetes (Dynamo) backend behind the same entry point.
+//! the catalog (`base_models`, `adapters`); the gateway only ever reads the catalog. A Kubernetes
+//! (Dynamo) backend is to come behind the same entry point.
 
 pub mod dynamo_render;
 pub mod local_sim;
@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
-use crate::gateway::engine_policy::PromptEstimator;
+use crate::engine_policy::PromptEstimator;
 
 /// Which backend `serve` uses.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -10,7 +10,7 @@ use anyhow::Context;
 use serde::Deserialize;
 
 use super::BaseRegistration;
-use crate::gateway::engine_policy::PromptEstimator;
+use crate::engine_policy::PromptEstimator;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

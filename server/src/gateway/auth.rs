@@ -35,7 +35,7 @@ const UNKNOWN_ENTRIES: usize = 16_384;
 /// Unknown keys one address may try per [`FAILURE_WINDOW`] before it is refused without a lookup.
 pub const FAILURES_PER_WINDOW: u32 = 20;
 /// The failure limiter's window.
-pub const FAILURE_WINDOW: Duration = Duration::from_secs(60);
+const FAILURE_WINDOW: Duration = Duration::from_secs(60);
 
 /// Who is calling, as proven by the key.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -12,20 +12,12 @@ use tokio::time::Instant;
 
 use super::error::GatewayError;
 
-/// How long a body may take: `base`, plus the time its bytes take at `min_bytes_per_sec`.
+/// How long a body may take: `base`, plus the time its bytes take at `min_bytes_per_sec`
+/// (defaults: `GatewayOptions`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BodyTiming {
     pub base: Duration,
     pub min_bytes_per_sec: u64,
-}
-
-impl Default for BodyTiming {
-    fn default() -> Self {
-        Self {
-            base: Duration::from_secs(10),
-            min_bytes_per_sec: 64 * 1024,
-        }
-    }
 }
 
 impl BodyTiming {

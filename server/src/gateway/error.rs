@@ -6,7 +6,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
 /// Longest model name echoed in an error message.
-pub const ECHOED_NAME_CHARS: usize = 128;
+const ECHOED_NAME_CHARS: usize = 128;
 
 #[derive(Debug, thiserror::Error)]
 pub enum GatewayError {

@@ -1,9 +1,9 @@
 //! One upstream exchange, run on the handler's own task (no task or channel per request): send
 //! the request, wait for the answer's head, and hand back an error, a metered stream or a whole
 //! metered response. The accounting never depends on the client staying: until the exchange hands
-//! its [`MeterContext`] on, a [`Pending`] guard holds it, and if the client hangs up (hyper drops
-//! the handler) the guard records the abort on the tracker; the upstream request is dropped with
-//! the handler, which cancels it.
+//! its [`MeterContext`] on, a [`Pending`] guard (metering's) holds it, and if the client hangs up
+//! (hyper drops the handler) the guard records the abort on the tracker; the upstream request is
+//! dropped with the handler, which cancels it.
 //!
 //! Shutdown's cut reaches a request still waiting for the engine's response head too: it is
 //! recorded `interrupted` (zero tokens, like a hang-up then) and answered 503.
@@ -11,17 +11,17 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use futures::FutureExt;
 
 use super::error::GatewayError;
-use super::request::Endpoint;
 use super::upstream::Upstream;
-use super::upstream_conn::UpstreamResponse;
+use super::upstream_conn::{UpstreamBody, UpstreamResponse};
 use super::upstream_error;
+use crate::endpoint::Endpoint;
+use crate::metering::context::{settle, MeterContext, Pending};
 use crate::metering::meter::{ClientWants, StreamMeter};
-use crate::metering::relay::{self, MeterContext, Reply, WholeLimits};
-use crate::metering::stream::{MeteredStream, Silence};
-use crate::metering::usage::{Usage, UsageStatus};
+use crate::metering::stream::{EngineBody, MeteredStream, Silence};
+use crate::metering::whole::{self, WholeLimits, WholeOutcome};
+use crate::usage::UsageStatus;
 
 /// How much of an upstream error body is read.
 const MAX_ERROR_BODY: usize = 64 * 1024;
@@ -33,83 +33,26 @@ pub struct Exchange {
     pub body: Bytes,
     pub stream: bool,
     pub wants: ClientWants,
+    /// Largest whole (non-streamed) answer relayed; the handler passes `--max-body-bytes` or
+    /// 64 MiB, whichever is more (an answer may be far larger than any request).
     pub max_body_bytes: usize,
 }
 
-/// A request's accounting while the exchange runs. Dropped with it still inside (the client hung
-/// up), it records a client abort on the tracker.
-pub struct Pending {
-    ctx: Option<MeterContext>,
-    /// The engine answered: a later abort bills the estimated prompt (the engine had it).
-    answered: bool,
+/// What the exchange hands the handler.
+pub enum Reply {
+    /// No usable answer; the event is already recorded.
+    Failed(GatewayError),
+    /// A stream: the handler returns it as the body.
+    Stream(Box<MeteredStream<UpstreamBody>>),
+    /// A whole, metered response.
+    Whole(WholeResponse),
 }
 
-impl Pending {
-    pub fn new(ctx: MeterContext) -> Self {
-        Self {
-            ctx: Some(ctx),
-            answered: false,
-        }
-    }
-
-    /// The shutdown deadline's token (cancelled when streams and bodies still reading are cut).
-    pub fn cut(&self) -> tokio_util::sync::CancellationToken {
-        self.ctx.as_ref().map(|c| c.cut.clone()).unwrap_or_default()
-    }
-
-    /// Hands the context on (to a metered stream, or to [`settle`]).
-    pub fn take(&mut self) -> Option<MeterContext> {
-        self.ctx.take()
-    }
-}
-
-impl Drop for Pending {
-    fn drop(&mut self) {
-        let Some(mut ctx) = self.ctx.take() else {
-            return;
-        };
-        if !self.answered {
-            // INVARIANT: never bill more than the engine produced. Hung up before the engine
-            // answered, the gateway cannot prove the engine ever had the request (it may still
-            // be in flight), so the event records the abort with zero tokens: under-billing is
-            // the safe side. Test: reconciliation::every_event_matches_the_engine_ledger.
-            ctx.estimate_prompt = Box::new(|| 0);
-        }
-        let tracker = ctx.tracker.clone();
-        match tokio::runtime::Handle::try_current() {
-            Ok(handle) => {
-                tracker.spawn_on(
-                    ctx.settle(None, false, 0, UsageStatus::ClientAbort, None)
-                        .map(drop),
-                    &handle,
-                );
-            }
-            Err(_) => tracing::error!("usage event dropped: no runtime to record it on"),
-        }
-    }
-}
-
-/// Records the event without letting a hang-up cancel it: inline when recording completes at
-/// once (the usual case: the journal appends on the caller's task), else on the tracker, awaited.
-pub async fn settle(
-    ctx: MeterContext,
-    usage: Option<Usage>,
-    usage_final: bool,
-    generated: u64,
-    status: UsageStatus,
-) {
-    let request_id = ctx.event.request_id;
-    let tracker = ctx.tracker.clone();
-    let mut record = ctx
-        .settle(usage, usage_final, generated, status, None)
-        .map(drop)
-        .boxed();
-    if (&mut record).now_or_never().is_some() {
-        return;
-    }
-    if let Err(e) = tracker.spawn(record).await {
-        tracing::error!(%request_id, error = %e, "recording a usage event failed");
-    }
+/// A non-streamed upstream answer, relayed whole once metered.
+pub struct WholeResponse {
+    pub status: http::StatusCode,
+    pub content_type: Option<http::HeaderValue>,
+    pub body: Bytes,
 }
 
 pub async fn run(x: Exchange, ctx: MeterContext) -> Reply {
@@ -154,7 +97,7 @@ pub async fn run(x: Exchange, ctx: MeterContext) -> Reply {
             return Reply::Failed(GatewayError::ShuttingDown);
         }
     };
-    pending.answered = true;
+    pending.mark_answered();
     let chunk_timeout = x.upstream.chunk_timeout;
     if !upstream.status.is_success() {
         let status = upstream.status;
@@ -182,7 +125,12 @@ pub async fn run(x: Exchange, ctx: MeterContext) -> Reply {
                     first: chunk_timeout.max(x.upstream.first_byte_timeout),
                     between: chunk_timeout,
                 };
-                Reply::Stream(Box::new(MeteredStream::new(upstream, meter, ctx, silence)))
+                Reply::Stream(Box::new(MeteredStream::new(
+                    upstream.body,
+                    meter,
+                    ctx,
+                    silence,
+                )))
             }
             None => Reply::Failed(GatewayError::UpstreamUnavailable),
         }
@@ -192,7 +140,29 @@ pub async fn run(x: Exchange, ctx: MeterContext) -> Reply {
             read_timeout: chunk_timeout,
             stream_requested: x.stream,
         };
-        relay::relay_whole(upstream, &mut pending, limits).await
+        let status = upstream.status;
+        let content_type = upstream.headers.get(http::header::CONTENT_TYPE).cloned();
+        match whole::read_whole(upstream.body, &mut pending, limits).await {
+            WholeOutcome::Answer(body) => Reply::Whole(WholeResponse {
+                status,
+                content_type,
+                body,
+            }),
+            WholeOutcome::EngineError(body) => {
+                Reply::Failed(upstream_error::reshape(status, &body))
+            }
+            WholeOutcome::TooLarge => {
+                Reply::Failed(GatewayError::UpstreamTooLarge(limits.max_bytes))
+            }
+            WholeOutcome::Broken => Reply::Failed(GatewayError::UpstreamUnavailable),
+        }
+    }
+}
+
+impl EngineBody for UpstreamBody {
+    type Error = hyper::Error;
+    fn half_close(&mut self) {
+        UpstreamBody::half_close(self);
     }
 }
 

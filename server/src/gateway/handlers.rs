@@ -16,11 +16,12 @@ use uuid::Uuid;
 
 use super::body;
 use super::error::GatewayError;
-use super::exchange::{self, Exchange};
-use super::request::{self, Endpoint};
+use super::exchange::{self, Exchange, Reply};
+use super::request;
 use super::Gateway;
-use crate::metering::relay::{MeterContext, Reply};
-use crate::metering::usage::{Provenance, UsageEvent, UsageStatus};
+use crate::endpoint::Endpoint;
+use crate::metering::context::MeterContext;
+use crate::usage::{Provenance, UsageEvent, UsageStatus};
 
 // The body is taken unread: the key is checked from the headers first, so an unauthenticated
 // client never gets a byte of its body buffered (`body::read` then applies the size limit and the

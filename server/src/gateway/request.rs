@@ -9,30 +9,15 @@ use serde_json::value::{to_raw_value, RawValue};
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
-use super::engine_policy::PromptEstimator;
 use super::error::GatewayError;
 use super::resolve::{Route, SaltPolicy};
+use crate::endpoint::Endpoint;
+use crate::engine_policy::PromptEstimator;
+use crate::metering::meter::ClientWants;
 
 /// Tokens a chat template or BOS adds beyond the prompt's own bytes (Llama 3.1's adds a dated
 /// system preamble of about 25).
 const TEMPLATE_TOKENS: u64 = 64;
-use crate::metering::meter::ClientWants;
-
-/// Which OpenAI endpoint.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Endpoint {
-    Chat,
-    Completions,
-}
-
-impl Endpoint {
-    pub fn path(self) -> &'static str {
-        match self {
-            Self::Chat => "/chat/completions",
-            Self::Completions => "/completions",
-        }
-    }
-}
 
 /// A parsed client request: the top-level fields with their values left as the client wrote
 /// them (a prompt of 100k tokens is scanned once, never built into a tree and written again).
@@ -192,7 +177,7 @@ impl ClientRequest<'_> {
 
     /// The prompt's words (the simulator's exact count; for a real engine a count no BPE
     /// tokenizer goes below, so billing a cut request by it never charges more than produced).
-    pub fn word_prompt_tokens(&self, endpoint: Endpoint) -> u64 {
+    fn word_prompt_tokens(&self, endpoint: Endpoint) -> u64 {
         use tf_engine_sim::tokenizer;
         match endpoint {
             Endpoint::Chat => match field::<Value>(&self.body, "messages") {
@@ -335,7 +320,7 @@ mod tests {
             price_key: "m".into(),
             salt,
             continuous_usage: true,
-            policy: crate::gateway::engine_policy::EnginePolicy::default(),
+            policy: crate::engine_policy::EnginePolicy::default(),
             created: 0,
         }
     }

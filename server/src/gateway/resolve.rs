@@ -10,8 +10,8 @@ use arc_swap::ArcSwap;
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use super::engine_policy::{EnginePolicy, PromptEstimator};
 use super::upstream::{Upstream, UpstreamOptions};
+use crate::engine_policy::{EnginePolicy, PromptEstimator};
 
 /// How the request's `cache_salt` is set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

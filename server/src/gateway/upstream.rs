@@ -10,8 +10,8 @@ use http::{header, HeaderValue, Method, Request, Uri};
 use http_body_util::Full;
 use uuid::Uuid;
 
-use super::request::Endpoint;
 use super::upstream_conn::{ConnPool, UpstreamFailure, UpstreamResponse};
+use crate::endpoint::Endpoint;
 
 /// Timeouts and pool sizes shared by every upstream client.
 #[derive(Debug, Clone)]
@@ -21,17 +21,6 @@ pub struct UpstreamOptions {
     /// Longest silence between two reads of a response body (a stalled stream is cut).
     pub chunk_timeout: Duration,
     pub pool_idle_per_host: usize,
-}
-
-impl From<&crate::cli::GatewayArgs> for UpstreamOptions {
-    fn from(a: &crate::cli::GatewayArgs) -> Self {
-        Self {
-            connect_timeout: Duration::from_millis(a.upstream_connect_timeout_ms),
-            first_byte_timeout: Duration::from_millis(a.upstream_first_byte_timeout_ms),
-            chunk_timeout: Duration::from_millis(a.upstream_chunk_timeout_ms),
-            pool_idle_per_host: a.upstream_pool_idle,
-        }
-    }
 }
 
 /// An upstream's base URL (ending in `/v1`) and its connections.

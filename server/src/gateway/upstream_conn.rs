@@ -40,7 +40,7 @@ type Driver = Connection<TokioIo<HalfClosable>, Full<Bytes>>;
 /// Bytes read from an upstream socket at a time. Each open stream keeps one such buffer for its
 /// upstream connection; an SSE event from an engine is a few hundred bytes. It also bounds an
 /// upstream response head (hyper's exact read strategy), which engines keep under 1 KiB.
-pub const READ_BUF_BYTES: usize = 4096;
+const READ_BUF_BYTES: usize = 4096;
 
 /// The request to shut the write side of one upstream socket, shared between the connection
 /// (which asks) and the socket's IO wrapper (which does it).

@@ -22,9 +22,9 @@ pub struct JournalMetrics {
 
 impl JournalMetrics {
     /// The figures the admin home shows.
-    pub fn snapshot(&self) -> tf_app::api::OpsSnapshot {
+    pub fn snapshot(&self) -> tf_app::model::OpsSnapshot {
         let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        tf_app::api::OpsSnapshot {
+        tf_app::model::OpsSnapshot {
             journaled: g(&self.journaled),
             shipped: g(&self.shipped),
             backlog_bytes: g(&self.backlog_bytes),

@@ -9,40 +9,14 @@
 //! `cursor` (segment and offset acknowledged by PostgreSQL), and a `lock` file held by the one
 //! process that owns the directory.
 
+pub mod durability;
 pub mod metrics;
 pub mod record;
 pub mod segment;
 pub mod shipper;
 pub mod writer;
 
-use std::str::FromStr;
-
+pub use durability::Durability;
 pub use metrics::JournalMetrics;
 pub use shipper::Shipper;
 pub use writer::{Journal, JournalSink};
-
-/// How durable an event is when the response's final bytes leave.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Durability {
-    /// No journal: events go straight to PostgreSQL (tests and benchmarks of the raw path).
-    Off,
-    /// The record was handed to the OS (survives a gateway crash); a group committer fsyncs
-    /// every few milliseconds.
-    Process,
-    /// The record is on disk (survives power loss); one fsync covers every request waiting.
-    Machine,
-}
-
-impl FromStr for Durability {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "off" => Ok(Self::Off),
-            "process" => Ok(Self::Process),
-            "machine" => Ok(Self::Machine),
-            _ => Err(format!(
-                "unknown durability {s:?}: use process, machine or off"
-            )),
-        }
-    }
-}

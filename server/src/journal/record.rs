@@ -2,12 +2,12 @@
 //! usage event as JSON). A record cut short by a crash, or whose checksum does not match, ends
 //! the readable part of a segment: it is detected and dropped, never misread.
 
-use crate::metering::usage::UsageEvent;
+use crate::usage::UsageEvent;
 
 /// Bytes before the payload.
-pub const HEADER: usize = 8;
+const HEADER: usize = 8;
 /// Larger payloads are corruption, not events.
-pub const MAX_PAYLOAD: usize = 64 * 1024;
+const MAX_PAYLOAD: usize = 64 * 1024;
 
 /// Encodes an event as a record.
 pub fn encode(event: &UsageEvent) -> serde_json::Result<Vec<u8>> {
@@ -61,7 +61,7 @@ pub fn decode(buf: &[u8]) -> Decoded {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::metering::usage::{Provenance, UsageStatus};
+    use crate::usage::{Provenance, UsageStatus};
 
     pub fn event(n: u8) -> UsageEvent {
         UsageEvent {

@@ -6,7 +6,7 @@ use std::io::{self, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 use super::record::{self, Decoded};
-use crate::metering::usage::UsageEvent;
+use crate::usage::UsageEvent;
 
 const SUFFIX: &str = ".journal";
 const CURSOR: &str = "cursor";

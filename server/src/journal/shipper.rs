@@ -14,7 +14,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::metrics::JournalMetrics;
 use super::segment::{self, Cursor};
-use crate::metering::usage;
+use crate::usage::SpendBarrier;
+use crate::usage_store;
 
 /// Events per INSERT (17 parameters each; PostgreSQL allows 65,535 per statement).
 const BATCH: usize = 2_000;
@@ -28,7 +29,7 @@ pub struct Shipper {
     pool: PgPool,
     metrics: Arc<JournalMetrics>,
     cursor: tokio::sync::Mutex<Option<Cursor>>,
-    quota: Option<crate::quota::Quota>,
+    spend: Option<SpendBarrier>,
 }
 
 impl Shipper {
@@ -38,14 +39,14 @@ impl Shipper {
             pool,
             metrics,
             cursor: tokio::sync::Mutex::new(None),
-            quota: None,
+            spend: None,
         }
     }
 
-    /// Waits for `quota`'s spend to reach Redis before each batch is inserted (see
-    /// quota/reconciler.rs): one wait per batch, not per event.
-    pub fn with_quota(mut self, quota: crate::quota::Quota) -> Self {
-        self.quota = Some(quota);
+    /// Waits on `spend` before each batch is inserted (see [`SpendBarrier`]): one wait per
+    /// batch, not per event.
+    pub fn with_spend_barrier(mut self, spend: SpendBarrier) -> Self {
+        self.spend = Some(spend);
         self
     }
 
@@ -104,7 +105,7 @@ impl Shipper {
     }
 
     /// One pass: ships at most one batch. Returns the number of events acknowledged.
-    pub async fn ship_once(&self) -> anyhow::Result<usize> {
+    async fn ship_once(&self) -> anyhow::Result<usize> {
         let mut guard = self.cursor.lock().await;
         let mut cursor = match *guard {
             Some(c) => c,
@@ -127,7 +128,7 @@ impl Shipper {
         .await??;
         let n = batch.events.len();
         if n > 0 {
-            usage::store(&self.pool, self.quota.as_ref(), &batch.events).await?;
+            usage_store::store(&self.pool, self.spend.as_ref(), &batch.events).await?;
             self.metrics.shipped.fetch_add(n as u64, Ordering::Relaxed);
             let oldest_end = batch
                 .events

@@ -11,9 +11,11 @@ use std::time::Duration;
 
 use sqlx::PgPool;
 
+use super::durability::Durability;
 use super::metrics::JournalMetrics;
-use super::{record, segment, Durability};
-use crate::metering::usage::{self, SinkFuture, UsageEvent, UsageSink};
+use super::{record, segment};
+use crate::usage::{SinkFuture, SpendBarrier, UsageEvent, UsageSink};
+use crate::usage_store;
 
 /// A segment is closed and a new one started past this size.
 const SEGMENT_BYTES: u64 = 32 * 1024 * 1024;
@@ -232,12 +234,6 @@ impl Journal {
         Ok(())
     }
 
-    /// Forces an fsync of everything appended so far.
-    pub async fn sync(&self) -> io::Result<()> {
-        let gen = self.committer.written.load(Ordering::Acquire);
-        self.committer.covered(gen).await
-    }
-
     /// Stops appends and the committer after a last fsync (graceful shutdown).
     pub fn close(&self) {
         if let Ok(_active) = self.active.lock() {
@@ -254,8 +250,8 @@ impl Journal {
 pub struct JournalSink {
     pub journal: Arc<Journal>,
     pub pool: PgPool,
-    /// Its spend must reach Redis before a directly written event reaches PostgreSQL.
-    pub quota: Option<crate::quota::Quota>,
+    /// Waited on before an event written directly reaches PostgreSQL.
+    pub spend: Option<SpendBarrier>,
 }
 
 impl UsageSink for JournalSink {
@@ -265,8 +261,12 @@ impl UsageSink for JournalSink {
                 Ok(()) => Ok(()),
                 Err(e) => {
                     tracing::error!(error = %e, request_id = %event.request_id, "journal append failed; writing to PostgreSQL directly");
-                    usage::store(&self.pool, self.quota.as_ref(), std::slice::from_ref(event))
-                        .await?;
+                    usage_store::store(
+                        &self.pool,
+                        self.spend.as_ref(),
+                        std::slice::from_ref(event),
+                    )
+                    .await?;
                     Ok(())
                 }
             }

@@ -13,7 +13,7 @@ use serde_json::value::RawValue;
 
 use super::edit::{self, Span, UsageEdit};
 use super::sse::SseEvent;
-use super::usage::Usage;
+use crate::usage::Usage;
 
 /// What the client asked for in `stream_options`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

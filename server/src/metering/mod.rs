@@ -1,8 +1,10 @@
-//! Metering: reading every response to its end to capture usage, and the usage event itself.
+//! Metering: reading every response to its end to capture usage, and finishing the request's
+//! usage event. It reads bodies it is handed (any [`stream::EngineBody`]) and knows nothing of the
+//! gateway's HTTP types.
 
+pub mod context;
 pub mod edit;
 pub mod meter;
-pub mod relay;
 pub mod sse;
 pub mod stream;
-pub mod usage;
+pub mod whole;

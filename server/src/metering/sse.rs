@@ -41,6 +41,7 @@ impl SseParser {
     }
 
     /// Bytes received that do not yet form a complete event.
+    #[cfg(test)]
     pub fn pending(&self) -> usize {
         self.buf.len()
     }

@@ -23,11 +23,18 @@ use futures::{FutureExt, Stream, StreamExt};
 use tokio_util::sync::WaitForCancellationFutureOwned;
 use tokio_util::task::TaskTracker;
 
+use super::context::MeterContext;
 use super::meter::{Outgoing, StreamMeter};
-use super::relay::MeterContext;
 use super::sse::SseParser;
-use super::usage::UsageStatus;
-use crate::gateway::upstream_conn::{UpstreamBody, UpstreamResponse};
+use crate::usage::UsageStatus;
+
+/// The engine's response body as the stream reads it: its bytes, and a way to tell the engine the
+/// client left while the body stays readable (so what it produced until it stopped is billed).
+/// Dropping the body closes the connection; a body that reached its end may be reused.
+pub trait EngineBody: Stream<Item = Result<Bytes, Self::Error>> + Unpin + Send + 'static {
+    type Error: std::fmt::Display;
+    fn half_close(&mut self);
+}
 
 /// The SSE event a client receives when the upstream breaks mid-stream.
 const UPSTREAM_ERROR_EVENT: &[u8] = b"data: {\"error\":{\"message\":\"The model backend failed during generation.\",\"type\":\"api_error\",\"param\":null,\"code\":\"upstream_error\"}}\n\n";
@@ -60,9 +67,9 @@ pub struct Silence {
     pub between: Duration,
 }
 
-enum State {
+enum State<B> {
     Reading {
-        upstream: Box<UpstreamBody>,
+        upstream: Box<B>,
         ctx: Box<MeterContext>,
     },
     /// The event is being recorded; `tail` is released once it is.
@@ -70,14 +77,14 @@ enum State {
         record: BoxFuture<'static, ()>,
         tail: Option<Bytes>,
         /// A completed stream's upstream whose body end has not arrived yet.
-        upstream: Option<Box<UpstreamBody>>,
+        upstream: Option<Box<B>>,
     },
     Finished,
 }
 
 /// The body of a streamed response (see the module doc).
-pub struct MeteredStream {
-    state: State,
+pub struct MeteredStream<B: EngineBody> {
+    state: State<B>,
     parser: SseParser,
     meter: StreamMeter,
     /// Bytes ready for the client.
@@ -95,13 +102,8 @@ pub struct MeteredStream {
     stall_timer: Pin<Box<tokio::time::Sleep>>,
 }
 
-impl MeteredStream {
-    pub fn new(
-        upstream: UpstreamResponse,
-        meter: StreamMeter,
-        ctx: MeterContext,
-        silence: Silence,
-    ) -> Self {
+impl<B: EngineBody> MeteredStream<B> {
+    pub fn new(upstream: B, meter: StreamMeter, ctx: MeterContext, silence: Silence) -> Self {
         let now = tokio::time::Instant::now();
         Self {
             silence,
@@ -111,7 +113,7 @@ impl MeteredStream {
             cut: Box::pin(ctx.cut.clone().cancelled_owned()),
             tracker: ctx.tracker.clone(),
             state: State::Reading {
-                upstream: Box::new(upstream.body),
+                upstream: Box::new(upstream),
                 ctx: Box::new(ctx),
             },
             parser: SseParser::default(),
@@ -240,7 +242,7 @@ impl MeteredStream {
         // Dropping a broken response closes its connection. A completed stream's connection goes
         // back to the pool once its body's end has arrived (usually with `[DONE]`; else by the
         // time the event is recorded).
-        let upstream = (completed && !drained(&mut upstream)).then_some(upstream);
+        let upstream = (completed && !drained(&mut *upstream)).then_some(upstream);
         let record = ctx
             .settle(
                 self.meter.last_usage(),
@@ -261,8 +263,8 @@ impl MeteredStream {
 
 /// Meters what a half-closed upstream still sends: the engine's output up to the moment it saw
 /// the hang-up. Bounded, for an engine that keeps generating after end-of-file.
-async fn read_to_end(
-    mut upstream: Box<UpstreamBody>,
+async fn read_to_end<B: EngineBody>(
+    mut upstream: Box<B>,
     mut parser: SseParser,
     mut meter: StreamMeter,
 ) -> StreamMeter {
@@ -290,7 +292,7 @@ async fn read_to_end(
 
 /// Reads what already arrived of a finished stream's upstream without waiting; true once its
 /// body ended (its connection is then back in the pool).
-fn drained(upstream: &mut UpstreamBody) -> bool {
+fn drained<B: EngineBody>(upstream: &mut B) -> bool {
     loop {
         match upstream.next().now_or_never() {
             Some(Some(Ok(_))) => continue,
@@ -304,7 +306,7 @@ fn ms_since(start: Instant) -> i32 {
     i32::try_from(start.elapsed().as_millis()).unwrap_or(i32::MAX)
 }
 
-impl Stream for MeteredStream {
+impl<B: EngineBody> Stream for MeteredStream<B> {
     type Item = Result<Bytes, std::io::Error>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
@@ -323,7 +325,7 @@ impl Stream for MeteredStream {
                     std::task::ready!(record.as_mut().poll(cx));
                     if let Some(mut u) = upstream.take() {
                         // Last chance to pool the connection; dropped unfinished, it is closed.
-                        drained(&mut u);
+                        drained(&mut *u);
                     }
                     this.ready.extend(tail.take());
                     this.state = State::Finished;
@@ -372,7 +374,7 @@ impl Stream for MeteredStream {
     }
 }
 
-impl Drop for MeteredStream {
+impl<B: EngineBody> Drop for MeteredStream<B> {
     fn drop(&mut self) {
         // The client went away (or the response was never sent): the accounting still runs.
         if matches!(self.state, State::Reading { .. }) {

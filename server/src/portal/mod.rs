@@ -18,7 +18,7 @@ use tower_sessions::session_store::ExpiredDeletion;
 use tower_sessions::{Expiry, SessionManagerLayer};
 
 /// Name of the session cookie.
-pub const SESSION_COOKIE: &str = "tf_session";
+const SESSION_COOKIE: &str = "tf_session";
 /// A session ends after this long without a request.
 const SESSION_IDLE: Duration = Duration::hours(12);
 

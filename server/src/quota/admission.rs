@@ -1,6 +1,7 @@
 //! Admission: for each request after resolution, look up the limits (cached), estimate the
-//! request (prompt by the base's tokenizer, plus `max_tokens` or the configured default), build the
-//! ordered plan and run it: on this replica's credit from Redis when it covers every check (no
+//! request (prompt by the base's estimator: a byte bound or the simulator's words, not a
+//! tokenizer; plus `max_tokens` or the configured default), build the ordered plan and run it: on
+//! this replica's credit from Redis when it covers every check (no
 //! I/O, see [`super::credit`]), else in one atomic Redis script that also grants new credit, or on
 //! the local limiter when Redis is unreachable or slow (then Redis is skipped for
 //! [`REDIS_BACKOFF`]). A request with no limits costs one cache probe and no I/O. Admission never
@@ -423,11 +424,11 @@ impl Inner {
 /// Records a refused request as a usage event (status `rejected`, zero tokens) so it appears in
 /// the tenant's request log. A sink failure is logged; the refusal stands either way.
 pub async fn record_refusal(
-    sink: &dyn crate::metering::usage::UsageSink,
-    mut event: crate::metering::usage::UsageEvent,
+    sink: &dyn crate::usage::UsageSink,
+    mut event: crate::usage::UsageEvent,
     started: std::time::Instant,
 ) {
-    event.status = crate::metering::usage::UsageStatus::Rejected;
+    event.status = crate::usage::UsageStatus::Rejected;
     event.duration_ms = i32::try_from(started.elapsed().as_millis()).unwrap_or(i32::MAX);
     if let Err(e) = sink.record(&event).await {
         tracing::warn!(request_id = %event.request_id, error = %e, "refused request not recorded");

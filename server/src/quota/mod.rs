@@ -1,5 +1,6 @@
 //! Quotas, rate limits and per-tenant fairness: fast approximate enforcement shared by every
-//! replica through Redis, kept apart from billing (DESIGN.md section 4).
+//! replica through Redis, kept apart from billing: enforcement is approximate, billing is exact
+//! (it reads PostgreSQL's usage events, never these counters).
 //!
 //! - [`limits`]: limits from PostgreSQL, cached per replica (changes apply within a second).
 //! - [`plan`]: the ordered checks of one request (cheapest first) and its estimate.

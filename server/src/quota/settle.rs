@@ -13,7 +13,7 @@ use super::headers::RateHeaders;
 use super::limits::cost_micros;
 use super::local::SettleOp;
 use super::plan::{Check, Dim};
-use crate::metering::usage::UsageEvent;
+use crate::usage::UsageEvent;
 
 /// Where a request was admitted, so it is settled in the same place.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

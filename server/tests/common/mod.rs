@@ -1,6 +1,10 @@
 //! Test harness: the real server on port 0 in front of an in-process engine simulator, on the
 //! fresh database `#[sqlx::test]` made for the test.
 
+#![allow(
+    clippy::disallowed_methods,
+    reason = "test scaffolding (fake engines, load generators) runs until the test ends; nothing waits for it at shutdown"
+)]
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test harness: fails loudly
 
 pub mod chaos;
@@ -16,7 +20,8 @@ use sqlx::PgPool;
 use tf_engine_sim::{EngineSim, LedgerEntry, SimConfig};
 use tokenfactory::app::{self, App, AppOptions};
 use tokenfactory::fleet::{self, BaseRegistration};
-use tokenfactory::metering::usage::{self, UsageEvent};
+use tokenfactory::usage::UsageEvent;
+use tokenfactory::usage_store;
 use uuid::Uuid;
 
 pub const BASE: &str = "sim-base";
@@ -62,10 +67,10 @@ impl TestApp {
                 upstream_url: format!("http://{sim_addr}/v1"),
                 upstream_model: BASE.into(),
                 continuous_usage: true,
-                denied_fields: Some(
-                    tokenfactory::gateway::engine_policy::EnginePolicy::denied_except(&["sim"]),
-                ),
-                prompt_estimator: tokenfactory::gateway::engine_policy::PromptEstimator::SimWords,
+                denied_fields: Some(tokenfactory::engine_policy::EnginePolicy::denied_except(&[
+                    "sim",
+                ])),
+                prompt_estimator: tokenfactory::engine_policy::PromptEstimator::SimWords,
             }],
         )
         .await
@@ -131,7 +136,9 @@ impl TestApp {
     }
 
     pub async fn events(&self) -> Vec<UsageEvent> {
-        usage::query(&self.pool, None, None, None).await.unwrap()
+        usage_store::query(&self.pool, None, None, None)
+            .await
+            .unwrap()
     }
 
     /// Waits (bounded) until the simulator's ledger has an entry for `request_id`.

@@ -1,6 +1,11 @@
 //! Helpers for the portal tests: a portal on an ephemeral port with a seeded tenant, member and
 //! admin, and a cookie-keeping "browser" that posts forms the way one does with JavaScript off.
 
+#![allow(
+    clippy::disallowed_methods,
+    reason = "test scaffolding (fake engines, load generators) runs until the test ends; nothing waits for it at shutdown"
+)]
+
 use reqwest::header::{ACCEPT, CONTENT_TYPE, LOCATION, SET_COOKIE};
 use reqwest::{redirect::Policy, Client, Response, StatusCode};
 use sqlx::PgPool;
@@ -49,7 +54,7 @@ impl TestPortal {
             redis_prefix: redis_prefix.clone(),
             secure_cookies,
             trust_forwarded_for: false,
-            ops: Some(std::sync::Arc::new(|| tf_app::api::OpsSnapshot {
+            ops: Some(std::sync::Arc::new(|| tf_app::model::OpsSnapshot {
                 journaled: 7,
                 shipped: 5,
                 backlog_bytes: 4242,

@@ -13,7 +13,7 @@
 /// - `logits_processors`: names engine-side code to load and run.
 /// - `sim`: the engine simulator's fault and token-count knobs (a client could set its own
 ///   completion count under a token limit).
-pub const DEFAULT_DENIED_FIELDS: &[&str] = &[
+const DEFAULT_DENIED_FIELDS: &[&str] = &[
     "priority",
     "request_id",
     "kv_transfer_params",

@@ -1,116 +1,23 @@
-//! The accounting of one request ([`MeterContext`]) and the metering of a whole (non-streamed)
-//! response: when the client goes away hyper drops the handler, which drops the upstream response
-//! (cancelling the engine's work), and the exchange's guard still records the event. The event is
-//! recorded before the response is released. Streams are metered by [`super::stream`].
+//! The metering of a whole (non-streamed) response, read from any body the caller hands in: when
+//! the client goes away hyper drops the handler, which drops the body (cancelling the engine's
+//! work), and the [`Pending`] guard still records the event. The event is recorded before the
+//! response is released. Streams are metered by [`super::stream`].
 //!
-//! A whole answer without `usage` is billed from its content (the base's tokenizer, provenance
-//! `estimated`); one over the size limit is read on (bounded) so the engine's usage at its end is
-//! still billed; a JSON answer to a streamed request is either the engine's error, passed on in
-//! OpenAI's envelope, or an answer that ignored `stream`, relayed whole. Every answer's `model`
-//! is the name the client asked for.
-
-use std::sync::Arc;
-use std::time::Instant;
+//! A whole answer without `usage` is billed from its content (counted in words by the gateway,
+//! provenance `estimated`); one over the size limit is read on (bounded) so the engine's usage at
+//! its end is still billed; a JSON answer to a streamed request is either the engine's error
+//! (handed back for the caller to pass on) or an answer that ignored `stream`, relayed whole.
+//! Every answer's `model` is the name the client asked for.
 
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures::StreamExt;
+use futures::{Stream, StreamExt};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::usage::{Provenance, Usage, UsageEvent, UsageSink, UsageStatus};
-use crate::gateway::error::GatewayError;
-
-/// Everything needed to finish the usage event of one request.
-pub struct MeterContext {
-    /// The event with identity fields filled and zero tokens.
-    pub event: UsageEvent,
-    pub started: Instant,
-    /// Prompt tokens by the base's tokenizer, computed only if the engine never reported usage.
-    pub estimate_prompt: Box<dyn FnOnce() -> u64 + Send>,
-    pub sink: Arc<dyn UsageSink>,
-    /// Fires at the shutdown deadline: the stream is cut, billed and ended with an error event.
-    pub cut: tokio_util::sync::CancellationToken,
-    /// The request's hold on its limits: settled from the final event below; dropped unsettled
-    /// (error path, panic) it frees its slots by itself.
-    pub admitted: Option<crate::quota::Admitted>,
-    /// Where a hung-up stream's accounting runs (shutdown waits for it).
-    pub tracker: tokio_util::task::TaskTracker,
-}
-
-impl MeterContext {
-    /// Fills in counts and outcome and hands the event to the sink. `usage_final`: `usage` is the
-    /// engine's final count (else its last running one); `generated`: completion tokens counted
-    /// by the gateway, billed when the engine reported no usage.
-    pub async fn settle(
-        self,
-        usage: Option<Usage>,
-        usage_final: bool,
-        generated: u64,
-        status: UsageStatus,
-        ttft_ms: Option<i32>,
-    ) -> UsageEvent {
-        let admitted = self.admitted;
-        let mut event = self.event;
-        let (prompt, cached, completion, provenance) = match usage {
-            Some(u) => (
-                u.prompt_tokens,
-                u.cached_tokens(),
-                u.completion_tokens,
-                if usage_final {
-                    Provenance::Engine
-                } else {
-                    Provenance::Partial
-                },
-            ),
-            None => (
-                (self.estimate_prompt)(),
-                0,
-                generated,
-                Provenance::Estimated,
-            ),
-        };
-        event.prompt_tokens = clamp_i64(prompt);
-        event.cached_tokens = clamp_i64(cached);
-        event.completion_tokens = clamp_i64(completion);
-        event.provenance = provenance;
-        event.status = status;
-        event.ttft_ms = ttft_ms;
-        event.duration_ms = i32::try_from(self.started.elapsed().as_millis()).unwrap_or(i32::MAX);
-        // Quota first: the spend is queued for Redis before the event exists, and every writer
-        // to PostgreSQL waits until Redis has it (`Quota::spend_flushed`), so Redis never counts
-        // less than PostgreSQL has billed and the reconciler only ever raises counters.
-        if let Some(admitted) = admitted {
-            admitted.settle(&event).await;
-        }
-        if let Err(e) = self.sink.record(&event).await {
-            tracing::error!(request_id = %event.request_id, error = %e, "usage event not recorded");
-        }
-        event
-    }
-}
-
-fn clamp_i64(n: u64) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
-}
-
-/// What the exchange hands the handler.
-pub enum Reply {
-    /// No usable answer; the event is already recorded.
-    Failed(GatewayError),
-    /// A stream: the handler returns it as the body.
-    Stream(Box<super::stream::MeteredStream>),
-    /// A whole, metered response.
-    Whole(WholeResponse),
-}
-
-/// A non-streamed upstream answer, relayed whole once metered.
-pub struct WholeResponse {
-    pub status: http::StatusCode,
-    pub content_type: Option<http::HeaderValue>,
-    pub body: Bytes,
-}
+use super::context::{settle, Pending};
+use crate::usage::{Usage, UsageStatus};
 
 /// How a whole answer is read.
 #[derive(Debug, Clone, Copy)]
@@ -156,8 +63,8 @@ struct MessageText<'a> {
     tool_calls: Option<&'a RawValue>,
 }
 
-/// Completion tokens of an answer that reported no usage, counted from its content with the
-/// base's tokenizer (what the stream path counts from its chunks).
+/// Completion tokens of an answer that reported no usage, counted from its content in words (the
+/// simulator's tokenizer; what the stream path counts from its chunks).
 fn estimate_completion(choices: Option<&RawValue>) -> u64 {
     use tf_engine_sim::tokenizer::count_text;
     let Some(list) =
@@ -201,18 +108,30 @@ enum Broken {
     TooLarge(Option<Usage>),
 }
 
-/// Reads a non-streamed response, meters it, records the event and returns the response. The
-/// accounting stays in `pending` while the body is read, so a hang-up then is still recorded.
-pub async fn relay_whole(
-    upstream: crate::gateway::upstream_conn::UpstreamResponse,
-    pending: &mut crate::gateway::exchange::Pending,
+/// How a whole answer ended; in every case its event is recorded.
+#[derive(Debug)]
+pub enum WholeOutcome {
+    /// The answer, metered, with `model` rewritten to the name the client asked for.
+    Answer(Bytes),
+    /// A streamed request answered with something that is not an answer: the engine's error body.
+    EngineError(Vec<u8>),
+    /// Over [`WholeLimits::max_bytes`] (billed with the engine's usage found at its end, if any).
+    TooLarge,
+    /// Broken, cut, silent too long, or the accounting was already handed on.
+    Broken,
+}
+
+/// Reads a non-streamed response body, meters it and records the event. The accounting stays in
+/// `pending` while the body is read, so a hang-up then is still recorded.
+pub async fn read_whole<B, E>(
+    mut body: B,
+    pending: &mut Pending,
     limits: WholeLimits,
-) -> Reply {
-    use crate::gateway::exchange::settle;
-    let status = upstream.status;
-    let content_type = upstream.headers.get(http::header::CONTENT_TYPE).cloned();
+) -> WholeOutcome
+where
+    B: Stream<Item = Result<Bytes, E>> + Unpin,
+{
     let cut = pending.cut();
-    let mut body = upstream.body;
     let mut buf = Vec::new();
     let mut total = 0usize;
     let mut oversize: Option<Vec<u8>> = None;
@@ -257,7 +176,7 @@ pub async fn relay_whole(
     };
     drop(body);
     let Some(ctx) = pending.take() else {
-        return Reply::Failed(GatewayError::UpstreamUnavailable);
+        return WholeOutcome::Broken;
     };
     match outcome {
         Ok(()) => {
@@ -271,11 +190,11 @@ pub async fn relay_whole(
                 let mut ctx = ctx;
                 ctx.estimate_prompt = Box::new(|| 0);
                 settle(ctx, None, false, 0, UsageStatus::UpstreamError).await;
-                return Reply::Failed(crate::gateway::upstream_error::reshape(status, &buf));
+                return WholeOutcome::EngineError(buf);
             }
             let Some(probe) = probe else {
                 settle(ctx, None, true, 0, UsageStatus::Ok).await;
-                return whole(status, content_type, Bytes::from(buf));
+                return WholeOutcome::Answer(Bytes::from(buf));
             };
             let generated = if probe.usage.is_none() {
                 estimate_completion(probe.choices)
@@ -292,26 +211,18 @@ pub async fn relay_whole(
                 (Some(span), Ok(name)) => super::edit::apply(&buf, Some((span, &name)), None),
                 _ => buf,
             };
-            whole(status, content_type, body)
+            WholeOutcome::Answer(body)
         }
         Err(Broken::TooLarge(usage)) => {
             tracing::warn!(bytes = total, "upstream answer over the size limit");
             settle(ctx, usage, usage.is_some(), 0, UsageStatus::UpstreamError).await;
-            Reply::Failed(GatewayError::UpstreamTooLarge(limits.max_bytes))
+            WholeOutcome::TooLarge
         }
         Err(Broken::Status(status)) => {
             settle(ctx, None, false, 0, status).await;
-            Reply::Failed(GatewayError::UpstreamUnavailable)
+            WholeOutcome::Broken
         }
     }
-}
-
-fn whole(status: http::StatusCode, content_type: Option<http::HeaderValue>, body: Bytes) -> Reply {
-    Reply::Whole(WholeResponse {
-        status,
-        content_type,
-        body,
-    })
 }
 
 #[cfg(test)]

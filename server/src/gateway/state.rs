@@ -1,0 +1,47 @@
+//! The request path's shared state, built once by `app::build` and cloned into every handler.
+
+use std::sync::Arc;
+
+use tokio_util::task::TaskTracker;
+
+use super::auth::KeyCache;
+use super::body::BodyTiming;
+use super::resolve::RouteTable;
+use crate::usage::UsageSink;
+
+/// Shared state of the request path, cheap to clone.
+#[derive(Clone)]
+pub struct Gateway(Arc<GatewayInner>);
+
+pub struct GatewayInner {
+    /// API key -> tenant, cached.
+    pub keys: Arc<KeyCache>,
+    /// Served name -> upstream, as an atomically swapped snapshot.
+    pub routes: Arc<RouteTable>,
+    /// Where finished usage events go.
+    pub sink: Arc<dyn UsageSink>,
+    /// Metering tasks run here so shutdown can wait for them.
+    pub tracker: TaskTracker,
+    /// Cancelled at the shutdown deadline to cut streams still running.
+    pub cut: tokio_util::sync::CancellationToken,
+    /// Largest request body accepted. A non-streamed response may be larger: the exchange reads
+    /// up to this or 64 MiB, whichever is more (`handlers::handle`).
+    pub max_body_bytes: usize,
+    /// How long a request body may take to arrive.
+    pub body_timing: BodyTiming,
+    /// Admission: rate limits, spend and concurrency caps, shared through Redis.
+    pub quota: crate::quota::Quota,
+}
+
+impl Gateway {
+    pub fn new(inner: GatewayInner) -> Self {
+        Self(Arc::new(inner))
+    }
+}
+
+impl std::ops::Deref for Gateway {
+    type Target = GatewayInner;
+    fn deref(&self) -> &GatewayInner {
+        &self.0
+    }
+}

@@ -1,0 +1,166 @@
+//! The accounting of one request: [`MeterContext`] finishes its usage event (counts, outcome,
+//! the quota's settlement, the sink), and [`Pending`] holds it while the upstream exchange runs,
+//! so a client that hangs up (hyper drops the handler) is still recorded, on the tracker. The
+//! accounting never depends on the client staying.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures::FutureExt;
+
+use crate::usage::{Provenance, Usage, UsageEvent, UsageSink, UsageStatus};
+
+/// Everything needed to finish the usage event of one request.
+pub struct MeterContext {
+    /// The event with identity fields filled and zero tokens.
+    pub event: UsageEvent,
+    pub started: Instant,
+    /// Prompt tokens counted by the gateway from the prompt's words (no real tokenizer: a count
+    /// no BPE tokenizer goes below), computed only if the engine never reported usage.
+    pub estimate_prompt: Box<dyn FnOnce() -> u64 + Send>,
+    pub sink: Arc<dyn UsageSink>,
+    /// Fires at the shutdown deadline: the stream is cut, billed and ended with an error event.
+    pub cut: tokio_util::sync::CancellationToken,
+    /// The request's hold on its limits: settled from the final event below; dropped unsettled
+    /// (error path, panic) it frees its slots by itself.
+    pub admitted: Option<crate::quota::Admitted>,
+    /// Where a hung-up stream's accounting runs (shutdown waits for it).
+    pub tracker: tokio_util::task::TaskTracker,
+}
+
+impl MeterContext {
+    /// Fills in counts and outcome and hands the event to the sink. `usage_final`: `usage` is the
+    /// engine's final count (else its last running one); `generated`: completion tokens counted
+    /// by the gateway, billed when the engine reported no usage.
+    pub async fn settle(
+        self,
+        usage: Option<Usage>,
+        usage_final: bool,
+        generated: u64,
+        status: UsageStatus,
+        ttft_ms: Option<i32>,
+    ) -> UsageEvent {
+        let admitted = self.admitted;
+        let mut event = self.event;
+        let (prompt, cached, completion, provenance) = match usage {
+            Some(u) => (
+                u.prompt_tokens,
+                u.cached_tokens(),
+                u.completion_tokens,
+                if usage_final {
+                    Provenance::Engine
+                } else {
+                    Provenance::Partial
+                },
+            ),
+            None => (
+                (self.estimate_prompt)(),
+                0,
+                generated,
+                Provenance::Estimated,
+            ),
+        };
+        event.prompt_tokens = clamp_i64(prompt);
+        event.cached_tokens = clamp_i64(cached);
+        event.completion_tokens = clamp_i64(completion);
+        event.provenance = provenance;
+        event.status = status;
+        event.ttft_ms = ttft_ms;
+        event.duration_ms = i32::try_from(self.started.elapsed().as_millis()).unwrap_or(i32::MAX);
+        // Quota first: the spend is queued for Redis before the event exists, and every writer
+        // to PostgreSQL waits until Redis has it (`Quota::spend_flushed`), so Redis never counts
+        // less than PostgreSQL has billed and the reconciler only ever raises counters.
+        if let Some(admitted) = admitted {
+            admitted.settle(&event).await;
+        }
+        if let Err(e) = self.sink.record(&event).await {
+            tracing::error!(request_id = %event.request_id, error = %e, "usage event not recorded");
+        }
+        event
+    }
+}
+
+fn clamp_i64(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// A request's accounting while the exchange runs. Dropped with it still inside (the client hung
+/// up), it records a client abort on the tracker.
+pub struct Pending {
+    ctx: Option<MeterContext>,
+    /// The engine answered: a later abort bills the estimated prompt (the engine had it).
+    answered: bool,
+}
+
+impl Pending {
+    pub fn new(ctx: MeterContext) -> Self {
+        Self {
+            ctx: Some(ctx),
+            answered: false,
+        }
+    }
+
+    /// The shutdown deadline's token (cancelled when streams and bodies still reading are cut).
+    pub fn cut(&self) -> tokio_util::sync::CancellationToken {
+        self.ctx.as_ref().map(|c| c.cut.clone()).unwrap_or_default()
+    }
+
+    /// Hands the context on (to a metered stream, or to [`settle`]).
+    pub fn take(&mut self) -> Option<MeterContext> {
+        self.ctx.take()
+    }
+
+    /// The engine answered: from now on a hang-up bills the estimated prompt.
+    pub fn mark_answered(&mut self) {
+        self.answered = true;
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        let Some(mut ctx) = self.ctx.take() else {
+            return;
+        };
+        if !self.answered {
+            // INVARIANT: never bill more than the engine produced. Hung up before the engine
+            // answered, the gateway cannot prove the engine ever had the request (it may still
+            // be in flight), so the event records the abort with zero tokens: under-billing is
+            // the safe side. Test: reconciliation::every_event_matches_the_engine_ledger.
+            ctx.estimate_prompt = Box::new(|| 0);
+        }
+        let tracker = ctx.tracker.clone();
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => {
+                tracker.spawn_on(
+                    ctx.settle(None, false, 0, UsageStatus::ClientAbort, None)
+                        .map(drop),
+                    &handle,
+                );
+            }
+            Err(_) => tracing::error!("usage event dropped: no runtime to record it on"),
+        }
+    }
+}
+
+/// Records the event without letting a hang-up cancel it: inline when recording completes at
+/// once (the usual case: the journal appends on the caller's task), else on the tracker, awaited.
+pub async fn settle(
+    ctx: MeterContext,
+    usage: Option<Usage>,
+    usage_final: bool,
+    generated: u64,
+    status: UsageStatus,
+) {
+    let request_id = ctx.event.request_id;
+    let tracker = ctx.tracker.clone();
+    let mut record = ctx
+        .settle(usage, usage_final, generated, status, None)
+        .map(drop)
+        .boxed();
+    if (&mut record).now_or_never().is_some() {
+        return;
+    }
+    if let Err(e) = tracker.spawn(record).await {
+        tracing::error!(%request_id, error = %e, "recording a usage event failed");
+    }
+}

@@ -1,0 +1,175 @@
+//! The usage event (the metered fact) and the sink trait every store of it implements. Every
+//! request that reached an upstream produces exactly one event, keyed by its request id; storage
+//! enforces uniqueness, so a retried emission can never count twice. Stores: `usage_store`
+//! (PostgreSQL) and `journal` (the local journal, shipped to PostgreSQL).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+/// Token counts as an engine reports them (`usage` of the OpenAI API). Missing details are 0.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+pub struct Usage {
+    #[serde(default)]
+    pub prompt_tokens: u64,
+    #[serde(default)]
+    pub completion_tokens: u64,
+    #[serde(default)]
+    pub prompt_tokens_details: Option<PromptDetails>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+pub struct PromptDetails {
+    #[serde(default)]
+    pub cached_tokens: Option<u64>,
+}
+
+impl Usage {
+    pub fn cached_tokens(&self) -> u64 {
+        self.prompt_tokens_details
+            .and_then(|d| d.cached_tokens)
+            .unwrap_or(0)
+            .min(self.prompt_tokens)
+    }
+}
+
+/// How an event's counts were obtained.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, sqlx::Type)]
+#[sqlx(type_name = "text", rename_all = "snake_case")]
+#[serde(rename_all = "snake_case")]
+pub enum Provenance {
+    /// The engine's final usage.
+    Engine,
+    /// The engine's last running usage before the stream was cut.
+    Partial,
+    /// Counted by the gateway, not by a tokenizer: completion from the chunks or content it
+    /// received, prompt from the prompt's words.
+    Estimated,
+}
+
+impl Provenance {
+    /// The stored name (as sqlx and serde write it).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Engine => "engine",
+            Self::Partial => "partial",
+            Self::Estimated => "estimated",
+        }
+    }
+}
+
+/// How the request ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, sqlx::Type)]
+#[sqlx(type_name = "text", rename_all = "snake_case")]
+#[serde(rename_all = "snake_case")]
+pub enum UsageStatus {
+    Ok,
+    ClientAbort,
+    UpstreamError,
+    /// Cut by the gateway at its shutdown deadline; billed like an abort.
+    Interrupted,
+    /// Refused at admission (a limit); carries no tokens.
+    Rejected,
+}
+
+impl UsageStatus {
+    /// The stored name (as sqlx and serde write it).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Ok => "ok",
+            Self::ClientAbort => "client_abort",
+            Self::UpstreamError => "upstream_error",
+            Self::Interrupted => "interrupted",
+            Self::Rejected => "rejected",
+        }
+    }
+}
+
+/// One metered request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, sqlx::FromRow)]
+pub struct UsageEvent {
+    pub request_id: Uuid,
+    pub tenant_id: Uuid,
+    pub api_key_id: Option<Uuid>,
+    pub served_name: String,
+    pub base_model: String,
+    pub adapter: Option<String>,
+    pub graph: String,
+    pub price_key: String,
+    pub prompt_tokens: i64,
+    pub cached_tokens: i64,
+    pub completion_tokens: i64,
+    pub provenance: Provenance,
+    pub status: UsageStatus,
+    pub stream: bool,
+    pub ttft_ms: Option<i32>,
+    pub duration_ms: i32,
+    #[serde(with = "time::serde::rfc3339")]
+    pub started_at: OffsetDateTime,
+}
+
+pub type SinkFuture<'a> = Pin<Box<dyn Future<Output = anyhow::Result<()>> + Send + 'a>>;
+
+/// Where finished events go. `record` resolves once the event is as durable as the sink
+/// promises; the request path awaits it before the response's final bytes leave.
+pub trait UsageSink: Send + Sync + 'static {
+    fn record<'a>(&'a self, event: &'a UsageEvent) -> SinkFuture<'a>;
+}
+
+/// Resolves once every spend settled so far has reached the shared counters (Redis). Every writer
+/// of usage to PostgreSQL waits on it first, so Redis never counts less than PostgreSQL has
+/// billed and the spend reconciler only ever raises counters. A value built where the server is
+/// assembled (from the quota), so the stores that wait on it need not know the quota.
+#[derive(Clone)]
+pub struct SpendBarrier(Arc<dyn Fn() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>);
+
+impl SpendBarrier {
+    pub fn new<F, Fut>(wait: F) -> Self
+    where
+        F: Fn() -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        Self(Arc::new(move || Box::pin(wait())))
+    }
+
+    /// Waits for the spend settled before this call.
+    pub async fn wait(&self) {
+        (self.0)().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stored_names_match_the_serde_and_sqlx_names() {
+        let serde_name = |v: serde_json::Value| v.as_str().map(str::to_owned);
+        for p in [
+            Provenance::Engine,
+            Provenance::Partial,
+            Provenance::Estimated,
+        ] {
+            assert_eq!(
+                serde_name(serde_json::json!(p)).as_deref(),
+                Some(p.as_str())
+            );
+        }
+        for s in [
+            UsageStatus::Ok,
+            UsageStatus::ClientAbort,
+            UsageStatus::UpstreamError,
+            UsageStatus::Interrupted,
+            UsageStatus::Rejected,
+        ] {
+            assert_eq!(
+                serde_name(serde_json::json!(s)).as_deref(),
+                Some(s.as_str())
+            );
+        }
+    }
+}
