@@ -104,7 +104,7 @@ pub async fn create_tenant(
 pub async fn find_tenant(pool: &PgPool, name: &str) -> Result<Tenant, AccountError> {
     db::accounts::tenant_by_name(pool, name)
         .await?
-    .ok_or_else(|| AccountError::NotFound(format!("tenant {name}")))
+        .ok_or_else(|| AccountError::NotFound(format!("tenant {name}")))
 }
 
 pub async fn tenant_by_id(pool: &PgPool, id: Uuid) -> Result<Tenant, AccountError> {
@@ -160,9 +160,7 @@ pub async fn create_user(
         role,
         tenant_id,
     };
-    db::accounts::insert_user(pool, &new)
-        .await
-    .map_err(|e| {
+    db::accounts::insert_user(pool, &new).await.map_err(|e| {
         if unique_violation(&e) {
             AccountError::Exists(format!("user {email}"))
         } else {

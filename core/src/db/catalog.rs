@@ -19,7 +19,11 @@ pub struct BaseUpsert<'a> {
 
 /// Upserts `bases` of `fleet` in one transaction; a base that moved (new port) gets its new URL.
 /// Price key and price are kept on update (an operator's choice, not the backend's).
-pub async fn upsert_bases(pool: &PgPool, fleet: &str, bases: &[BaseUpsert<'_>]) -> sqlx::Result<()> {
+pub async fn upsert_bases(
+    pool: &PgPool,
+    fleet: &str,
+    bases: &[BaseUpsert<'_>],
+) -> sqlx::Result<()> {
     let mut tx = pool.begin().await?;
     for b in bases {
         sqlx::query!(

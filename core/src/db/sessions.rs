@@ -62,9 +62,12 @@ pub async fn load(pool: &PgPool, id_sha256: &[u8]) -> sqlx::Result<Option<Sessio
 }
 
 pub async fn delete(pool: &PgPool, id_sha256: &[u8]) -> sqlx::Result<()> {
-    sqlx::query!("DELETE FROM portal_sessions WHERE id_sha256 = $1", id_sha256)
-        .execute(pool)
-        .await?;
+    sqlx::query!(
+        "DELETE FROM portal_sessions WHERE id_sha256 = $1",
+        id_sha256
+    )
+    .execute(pool)
+    .await?;
     Ok(())
 }
 

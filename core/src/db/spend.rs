@@ -89,3 +89,132 @@ pub async fn consumption(
     .fetch_one(pool)
     .await
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::money::cost_micros;
+    use crate::usage::{Provenance, UsageEvent, UsageStatus};
+
+    fn event(tenant: Uuid, key: Uuid, base: &str, prompt: i64, completion: i64) -> UsageEvent {
+        UsageEvent {
+            request_id: Uuid::now_v7(),
+            tenant_id: tenant,
+            api_key_id: Some(key),
+            served_name: base.into(),
+            base_model: base.into(),
+            adapter: None,
+            graph: base.into(),
+            price_key: base.into(),
+            prompt_tokens: prompt,
+            cached_tokens: 0,
+            completion_tokens: completion,
+            provenance: Provenance::Engine,
+            status: UsageStatus::Ok,
+            stream: false,
+            ttft_ms: None,
+            duration_ms: 1,
+            started_at: OffsetDateTime::now_utc(),
+        }
+    }
+
+    /// INVARIANT of `money::cost_micros`: the SQL aggregates price each event exactly as it does.
+    #[sqlx::test(migrator = "crate::db::MIGRATOR")]
+    async fn sql_spend_agrees_with_cost_micros(pool: PgPool) {
+        let tenant = crate::db::accounts::insert_tenant(&pool, "acme", "Acme")
+            .await
+            .unwrap();
+        let key = crate::db::keys::insert(
+            &pool,
+            &crate::db::keys::NewKey {
+                tenant_id: tenant.id,
+                name: "k",
+                prefix: "tf-abcdefgh",
+                sha256: &[7; 32],
+            },
+        )
+        .await
+        .unwrap();
+        let prices = [
+            ("free", 0_i64),
+            ("one", 1),
+            ("odd", 999),
+            ("dear", 1_000_000),
+        ];
+        let bases: Vec<_> = prices
+            .iter()
+            .map(|(name, _)| crate::db::catalog::BaseUpsert {
+                name,
+                graph: name,
+                upstream_url: "http://127.0.0.1:1/v1",
+                upstream_model: name,
+                continuous_usage: true,
+                denied_fields: None,
+                prompt_estimator: "byte-bound",
+            })
+            .collect();
+        crate::db::catalog::upsert_bases(&pool, "static", &bases)
+            .await
+            .unwrap();
+        for (name, price) in prices {
+            sqlx::query!(
+                "UPDATE base_models SET micros_per_1k_tokens = $2 WHERE name = $1",
+                name,
+                price
+            )
+            .execute(&pool)
+            .await
+            .unwrap();
+        }
+        let counts = [
+            (0, 0),
+            (1, 0),
+            (0, 999),
+            (500, 500),
+            (1000, 1),
+            (7, 3),
+            (123_456, 789),
+        ];
+        let mut events = Vec::new();
+        let mut expected = 0;
+        for (name, price) in prices {
+            for (prompt, completion) in counts {
+                events.push(event(tenant.id, key.id, name, prompt, completion));
+                expected += cost_micros(u64::try_from(prompt + completion).unwrap(), price);
+            }
+        }
+        crate::db::usage::insert_batch(&pool, &events)
+            .await
+            .unwrap();
+        let all = crate::db::limits::RateChange::default();
+        let limited = crate::db::limits::Change {
+            given: true,
+            value: Some(1),
+        };
+        let rates = crate::db::limits::RateChange {
+            spend_limit_micros: limited,
+            ..all
+        };
+        crate::db::limits::update_tenant(&pool, tenant.id, &rates, &Default::default())
+            .await
+            .unwrap();
+        crate::db::limits::update_key(&pool, key.id, tenant.id, &rates)
+            .await
+            .unwrap();
+        let since = OffsetDateTime::now_utc() - time::Duration::hours(1);
+        let mut billed = billed_by_limited_subject(&pool, since).await.unwrap();
+        billed.sort_by_key(|(s, _)| matches!(s, Subject::Key(_)));
+        assert_eq!(
+            billed,
+            vec![
+                (Subject::Tenant(tenant.id), expected),
+                (Subject::Key(key.id), expected)
+            ]
+        );
+        let shown = consumption(&pool, tenant.id, Some(key.id), since)
+            .await
+            .unwrap();
+        assert_eq!(shown.spend_micros, expected);
+        assert!(expected > 0);
+    }
+}

@@ -16,9 +16,9 @@ use std::time::Duration;
 
 use sqlx::pool::PoolConnection;
 use sqlx::{PgPool, Postgres};
-use time::OffsetDateTime;
 use tf_core::db::leader as advisory;
 use tf_core::db::spend::{self, Subject};
+use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 
 use super::admission::Inner;
