@@ -126,10 +126,3 @@ pub async fn user_by_id(pool: &PgPool, id: Uuid) -> sqlx::Result<Option<User>> {
     .fetch_optional(pool)
     .await
 }
-
-/// The id of the user with this (normalised) email.
-pub async fn user_id_by_email(pool: &PgPool, email: &str) -> sqlx::Result<Option<Uuid>> {
-    sqlx::query_scalar!("SELECT id FROM users WHERE email = $1", email)
-        .fetch_optional(pool)
-        .await
-}
