@@ -10,6 +10,8 @@ scripts/ensure-services.sh
 export DATABASE_URL="${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres}"
 
 cargo fmt --all -- --check
+# Every query! against the migrated schema, and `.sqlx/` up to date (a stale one fails here).
+scripts/sqlx-prepare.sh --check
 cargo clippy --workspace --all-targets -- -D warnings
 cargo clippy -p tf-app --features ssr --all-targets -- -D warnings
 python3 scripts/import-cycles.py   # no file-level import loop, server/src's layers only point down

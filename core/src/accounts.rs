@@ -5,45 +5,12 @@ use argon2::password_hash::{
     rand_core::OsRng, PasswordHash, PasswordHasher, PasswordVerifier, SaltString,
 };
 use argon2::Argon2;
-use serde::Serialize;
 use sqlx::PgPool;
 use uuid::Uuid;
 
-/// Whether a tenant may use the product.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, sqlx::Type)]
-#[sqlx(type_name = "text", rename_all = "snake_case")]
-#[serde(rename_all = "snake_case")]
-pub enum TenantStatus {
-    Active,
-    Suspended,
-}
-
-/// What a portal user may do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, sqlx::Type)]
-#[sqlx(type_name = "text", rename_all = "snake_case")]
-#[serde(rename_all = "snake_case")]
-pub enum Role {
-    /// Sees and manages only their own tenant.
-    TenantMember,
-    /// Operates the platform.
-    Admin,
-}
-
-#[derive(Debug, Clone, sqlx::FromRow, Serialize)]
-pub struct Tenant {
-    pub id: Uuid,
-    pub name: String,
-    pub display_name: String,
-    pub status: TenantStatus,
-}
-
-#[derive(Debug, Clone, sqlx::FromRow, Serialize)]
-pub struct User {
-    pub id: Uuid,
-    pub email: String,
-    pub role: Role,
-    pub tenant_id: Option<Uuid>,
-}
+use crate::db;
+use crate::db::accounts::NewUser;
+pub use crate::tenancy::{Role, Tenant, TenantStatus, User};
 
 /// Errors of account operations, worded for the CLI and the portal.
 #[derive(Debug, thiserror::Error)]
@@ -119,15 +86,8 @@ pub async fn create_tenant(
     name: &str,
     display_name: &str,
 ) -> Result<Tenant, AccountError> {
-    sqlx::query_as::<_, Tenant>(
-        "INSERT INTO tenants (id, name, display_name) VALUES ($1, $2, $3)
-         RETURNING id, name, display_name, status",
-    )
-    .bind(Uuid::now_v7())
-    .bind(name)
-    .bind(display_name)
-    .fetch_one(pool)
-    .await
+    db::accounts::insert_tenant(pool, name, display_name)
+        .await
     .map_err(|e| {
         if unique_violation(&e) {
             AccountError::Exists(format!("tenant {name}"))
@@ -142,19 +102,13 @@ pub async fn create_tenant(
 }
 
 pub async fn find_tenant(pool: &PgPool, name: &str) -> Result<Tenant, AccountError> {
-    sqlx::query_as::<_, Tenant>(
-        "SELECT id, name, display_name, status FROM tenants WHERE name = $1",
-    )
-    .bind(name)
-    .fetch_optional(pool)
-    .await?
-    .ok_or_else(|| AccountError::NotFound(format!("tenant {name}")))
+    db::accounts::tenant_by_name(pool, name)
+        .await?
+        .ok_or_else(|| AccountError::NotFound(format!("tenant {name}")))
 }
 
 pub async fn tenant_by_id(pool: &PgPool, id: Uuid) -> Result<Tenant, AccountError> {
-    sqlx::query_as::<_, Tenant>("SELECT id, name, display_name, status FROM tenants WHERE id = $1")
-        .bind(id)
-        .fetch_optional(pool)
+    db::accounts::tenant_by_id(pool, id)
         .await?
         .ok_or_else(|| AccountError::NotFound("tenant".into()))
 }
@@ -164,12 +118,7 @@ pub async fn set_tenant_status(
     name: &str,
     status: TenantStatus,
 ) -> Result<(), AccountError> {
-    let done = sqlx::query("UPDATE tenants SET status = $2 WHERE name = $1")
-        .bind(name)
-        .bind(status)
-        .execute(pool)
-        .await?;
-    if done.rows_affected() == 0 {
+    if !db::accounts::set_tenant_status(pool, name, status).await? {
         return Err(AccountError::NotFound(format!("tenant {name}")));
     }
     Ok(())
@@ -205,18 +154,13 @@ pub async fn create_user(
     }
     check_password(password)?;
     let hash = hash_password(password).await?;
-    sqlx::query_as::<_, User>(
-        "INSERT INTO users (id, email, password_hash, role, tenant_id) VALUES ($1, $2, $3, $4, $5)
-         RETURNING id, email, role, tenant_id",
-    )
-    .bind(Uuid::now_v7())
-    .bind(&email)
-    .bind(hash)
-    .bind(role)
-    .bind(tenant_id)
-    .fetch_one(pool)
-    .await
-    .map_err(|e| {
+    let new = NewUser {
+        email: &email,
+        password_hash: &hash,
+        role,
+        tenant_id,
+    };
+    db::accounts::insert_user(pool, &new).await.map_err(|e| {
         if unique_violation(&e) {
             AccountError::Exists(format!("user {email}"))
         } else {
@@ -234,10 +178,7 @@ pub async fn reset_password(
     check_password(password)?;
     let hash = hash_password(password).await?;
     let email = email.trim().to_lowercase();
-    sqlx::query_scalar("UPDATE users SET password_hash = $2 WHERE email = $1 RETURNING id")
-        .bind(&email)
-        .bind(hash)
-        .fetch_optional(pool)
+    db::accounts::set_password_hash(pool, &email, &hash)
         .await?
         .ok_or_else(|| AccountError::NotFound(format!("user {email}")))
 }
@@ -255,23 +196,8 @@ pub async fn authenticate(
     email: &str,
     password: &str,
 ) -> Result<Result<User, LoginRefusal>, AccountError> {
-    #[derive(sqlx::FromRow)]
-    struct Row {
-        id: Uuid,
-        email: String,
-        role: Role,
-        tenant_id: Option<Uuid>,
-        password_hash: String,
-        tenant_status: Option<TenantStatus>,
-    }
     let email = email.trim().to_lowercase();
-    let row = sqlx::query_as::<_, Row>(
-        "SELECT u.id, u.email, u.role, u.tenant_id, u.password_hash, t.status AS tenant_status
-         FROM users u LEFT JOIN tenants t ON t.id = u.tenant_id WHERE u.email = $1",
-    )
-    .bind(&email)
-    .fetch_optional(pool)
-    .await?;
+    let row = db::accounts::login_row(pool, &email).await?;
     let Some(row) = row else {
         verify_password(password, dummy_hash().await).await;
         return Ok(Err(LoginRefusal::BadCredentials));
@@ -296,12 +222,7 @@ pub async fn user_by_id(
     pool: &PgPool,
     id: Uuid,
 ) -> Result<Option<(User, Option<Tenant>)>, AccountError> {
-    let Some(user) =
-        sqlx::query_as::<_, User>("SELECT id, email, role, tenant_id FROM users WHERE id = $1")
-            .bind(id)
-            .fetch_optional(pool)
-            .await?
-    else {
+    let Some(user) = db::accounts::user_by_id(pool, id).await? else {
         return Ok(None);
     };
     let tenant = match user.tenant_id {

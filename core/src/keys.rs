@@ -7,6 +7,9 @@ use sha2::{Digest, Sha256};
 use sqlx::PgPool;
 use uuid::Uuid;
 
+use crate::db;
+pub use crate::tenancy::ApiKey;
+
 /// Every key starts with this, so a leaked key is recognisable by secret scanners.
 pub const KEY_PREFIX: &str = "tf-";
 /// How many characters of the key (after `tf-`) are kept in clear as its visible prefix.
@@ -47,33 +50,16 @@ pub fn generate() -> NewKey {
     }
 }
 
-/// A key as stored, without its secret.
-#[derive(Debug, Clone, sqlx::FromRow, serde::Serialize)]
-pub struct ApiKey {
-    pub id: Uuid,
-    pub tenant_id: Uuid,
-    pub name: String,
-    pub prefix: String,
-    pub created_at: time::OffsetDateTime,
-    pub last_used_at: Option<time::OffsetDateTime>,
-    pub revoked_at: Option<time::OffsetDateTime>,
-}
-
 /// Issues a key for `tenant_id`; returns the stored row and the secret to show once.
 pub async fn issue(pool: &PgPool, tenant_id: Uuid, name: &str) -> sqlx::Result<(ApiKey, String)> {
     let key = generate();
-    let row = sqlx::query_as::<_, ApiKey>(
-        "INSERT INTO api_keys (id, tenant_id, name, prefix, secret_sha256)
-         VALUES ($1, $2, $3, $4, $5)
-         RETURNING id, tenant_id, name, prefix, created_at, last_used_at, revoked_at",
-    )
-    .bind(Uuid::now_v7())
-    .bind(tenant_id)
-    .bind(name)
-    .bind(&key.prefix)
-    .bind(&key.sha256[..])
-    .fetch_one(pool)
-    .await?;
+    let new = db::keys::NewKey {
+        tenant_id,
+        name,
+        prefix: &key.prefix,
+        sha256: &key.sha256,
+    };
+    let row = db::keys::insert(pool, &new).await?;
     Ok((row, key.secret))
 }
 
@@ -84,16 +70,7 @@ pub async fn revoke(
     tenant_id: Option<Uuid>,
     prefix_or_key: &str,
 ) -> sqlx::Result<bool> {
-    let prefix = visible_prefix(prefix_or_key);
-    let done = sqlx::query(
-        "UPDATE api_keys SET revoked_at = now()
-         WHERE prefix = $1 AND revoked_at IS NULL AND ($2::uuid IS NULL OR tenant_id = $2)",
-    )
-    .bind(prefix)
-    .bind(tenant_id)
-    .execute(pool)
-    .await?;
-    Ok(done.rows_affected() > 0)
+    db::keys::revoke_prefix_of(pool, tenant_id, visible_prefix(prefix_or_key)).await
 }
 
 /// The visible prefix of a whole key, or the argument itself when it already is a prefix.
@@ -110,25 +87,13 @@ pub fn visible_prefix(prefix_or_key: &str) -> &str {
 /// Revokes the key with this id (any tenant's; operators only). Returns the revoked key, or
 /// `None` when no unrevoked key has that id.
 pub async fn revoke_by_id(pool: &PgPool, id: Uuid) -> sqlx::Result<Option<ApiKey>> {
-    sqlx::query_as::<_, ApiKey>(
-        "UPDATE api_keys SET revoked_at = now() WHERE id = $1 AND revoked_at IS NULL
-         RETURNING id, tenant_id, name, prefix, created_at, last_used_at, revoked_at",
-    )
-    .bind(id)
-    .fetch_optional(pool)
-    .await
+    db::keys::revoke_by_id(pool, id).await
 }
 
 /// Revokes the unrevoked key with this visible prefix (or whole key) of any tenant (operators
 /// only). Returns the revoked key, or `None` when there is none.
 pub async fn revoke_by_prefix(pool: &PgPool, prefix_or_key: &str) -> sqlx::Result<Option<ApiKey>> {
-    sqlx::query_as::<_, ApiKey>(
-        "UPDATE api_keys SET revoked_at = now() WHERE prefix = $1 AND revoked_at IS NULL
-         RETURNING id, tenant_id, name, prefix, created_at, last_used_at, revoked_at",
-    )
-    .bind(visible_prefix(prefix_or_key))
-    .fetch_optional(pool)
-    .await
+    db::keys::revoke_by_prefix(pool, visible_prefix(prefix_or_key)).await
 }
 
 #[cfg(test)]

@@ -1,10 +1,18 @@
-//! Token Factory's shared domain: the database connection and migrations, tenants, portal users
-//! and API keys, and the replica's Redis connection slot. Both the portal (`tf-app`, server side) and the `tokenfactory` binary use it, so
-//! the rules (how a key is hashed, how a password is checked) live in exactly one place.
+//! Token Factory's shared domain, below every other crate: the tenancy and usage records, money,
+//! and the data-access layer (`db`, every SQL statement of the product, checked at compile time),
+//! with the rules that must live in exactly one place (how a key is hashed, how a password is
+//! checked) and the replica's Redis connection slot. The portal (`tf-app`, server side) and the
+//! `tokenfactory` binary both use it.
+//!
+//! Inside, imports point one way: `tenancy`, `usage`, `money` (records) <- `db` (statements) <-
+//! `accounts`, `keys` (rules).
 
 pub mod accounts;
 pub mod db;
 pub mod keys;
+pub mod money;
 pub mod redis_slot;
+pub mod tenancy;
+pub mod usage;
 
-pub use accounts::{Role, TenantStatus};
+pub use tenancy::{Role, TenantStatus};

@@ -105,17 +105,14 @@ fn main() {
             prompt_estimator: tokenfactory::engine_policy::PromptEstimator::SimWords,
         };
         fleet::register_bases(&pool, "static", &[reg]).await.unwrap();
-        sqlx::query("UPDATE base_models SET micros_per_1k_tokens = 1").execute(&pool).await.unwrap();
+        sqlx::query!("UPDATE base_models SET micros_per_1k_tokens = 1").execute(&pool).await.unwrap();
         let free = tf_core::accounts::create_tenant(&pool, "free", "Free").await.unwrap();
         let (_, free_key) = tf_core::keys::issue(&pool, free.id, "bench").await.unwrap();
         let limited = tf_core::accounts::create_tenant(&pool, "limited", "Limited").await.unwrap();
         let (limited_key_row, limited_key) = tf_core::keys::issue(&pool, limited.id, "bench").await.unwrap();
         let big = 1_000_000_000_000i64;
-        sqlx::query("INSERT INTO tenant_limits VALUES ($1, $2, $2, $2, $2, $2, 1)").bind(limited.id).bind(big).execute(&pool).await.unwrap();
-        sqlx::query("INSERT INTO key_limits (api_key_id, tenant_id, requests_per_minute, tokens_per_minute, spend_limit_micros) VALUES ($1, $2, $3, $3, $3)")
-            .bind(limited_key_row.id)
-            .bind(limited.id)
-            .bind(big)
+        sqlx::query!("INSERT INTO tenant_limits (tenant_id, requests_per_minute, tokens_per_minute, spend_limit_micros, max_in_flight, max_long_prompts, long_prompt_tokens) VALUES ($1, $2, $2, $2, $2, $2, 1)", limited.id, big).execute(&pool).await.unwrap();
+        sqlx::query!("INSERT INTO key_limits (api_key_id, tenant_id, requests_per_minute, tokens_per_minute, spend_limit_micros) VALUES ($1, $2, $3, $3, $3)", limited_key_row.id, limited.id, big)
             .execute(&pool)
             .await
             .unwrap();

@@ -110,7 +110,7 @@ fn main() {
         let shipped = t0.elapsed();
         cancel.cancel();
         ship_task.await.unwrap();
-        let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM usage_events").fetch_one(&pool).await.unwrap();
+        let rows: i64 = sqlx::query_scalar!(r#"SELECT count(*) AS "n!" FROM usage_events"#).fetch_one(&pool).await.unwrap();
         println!("journal benchmark: {} events", n / 50 * 50);
         println!(
             "append: {:.0} events/s; append + ship into PostgreSQL: {:.0} events/s (target >= 20000); rows {rows}",

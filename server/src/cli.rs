@@ -266,7 +266,7 @@ pub enum AdminCommand {
         until: Option<String>,
     },
     /// Set or show the limits of a tenant or a key (no value flags: show limits and consumption).
-    Limits(crate::quota::admin::LimitsArgs),
+    Limits(LimitsArgs),
 }
 
 impl AdminCommand {
@@ -284,6 +284,57 @@ impl AdminCommand {
             Self::Limits(args) => &args.db,
         }
     }
+}
+
+/// A value flag of `admin limits`: a number sets the limit, `none` removes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Setting {
+    Set(i64),
+    Clear,
+}
+
+impl std::str::FromStr for Setting {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s.eq_ignore_ascii_case("none") {
+            return Ok(Self::Clear);
+        }
+        match s.parse::<i64>() {
+            Ok(n) if n >= 0 => Ok(Self::Set(n)),
+            _ => Err(format!("{s:?} is not a non-negative integer or `none`")),
+        }
+    }
+}
+
+/// Flags of `admin limits`.
+#[derive(Debug, Clone, Args)]
+pub struct LimitsArgs {
+    #[command(flatten)]
+    pub db: DbArgs,
+    /// The tenant (handle) whose limits to set or show.
+    #[arg(long, required_unless_present = "key", conflicts_with = "key")]
+    pub tenant: Option<String>,
+    /// The key (visible prefix or whole key) whose limits to set or show.
+    #[arg(long)]
+    pub key: Option<String>,
+    /// Requests per minute (`none` removes the limit).
+    #[arg(long)]
+    pub rpm: Option<Setting>,
+    /// Prompt + completion tokens per minute (`none` removes the limit).
+    #[arg(long)]
+    pub tpm: Option<Setting>,
+    /// Spend per calendar month (UTC) in micro-units (`none` removes the limit).
+    #[arg(long)]
+    pub spend_limit: Option<Setting>,
+    /// Concurrent requests per graph (tenants only; `none` removes the cap).
+    #[arg(long)]
+    pub max_in_flight: Option<Setting>,
+    /// Concurrent long prompts per graph (tenants only; `none` removes the cap).
+    #[arg(long)]
+    pub max_long_prompts: Option<Setting>,
+    /// Prompt tokens from which a request counts as long (tenants only; `none`: server default).
+    #[arg(long)]
+    pub long_prompt_tokens: Option<Setting>,
 }
 
 /// The `engine-sim` command; the defaults are [`SimConfig::default`]'s.

@@ -174,12 +174,5 @@ async fn kept_password(
 
 /// Whether `key` is an unrevoked key of the demo tenant.
 async fn key_works(pool: &PgPool, tenant: Uuid, key: &str) -> sqlx::Result<bool> {
-    sqlx::query_scalar(
-        "SELECT EXISTS (SELECT 1 FROM api_keys
-                        WHERE secret_sha256 = $1 AND tenant_id = $2 AND revoked_at IS NULL)",
-    )
-    .bind(&keys::hash_secret(key)[..])
-    .bind(tenant)
-    .fetch_one(pool)
-    .await
+    tf_core::db::keys::is_live_key_of(pool, tenant, &keys::hash_secret(key)).await
 }

@@ -7,9 +7,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
-use time::OffsetDateTime;
-use uuid::Uuid;
+use serde::Deserialize;
 
 /// Token counts as an engine reports them (`usage` of the OpenAI API). Missing details are 0.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -37,80 +35,7 @@ impl Usage {
     }
 }
 
-/// How an event's counts were obtained.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, sqlx::Type)]
-#[sqlx(type_name = "text", rename_all = "snake_case")]
-#[serde(rename_all = "snake_case")]
-pub enum Provenance {
-    /// The engine's final usage.
-    Engine,
-    /// The engine's last running usage before the stream was cut.
-    Partial,
-    /// Counted by the gateway, not by a tokenizer: completion from the chunks or content it
-    /// received, prompt from the prompt's words.
-    Estimated,
-}
-
-impl Provenance {
-    /// The stored name (as sqlx and serde write it).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Engine => "engine",
-            Self::Partial => "partial",
-            Self::Estimated => "estimated",
-        }
-    }
-}
-
-/// How the request ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, sqlx::Type)]
-#[sqlx(type_name = "text", rename_all = "snake_case")]
-#[serde(rename_all = "snake_case")]
-pub enum UsageStatus {
-    Ok,
-    ClientAbort,
-    UpstreamError,
-    /// Cut by the gateway at its shutdown deadline; billed like an abort.
-    Interrupted,
-    /// Refused at admission (a limit); carries no tokens.
-    Rejected,
-}
-
-impl UsageStatus {
-    /// The stored name (as sqlx and serde write it).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Ok => "ok",
-            Self::ClientAbort => "client_abort",
-            Self::UpstreamError => "upstream_error",
-            Self::Interrupted => "interrupted",
-            Self::Rejected => "rejected",
-        }
-    }
-}
-
-/// One metered request.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, sqlx::FromRow)]
-pub struct UsageEvent {
-    pub request_id: Uuid,
-    pub tenant_id: Uuid,
-    pub api_key_id: Option<Uuid>,
-    pub served_name: String,
-    pub base_model: String,
-    pub adapter: Option<String>,
-    pub graph: String,
-    pub price_key: String,
-    pub prompt_tokens: i64,
-    pub cached_tokens: i64,
-    pub completion_tokens: i64,
-    pub provenance: Provenance,
-    pub status: UsageStatus,
-    pub stream: bool,
-    pub ttft_ms: Option<i32>,
-    pub duration_ms: i32,
-    #[serde(with = "time::serde::rfc3339")]
-    pub started_at: OffsetDateTime,
-}
+pub use tf_core::usage::{Provenance, UsageEvent, UsageStatus};
 
 pub type SinkFuture<'a> = Pin<Box<dyn Future<Output = anyhow::Result<()>> + Send + 'a>>;
 

@@ -139,11 +139,13 @@ async fn chaos_ledger_loses_and_duplicates_nothing(pool: PgPool) {
     assert_eq!(last.wait().await, Some(0));
 
     let events = usage_store::query(&pool, None, None, None).await.unwrap();
-    let (rows, distinct): (i64, i64) =
-        sqlx::query_as("SELECT count(*), count(DISTINCT request_id) FROM usage_events")
-            .fetch_one(&pool)
-            .await
-            .unwrap();
+    let counted = sqlx::query!(
+        r#"SELECT count(*) AS "rows!", count(DISTINCT request_id) AS "distinct!" FROM usage_events"#
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    let (rows, distinct) = (counted.rows, counted.distinct);
     let ledger: HashMap<String, _> = sim
         .ledger()
         .into_iter()

@@ -218,8 +218,7 @@ async fn long_prompt_cap_keeps_the_victims_ttft_within_twice_unloaded() {
 
     let mut unloaded = victim(&t, &victim_t.key).await;
     let (mut open, served_open) = loaded(&t, &victim_t.key, &aggr.key).await;
-    sqlx::query("INSERT INTO tenant_limits (tenant_id, max_long_prompts, long_prompt_tokens) VALUES ($1, 1, 50000)")
-        .bind(aggr.id)
+    sqlx::query!("INSERT INTO tenant_limits (tenant_id, max_long_prompts, long_prompt_tokens) VALUES ($1, 1, 50000)", aggr.id)
         .execute(&pool)
         .await
         .unwrap();

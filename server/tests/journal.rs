@@ -52,10 +52,13 @@ fn event(tenant: Uuid, n: i64) -> UsageEvent {
 }
 
 async fn sums(pool: &PgPool) -> (i64, i64) {
-    sqlx::query_as("SELECT count(*), coalesce(sum(completion_tokens), 0)::bigint FROM usage_events")
-        .fetch_one(pool)
-        .await
-        .unwrap()
+    let r = sqlx::query!(
+        r#"SELECT count(*) AS "rows!", coalesce(sum(completion_tokens), 0)::bigint AS "completion!" FROM usage_events"#
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    (r.rows, r.completion)
 }
 
 fn open(dir: &std::path::Path, level: Durability) -> Arc<Journal> {

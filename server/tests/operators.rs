@@ -159,11 +159,12 @@ async fn demo_credentials_survive_a_restart_and_another_replica_revokes_nothing(
         .await
         .unwrap();
     assert_ne!(other.api_key, first.api_key);
-    let revoked: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM api_keys WHERE revoked_at IS NOT NULL")
-            .fetch_one(&pool)
-            .await
-            .unwrap();
+    let revoked: i64 = sqlx::query_scalar!(
+        r#"SELECT count(*) AS "n!" FROM api_keys WHERE revoked_at IS NOT NULL"#
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
     assert_eq!(revoked, 0);
     wait_for_status(&t, &first.api_key, 200).await;
 

@@ -182,18 +182,18 @@ async fn session_ids_are_stored_only_as_their_hash(pool: PgPool) {
     let res = portal.browser().login(MEMBER, PASSWORD).await;
     let id = cookie_value(&session_cookie(&res).unwrap());
     // The cookie is the id's 16 bytes in unpadded URL-safe base64; the row holds their SHA-256.
-    let (hashed, anywhere): (i64, i64) = sqlx::query_as(
-        "SELECT
+    let found = sqlx::query!(
+        r#"SELECT
            (SELECT count(*) FROM portal_sessions
-            WHERE id_sha256 = sha256(decode(translate($1, '-_', '+/') || '==', 'base64'))),
+            WHERE id_sha256 = sha256(decode(translate($1, '-_', '+/') || '==', 'base64'))) AS "hashed!",
            (SELECT count(*) FROM portal_sessions
-            WHERE position(convert_to($1, 'UTF8') IN id_sha256) > 0 OR data::text LIKE '%' || $1 || '%')",
+            WHERE position(convert_to($1, 'UTF8') IN id_sha256) > 0 OR data::text LIKE '%' || $1 || '%') AS "anywhere!""#,
+        id,
     )
-    .bind(&id)
     .fetch_one(&portal.pool)
     .await
     .unwrap();
-    assert_eq!((hashed, anywhere), (1, 0));
+    assert_eq!((found.hashed, found.anywhere), (1, 0));
 }
 
 #[sqlx::test(migrations = "../migrations")]
@@ -212,13 +212,14 @@ async fn anonymous_visits_store_no_session(pool: PgPool) {
         .contains("Invalid email or password."));
     b.post("/api/login", &[("csrf", "00")]).await;
     assert!(b.html("/login").await.contains("This form has expired"));
-    let rows: (i64, i64) = sqlx::query_as(
-        "SELECT (SELECT count(*) FROM portal_sessions), (SELECT count(*) FROM tower_sessions.session)",
+    let rows = sqlx::query!(
+        r#"SELECT (SELECT count(*) FROM portal_sessions) AS "portal!",
+                  (SELECT count(*) FROM tower_sessions.session) AS "tower!""#,
     )
     .fetch_one(&portal.pool)
     .await
     .unwrap();
-    assert_eq!(rows, (0, 0));
+    assert_eq!((rows.portal, rows.tower), (0, 0));
 }
 
 #[sqlx::test(migrations = "../migrations")]
@@ -480,8 +481,7 @@ async fn a_session_ended_elsewhere_is_not_written_back(pool: PgPool) {
     use tower_sessions::session::{Id, Record};
     use tower_sessions::SessionStore;
     let portal = TestPortal::spawn(pool).await;
-    let user: uuid::Uuid = sqlx::query_scalar("SELECT id FROM users WHERE email = $1")
-        .bind(MEMBER)
+    let user: uuid::Uuid = sqlx::query_scalar!("SELECT id FROM users WHERE email = $1", MEMBER)
         .fetch_one(&portal.pool)
         .await
         .unwrap();

@@ -146,13 +146,15 @@ async fn two_replicas(pool: PgPool, lease_ms: u64) -> (TestApp, SocketAddr, App,
 }
 
 async fn billed(pool: &PgPool, status: &str) -> (i64, i64) {
-    sqlx::query_as(
-        "SELECT count(*), COALESCE(SUM(prompt_tokens + completion_tokens), 0)::bigint FROM usage_events WHERE status = $1",
+    let r = sqlx::query!(
+        r#"SELECT count(*) AS "requests!", COALESCE(SUM(prompt_tokens + completion_tokens), 0)::bigint AS "tokens!"
+           FROM usage_events WHERE status = $1"#,
+        status,
     )
-    .bind(status)
     .fetch_one(pool)
     .await
-    .unwrap()
+    .unwrap();
+    (r.requests, r.tokens)
 }
 
 #[sqlx::test(migrations = "../migrations")]
@@ -238,7 +240,7 @@ async fn token_rate_is_corrected_from_real_usage_and_holds(pool: PgPool) {
 async fn spend_overshoots_by_at_most_the_reservations_in_flight(pool: PgPool) {
     let (a, b_addr, _b, _) = two_replicas(pool.clone(), 30_000).await;
     let acme = a.tenant("acme").await;
-    sqlx::query("UPDATE base_models SET micros_per_1k_tokens = 1000")
+    sqlx::query!("UPDATE base_models SET micros_per_1k_tokens = 1000")
         .execute(&pool)
         .await
         .unwrap();
@@ -415,7 +417,7 @@ async fn serving_continues_on_local_limits_while_redis_is_down_and_counters_reco
     )
     .await;
     let acme = a.tenant("acme").await;
-    sqlx::query("UPDATE base_models SET micros_per_1k_tokens = 1000")
+    sqlx::query!("UPDATE base_models SET micros_per_1k_tokens = 1000")
         .execute(&pool)
         .await
         .unwrap();

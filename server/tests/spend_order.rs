@@ -48,7 +48,7 @@ async fn postgres_never_bills_more_than_redis_has_settled(pool: PgPool) {
     let t = Arc::new(TestApp::spawn_with(pool.clone(), SimConfig::default(), options).await);
     let acme = t.tenant("acme").await;
     // One micro per token, so billed spend is the token count.
-    sqlx::query("UPDATE base_models SET micros_per_1k_tokens = 1000")
+    sqlx::query!("UPDATE base_models SET micros_per_1k_tokens = 1000")
         .execute(&pool)
         .await
         .unwrap();
@@ -86,10 +86,11 @@ async fn postgres_never_bills_more_than_redis_has_settled(pool: PgPool) {
     let deadline = tokio::time::Instant::now() + Duration::from_millis(2500);
     while tokio::time::Instant::now() < deadline {
         // PostgreSQL first: Redis only grows, so a later read can only be higher.
-        let billed: i64 = sqlx::query_scalar(
-            "SELECT COALESCE(SUM(prompt_tokens + completion_tokens), 0)::bigint FROM usage_events WHERE tenant_id = $1",
+        let billed: i64 = sqlx::query_scalar!(
+            r#"SELECT COALESCE(SUM(prompt_tokens + completion_tokens), 0)::bigint AS "billed!"
+               FROM usage_events WHERE tenant_id = $1"#,
+            acme.id,
         )
-        .bind(acme.id)
         .fetch_one(&pool)
         .await
         .unwrap();

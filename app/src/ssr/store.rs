@@ -14,7 +14,7 @@
 use async_trait::async_trait;
 use sha2::{Digest, Sha256};
 use sqlx::PgPool;
-use time::OffsetDateTime;
+use tf_core::db::sessions::{self, SessionWrite};
 use tower_sessions::session::{Id, Record};
 use tower_sessions::session_store::{self, ExpiredDeletion, SessionStore};
 use uuid::Uuid;
@@ -70,18 +70,13 @@ impl SessionStore for PortalStore {
         };
         let data = data_of(record)?;
         for _ in 0..CREATE_ATTEMPTS {
-            let done = sqlx::query(
-                "INSERT INTO portal_sessions (id_sha256, user_id, data, expiry_date)
-                 VALUES ($1, $2, $3, $4) ON CONFLICT (id_sha256) DO NOTHING",
-            )
-            .bind(digest(&record.id))
-            .bind(user)
-            .bind(&data)
-            .bind(record.expiry_date)
-            .execute(&self.pool)
-            .await
-            .map_err(backend)?;
-            if done.rows_affected() == 1 {
+            let row = SessionWrite {
+                id_sha256: &digest(&record.id),
+                user_id: user,
+                data: &data,
+                expiry_date: record.expiry_date,
+            };
+            if sessions::insert(&self.pool, &row).await.map_err(backend)? {
                 return Ok(());
             }
             record.id = Id::default();
@@ -96,55 +91,41 @@ impl SessionStore for PortalStore {
             // The user was taken out of the session: nothing is left to keep.
             return self.delete(&record.id).await;
         };
-        sqlx::query(
-            "UPDATE portal_sessions SET user_id = $2, data = $3, expiry_date = $4
-             WHERE id_sha256 = $1",
-        )
-        .bind(digest(&record.id))
-        .bind(user)
-        .bind(data_of(record)?)
-        .bind(record.expiry_date)
-        .execute(&self.pool)
-        .await
-        .map_err(backend)?;
-        Ok(())
+        let row = SessionWrite {
+            id_sha256: &digest(&record.id),
+            user_id: user,
+            data: &data_of(record)?,
+            expiry_date: record.expiry_date,
+        };
+        sessions::update(&self.pool, &row).await.map_err(backend)
     }
 
     async fn load(&self, id: &Id) -> session_store::Result<Option<Record>> {
-        let row: Option<(serde_json::Value, OffsetDateTime)> = sqlx::query_as(
-            "SELECT data, expiry_date FROM portal_sessions
-             WHERE id_sha256 = $1 AND expiry_date > now()",
-        )
-        .bind(digest(id))
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(backend)?;
-        row.map(|(data, expiry_date)| {
+        let row = sessions::load(&self.pool, &digest(id))
+            .await
+            .map_err(backend)?;
+        row.map(|row| {
             Ok(Record {
                 id: *id,
-                data: serde_json::from_value(data)
+                data: serde_json::from_value(row.data)
                     .map_err(|e| session_store::Error::Decode(e.to_string()))?,
-                expiry_date,
+                expiry_date: row.expiry_date,
             })
         })
         .transpose()
     }
 
     async fn delete(&self, id: &Id) -> session_store::Result<()> {
-        sqlx::query("DELETE FROM portal_sessions WHERE id_sha256 = $1")
-            .bind(digest(id))
-            .execute(&self.pool)
+        sessions::delete(&self.pool, &digest(id))
             .await
-            .map_err(backend)?;
-        Ok(())
+            .map_err(backend)
     }
 }
 
 #[async_trait]
 impl ExpiredDeletion for PortalStore {
     async fn delete_expired(&self) -> session_store::Result<()> {
-        sqlx::query("DELETE FROM portal_sessions WHERE expiry_date <= now()")
-            .execute(&self.pool)
+        sessions::delete_expired(&self.pool)
             .await
             .map_err(backend)?;
         Ok(())
@@ -153,23 +134,12 @@ impl ExpiredDeletion for PortalStore {
 
 /// Ends every portal session of one user (after a password reset). Returns how many ended.
 pub async fn end_sessions_of_user(pool: &PgPool, user_id: Uuid) -> sqlx::Result<u64> {
-    let done = sqlx::query("DELETE FROM portal_sessions WHERE user_id = $1")
-        .bind(user_id)
-        .execute(pool)
-        .await?;
-    Ok(done.rows_affected())
+    sessions::delete_of_user(pool, user_id).await
 }
 
 /// Ends every portal session of a tenant's users (on suspension). Returns how many ended.
 pub async fn end_sessions_of_tenant(pool: &PgPool, tenant_id: Uuid) -> sqlx::Result<u64> {
-    let done = sqlx::query(
-        "DELETE FROM portal_sessions
-         WHERE user_id IN (SELECT id FROM users WHERE tenant_id = $1)",
-    )
-    .bind(tenant_id)
-    .execute(pool)
-    .await?;
-    Ok(done.rows_affected())
+    sessions::delete_of_tenant(pool, tenant_id).await
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@ pub mod static_file;
 use std::path::PathBuf;
 
 use sqlx::PgPool;
+use tf_core::db::catalog::{self, BaseUpsert};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use uuid::Uuid;
@@ -53,30 +54,19 @@ pub async fn register_bases(
     fleet: &str,
     bases: &[BaseRegistration],
 ) -> sqlx::Result<()> {
-    let mut tx = pool.begin().await?;
-    for b in bases {
-        sqlx::query(
-            "INSERT INTO base_models (id, name, graph, fleet, upstream_url, upstream_model, continuous_usage, price_key,
-                 denied_fields, prompt_estimator)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $2, $8, $9)
-             ON CONFLICT (name) DO UPDATE SET graph = EXCLUDED.graph, fleet = EXCLUDED.fleet,
-                 upstream_url = EXCLUDED.upstream_url, upstream_model = EXCLUDED.upstream_model,
-                 continuous_usage = EXCLUDED.continuous_usage, denied_fields = EXCLUDED.denied_fields,
-                 prompt_estimator = EXCLUDED.prompt_estimator",
-        )
-        .bind(Uuid::now_v7())
-        .bind(&b.name)
-        .bind(&b.graph)
-        .bind(fleet)
-        .bind(&b.upstream_url)
-        .bind(&b.upstream_model)
-        .bind(b.continuous_usage)
-        .bind(&b.denied_fields)
-        .bind(b.prompt_estimator.as_str())
-        .execute(&mut *tx)
-        .await?;
-    }
-    tx.commit().await
+    let rows: Vec<_> = bases
+        .iter()
+        .map(|b| BaseUpsert {
+            name: &b.name,
+            graph: &b.graph,
+            upstream_url: &b.upstream_url,
+            upstream_model: &b.upstream_model,
+            continuous_usage: b.continuous_usage,
+            denied_fields: b.denied_fields.as_deref(),
+            prompt_estimator: b.prompt_estimator.as_str(),
+        })
+        .collect();
+    catalog::upsert_bases(pool, fleet, &rows).await
 }
 
 /// Records a tenant's adapter on a base (idempotent by tenant and name).
@@ -87,20 +77,7 @@ pub async fn register_adapter(
     base: &str,
     upstream_model: &str,
 ) -> sqlx::Result<()> {
-    sqlx::query(
-        "INSERT INTO adapters (id, tenant_id, name, base_model_id, upstream_model, price_key)
-         SELECT $1, $2, $3, b.id, $5, b.price_key FROM base_models b WHERE b.name = $4
-         ON CONFLICT (tenant_id, name) DO UPDATE SET base_model_id = EXCLUDED.base_model_id,
-             upstream_model = EXCLUDED.upstream_model",
-    )
-    .bind(Uuid::now_v7())
-    .bind(tenant_id)
-    .bind(name)
-    .bind(base)
-    .bind(upstream_model)
-    .execute(pool)
-    .await?;
-    Ok(())
+    catalog::upsert_adapter(pool, tenant_id, name, base, upstream_model).await
 }
 
 /// Starts the backend and registers what it serves. Engines it starts run until `cancel`.

@@ -260,23 +260,18 @@ impl KeyCache {
 
     async fn fetch(&self, hash: &[u8; 32]) -> sqlx::Result<Lookup> {
         self.lookups.fetch_add(1, Ordering::Relaxed);
-        let row: Option<(Uuid, Uuid, String, TenantStatus, bool)> = sqlx::query_as(
-            "SELECT k.id, t.id, t.name, t.status, k.revoked_at IS NOT NULL
-             FROM api_keys k JOIN tenants t ON t.id = k.tenant_id WHERE k.secret_sha256 = $1",
-        )
-        .bind(&hash[..])
-        .fetch_optional(&self.pool)
-        .await?;
+        let row = tf_core::db::keys::owner_by_hash(&self.pool, hash).await?;
         Ok(match row {
-            None | Some((_, _, _, _, true)) => Lookup::Unknown,
-            Some((_, _, _, TenantStatus::Suspended, false)) => Lookup::Suspended,
-            Some((key_id, tenant_id, tenant_name, TenantStatus::Active, false)) => {
-                Lookup::Valid(Principal {
-                    key_id,
-                    tenant_id,
-                    tenant_name,
-                })
-            }
+            None => Lookup::Unknown,
+            Some(k) if k.revoked => Lookup::Unknown,
+            Some(k) => match k.tenant_status {
+                TenantStatus::Suspended => Lookup::Suspended,
+                TenantStatus::Active => Lookup::Valid(Principal {
+                    key_id: k.key_id,
+                    tenant_id: k.tenant_id,
+                    tenant_name: k.tenant_name,
+                }),
+            },
         })
     }
 
@@ -289,11 +284,7 @@ impl KeyCache {
         if ids.is_empty() {
             return Ok(0);
         }
-        let done = sqlx::query("UPDATE api_keys SET last_used_at = now() WHERE id = ANY($1)")
-            .bind(&ids)
-            .execute(&self.pool)
-            .await?;
-        Ok(done.rows_affected())
+        tf_core::db::keys::touch_last_used(&self.pool, &ids).await
     }
 }
 

@@ -85,24 +85,6 @@ pub struct RouteTable {
     reload_lock: tokio::sync::Mutex<()>,
 }
 
-#[derive(sqlx::FromRow)]
-struct Row {
-    served_name: String,
-    owner: Option<Uuid>,
-    base: String,
-    adapter_id: Option<Uuid>,
-    adapter_version: Option<i32>,
-    graph: String,
-    upstream_url: String,
-    upstream_model: String,
-    price_key: String,
-    shared_cache: bool,
-    continuous_usage: bool,
-    denied_fields: Option<Vec<String>>,
-    prompt_estimator: String,
-    created: i64,
-}
-
 impl RouteTable {
     pub fn new(pool: PgPool, options: UpstreamOptions) -> Self {
         Self {
@@ -122,22 +104,7 @@ impl RouteTable {
     /// Rebuilds the snapshot from PostgreSQL and swaps it in.
     pub async fn reload(&self) -> anyhow::Result<()> {
         let _serial = self.reload_lock.lock().await;
-        let rows = sqlx::query_as::<_, Row>(
-            "SELECT b.name AS served_name, NULL::uuid AS owner, b.name AS base, NULL::uuid AS adapter_id,
-                    NULL::int AS adapter_version, b.graph, b.upstream_url, b.upstream_model, b.price_key,
-                    b.shared_cache, b.continuous_usage, b.denied_fields, b.prompt_estimator,
-                    extract(epoch FROM b.created_at)::bigint AS created
-             FROM base_models b WHERE b.offered
-             UNION ALL
-             SELECT a.name, a.tenant_id, b.name, a.id, a.version, b.graph, b.upstream_url, a.upstream_model,
-                    a.price_key, a.shared_cache, b.continuous_usage, b.denied_fields, b.prompt_estimator,
-                    extract(epoch FROM a.created_at)::bigint
-             FROM adapters a JOIN base_models b ON b.id = a.base_model_id
-                  JOIN tenants t ON t.id = a.tenant_id
-             WHERE a.state = 'ready' AND t.status = 'active'",
-        )
-        .fetch_all(&self.pool)
-        .await?;
+        let rows = tf_core::db::catalog::routes(&self.pool).await?;
         let mut next = RouteSnapshot::default();
         for row in rows {
             let route = Arc::new(Route {
@@ -199,11 +166,7 @@ pub async fn delete_adapter(
     tenant: Uuid,
     name: &str,
 ) -> anyhow::Result<bool> {
-    let done = sqlx::query("DELETE FROM adapters WHERE tenant_id = $1 AND name = $2")
-        .bind(tenant)
-        .bind(name)
-        .execute(pool)
-        .await?;
+    let existed = tf_core::db::catalog::delete_adapter(pool, tenant, name).await?;
     table.reload().await?;
-    Ok(done.rows_affected() > 0)
+    Ok(existed)
 }

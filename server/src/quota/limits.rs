@@ -218,78 +218,31 @@ impl LimitCache {
     }
 }
 
-#[derive(sqlx::FromRow)]
-struct Row {
-    t_rpm: Option<i64>,
-    t_tpm: Option<i64>,
-    t_spend: Option<i64>,
-    max_in_flight: Option<i64>,
-    max_long_prompts: Option<i64>,
-    long_prompt_tokens: Option<i64>,
-    k_rpm: Option<i64>,
-    k_tpm: Option<i64>,
-    k_spend: Option<i64>,
-}
-
 async fn fetch_limits(pool: &PgPool, tenant: Uuid, key: Uuid) -> sqlx::Result<Limits> {
-    let row: Row = sqlx::query_as(
-        "SELECT t.requests_per_minute AS t_rpm, t.tokens_per_minute AS t_tpm, t.spend_limit_micros AS t_spend,
-                t.max_in_flight, t.max_long_prompts, t.long_prompt_tokens,
-                k.requests_per_minute AS k_rpm, k.tokens_per_minute AS k_tpm, k.spend_limit_micros AS k_spend
-         FROM (SELECT 1) AS one
-              LEFT JOIN tenant_limits t ON t.tenant_id = $1
-              LEFT JOIN key_limits k ON k.api_key_id = $2 AND k.tenant_id = $1",
-    )
-    .bind(tenant)
-    .bind(key)
-    .fetch_one(pool)
-    .await?;
+    let row = tf_core::db::limits::for_key(pool, tenant, key).await?;
+    let rates = |r: tf_core::db::limits::RateRow| RateLimits {
+        requests_per_minute: r.requests_per_minute,
+        tokens_per_minute: r.tokens_per_minute,
+        spend_limit_micros: r.spend_limit_micros,
+    };
     Ok(Limits {
-        tenant: RateLimits {
-            requests_per_minute: row.t_rpm,
-            tokens_per_minute: row.t_tpm,
-            spend_limit_micros: row.t_spend,
-        },
-        key: RateLimits {
-            requests_per_minute: row.k_rpm,
-            tokens_per_minute: row.k_tpm,
-            spend_limit_micros: row.k_spend,
-        },
+        tenant: rates(row.tenant),
+        key: rates(row.key),
         caps: Caps {
-            max_in_flight: row.max_in_flight,
-            max_long_prompts: row.max_long_prompts,
-            long_prompt_tokens: row.long_prompt_tokens,
+            max_in_flight: row.caps.max_in_flight,
+            max_long_prompts: row.caps.max_long_prompts,
+            long_prompt_tokens: row.caps.long_prompt_tokens,
         },
     })
 }
 
 async fn fetch_prices(pool: &PgPool) -> sqlx::Result<HashMap<String, i64>> {
-    let rows: Vec<(String, i64)> =
-        sqlx::query_as("SELECT name, micros_per_1k_tokens FROM base_models")
-            .fetch_all(pool)
-            .await?;
-    Ok(rows.into_iter().collect())
+    let rows = tf_core::db::catalog::prices(pool).await?;
+    Ok(rows
+        .into_iter()
+        .map(|p| (p.name, p.micros_per_1k_tokens))
+        .collect())
 }
 
-/// Cost in micro-units of `tokens` at `micros_per_1k` (rounded up per request, as the reconciler's
-/// SQL does, so counters and billed sums agree to the micro).
-pub fn cost_micros(tokens: u64, micros_per_1k: i64) -> i64 {
-    let price = u64::try_from(micros_per_1k).unwrap_or(0);
-    let micros = tokens.saturating_mul(price).saturating_add(999) / 1000;
-    i64::try_from(micros).unwrap_or(i64::MAX)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::cost_micros;
-
-    #[test]
-    fn cost_rounds_up_per_request() {
-        assert_eq!(cost_micros(0, 1000), 0);
-        assert_eq!(cost_micros(1, 1), 1);
-        assert_eq!(cost_micros(1000, 1), 1);
-        assert_eq!(cost_micros(1001, 1), 2);
-        assert_eq!(cost_micros(30, 1000), 30);
-        assert_eq!(cost_micros(5, 0), 0);
-    }
-}
+/// The one price formula (rounded up per request), kept under its old name for quota's callers.
+pub use tf_core::money::cost_micros;

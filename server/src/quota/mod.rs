@@ -12,13 +12,11 @@
 //! - [`settle`]: the admitted request's guard; settles at completion, frees on every path.
 //! - [`headers`]: `x-ratelimit-*` headers and refusals.
 //! - [`reconciler`]: the cluster leader's spend reset from billed usage.
-//! - [`admin`]: `tokenfactory admin limits`.
 //!
 //! On failure: Redis down or slow -> local limits, serving continues; PostgreSQL down -> cached
 //! limits keep applying; a request that dies -> its slots are freed by its guard, or expire with
 //! the replica's holding if the replica dies.
 
-pub mod admin;
 pub mod admission;
 pub mod config;
 pub mod credit;

@@ -16,9 +16,10 @@ use std::time::Duration;
 
 use sqlx::pool::PoolConnection;
 use sqlx::{PgPool, Postgres};
+use tf_core::db::leader as advisory;
+use tf_core::db::spend::{self, Subject};
 use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
-use uuid::Uuid;
 
 use super::admission::Inner;
 use super::plan;
@@ -47,7 +48,7 @@ pub(super) async fn run(inner: std::sync::Arc<Inner>, pool: PgPool, cancel: Canc
             leader = try_lead(&pool).await;
         } else if let Some(conn) = leader.as_mut() {
             // A broken connection has lost the lock: step down and compete again.
-            if sqlx::query("SELECT 1").execute(&mut **conn).await.is_err() {
+            if advisory::ping(conn).await.is_err() {
                 leader = None;
                 continue;
             }
@@ -59,20 +60,13 @@ pub(super) async fn run(inner: std::sync::Arc<Inner>, pool: PgPool, cancel: Canc
         }
     }
     if let Some(mut conn) = leader {
-        let _ = sqlx::query("SELECT pg_advisory_unlock($1)")
-            .bind(LOCK_KEY)
-            .execute(&mut *conn)
-            .await;
+        let _ = advisory::unlock(&mut conn, LOCK_KEY).await;
     }
 }
 
 async fn try_lead(pool: &PgPool) -> Option<PoolConnection<Postgres>> {
     let mut conn = pool.acquire().await.ok()?;
-    let won: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
-        .bind(LOCK_KEY)
-        .fetch_one(&mut *conn)
-        .await
-        .ok()?;
+    let won = advisory::try_lock(&mut conn, LOCK_KEY).await.ok()?;
     // INVARIANT: the lock is held by this connection's session; keeping the connection out of the
     // pool keeps the lock (test: quota::spend_counters_recover_after_a_redis_outage).
     won.then_some(conn)
@@ -87,34 +81,17 @@ pub(super) async fn reconcile_once(inner: &Inner, pool: &PgPool) -> anyhow::Resu
         .replace_day(1)
         .map(|d| d.midnight().assume_utc())
         .unwrap_or(now);
-    let rows: Vec<(String, Uuid, i64)> = sqlx::query_as(
-        "SELECT 't', l.tenant_id, COALESCE(SUM(((e.prompt_tokens + e.completion_tokens) * b.micros_per_1k_tokens + 999) / 1000), 0)::bigint
-         FROM tenant_limits l
-              LEFT JOIN usage_events e ON e.tenant_id = l.tenant_id AND e.started_at >= $1
-              LEFT JOIN base_models b ON b.name = e.base_model
-         WHERE l.spend_limit_micros IS NOT NULL
-         GROUP BY l.tenant_id
-         UNION ALL
-         SELECT 'k', l.api_key_id, COALESCE(SUM(((e.prompt_tokens + e.completion_tokens) * b.micros_per_1k_tokens + 999) / 1000), 0)::bigint
-         FROM key_limits l
-              LEFT JOIN usage_events e ON e.api_key_id = l.api_key_id AND e.tenant_id = l.tenant_id AND e.started_at >= $1
-              LEFT JOIN base_models b ON b.name = e.base_model
-         WHERE l.spend_limit_micros IS NOT NULL
-         GROUP BY l.api_key_id",
-    )
-    .bind(start)
-    .fetch_all(pool)
-    .await?;
+    let rows = spend::billed_by_limited_subject(pool, start).await?;
     for batch in rows.chunks(500) {
         let mut inv = inner.scripts.reconcile.prepare_invoke();
         inv.arg(SETTLED_TTL_S);
-        for (kind, id, billed) in batch {
-            inv.key(plan::settled_key(
-                &inner.prefix,
-                &format!("{kind}:{id}"),
-                &period,
-            ))
-            .arg(*billed);
+        for (subject, billed) in batch {
+            let subject = match subject {
+                Subject::Tenant(id) => format!("t:{id}"),
+                Subject::Key(id) => format!("k:{id}"),
+            };
+            inv.key(plan::settled_key(&inner.prefix, &subject, &period))
+                .arg(*billed);
         }
         inner
             .call::<i64>(&inv)

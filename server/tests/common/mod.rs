@@ -217,5 +217,5 @@ pub async fn admin_limits(pool: &PgPool, args: &[&str]) -> String {
     else {
         panic!("not parsed as admin limits")
     };
-    tokenfactory::quota::admin::run(pool, &a).await.unwrap()
+    tokenfactory::admin::limits::run(pool, &a).await.unwrap()
 }

@@ -230,10 +230,10 @@ pub async fn admin(pool: &PgPool, args: &[&str]) -> String {
 
 /// Stored portal sessions of the user with this email.
 pub async fn sessions_of(pool: &PgPool, email: &str) -> i64 {
-    sqlx::query_scalar(
-        "SELECT count(*) FROM portal_sessions s JOIN users u ON u.id = s.user_id WHERE u.email = $1",
+    sqlx::query_scalar!(
+        r#"SELECT count(*) AS "n!" FROM portal_sessions s JOIN users u ON u.id = s.user_id WHERE u.email = $1"#,
+        email,
     )
-    .bind(email)
     .fetch_one(pool)
     .await
     .unwrap()

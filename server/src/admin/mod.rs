@@ -1,7 +1,9 @@
-//! The `migrate` and `admin` commands: what an operator does from a shell. Secrets (generated
-//! passwords, new API keys) are printed once to stdout and never logged. Changes to keys and
-//! tenants reach every replica through the `tf_auth_changed` trigger (within a second); the
+//! The `migrate` and `admin` commands: what an operator does from a shell (`admin limits` is in
+//! [`limits`]). Secrets (generated passwords, new API keys) are printed once to stdout and never
+//! logged. Changes to keys and tenants reach every replica through the `tf_auth_changed` trigger (within a second); the
 //! commands that end portal sessions delete their rows, so the next request is signed out.
+
+pub mod limits;
 
 use std::io::Write;
 
@@ -206,7 +208,7 @@ pub async fn run_on(pool: &PgPool, cmd: AdminCommand, out: &mut impl Write) -> a
             out.flush()?;
         }
         AdminCommand::Limits(args) => {
-            say(out, crate::quota::admin::run(pool, &args).await?.trim_end())?;
+            say(out, limits::run(pool, &args).await?.trim_end())?;
         }
     }
     Ok(())

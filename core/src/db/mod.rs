@@ -1,6 +1,31 @@
-//! Connecting to PostgreSQL and applying migrations. A missing database is created (the embedded
-//! default must work on a fresh machine); an unreachable server is an error that names the URL
-//! and says what to do, never a panic.
+//! The data-access layer: every SQL statement of the product, one file per area, written with
+//! `sqlx::query!` and friends so the compiler checks each against the schema (`.sqlx/` holds the
+//! offline data; `scripts/sqlx-prepare.sh` regenerates it). Callers get typed functions and named
+//! row structs; rules (hashing, validation, error wording) stay with the callers.
+//!
+//! | file | tables |
+//! | --- | --- |
+//! | [`accounts`] | `tenants`, `users` |
+//! | [`keys`] | `api_keys` |
+//! | [`catalog`] | `base_models`, `adapters` (routes, placeholder prices) |
+//! | [`limits`] | `tenant_limits`, `key_limits` |
+//! | [`usage`] | `usage_events` (insert, list) |
+//! | [`spend`] | billed spend from `usage_events` priced by `base_models` |
+//! | [`sessions`] | `portal_sessions` |
+//! | [`leader`] | advisory locks (one leader per cluster) |
+//!
+//! This file connects to PostgreSQL and applies migrations. A missing database is created (the
+//! embedded default must work on a fresh machine); an unreachable server is an error that names
+//! the URL and says what to do, never a panic.
+
+pub mod accounts;
+pub mod catalog;
+pub mod keys;
+pub mod leader;
+pub mod limits;
+pub mod sessions;
+pub mod spend;
+pub mod usage;
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -84,18 +109,18 @@ async fn create_database_if_missing(options: &PgConnectOptions) -> Result<(), sq
     let mut conn = tokio::time::timeout(Duration::from_secs(5), maintenance.connect())
         .await
         .map_err(|_| sqlx::Error::PoolTimedOut)??;
-    let exists: bool =
-        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
-            .bind(&name)
-            .fetch_one(&mut conn)
-            .await?;
+    let exists = sqlx::query_scalar!(
+        r#"SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1) AS "exists!""#,
+        name
+    )
+    .fetch_one(&mut conn)
+    .await?;
     if !exists {
-        let quoted = format!("\"{}\"", name.replace('"', "\"\""));
+        // An identifier cannot be a bind parameter: the name is quoted here instead.
+        let mut create = sqlx::QueryBuilder::<sqlx::Postgres>::new("CREATE DATABASE ");
+        create.push(format!("\"{}\"", name.replace('"', "\"\"")));
         // A concurrent creator may win the race; that is fine.
-        if let Err(e) = sqlx::query(&format!("CREATE DATABASE {quoted}"))
-            .execute(&mut conn)
-            .await
-        {
+        if let Err(e) = create.build().execute(&mut conn).await {
             let duplicate = e
                 .as_database_error()
                 .and_then(|d| d.code())

@@ -1,0 +1,147 @@
+//! The catalog: base models (one serving graph each), tenants' adapters on them, and the routes
+//! the gateway's resolution table is built from. Every write fires `tf_catalog_changed`.
+
+use sqlx::PgPool;
+use uuid::Uuid;
+
+/// A base model as a fleet backend registers it.
+pub struct BaseUpsert<'a> {
+    pub name: &'a str,
+    pub graph: &'a str,
+    pub upstream_url: &'a str,
+    pub upstream_model: &'a str,
+    pub continuous_usage: bool,
+    /// `None`: the gateway's default deny-list.
+    pub denied_fields: Option<&'a [String]>,
+    /// The stored name of the prompt estimator (`byte-bound`, `sim-words`).
+    pub prompt_estimator: &'a str,
+}
+
+/// Upserts `bases` of `fleet` in one transaction; a base that moved (new port) gets its new URL.
+/// Price key and price are kept on update (an operator's choice, not the backend's).
+pub async fn upsert_bases(
+    pool: &PgPool,
+    fleet: &str,
+    bases: &[BaseUpsert<'_>],
+) -> sqlx::Result<()> {
+    let mut tx = pool.begin().await?;
+    for b in bases {
+        sqlx::query!(
+            "INSERT INTO base_models (id, name, graph, fleet, upstream_url, upstream_model, continuous_usage, price_key,
+                 denied_fields, prompt_estimator)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $2, $8, $9)
+             ON CONFLICT (name) DO UPDATE SET graph = EXCLUDED.graph, fleet = EXCLUDED.fleet,
+                 upstream_url = EXCLUDED.upstream_url, upstream_model = EXCLUDED.upstream_model,
+                 continuous_usage = EXCLUDED.continuous_usage, denied_fields = EXCLUDED.denied_fields,
+                 prompt_estimator = EXCLUDED.prompt_estimator",
+            Uuid::now_v7(),
+            b.name,
+            b.graph,
+            fleet,
+            b.upstream_url,
+            b.upstream_model,
+            b.continuous_usage,
+            b.denied_fields as Option<&[String]>,
+            b.prompt_estimator,
+        )
+        .execute(&mut *tx)
+        .await?;
+    }
+    tx.commit().await
+}
+
+/// Records a tenant's adapter on the base named `base` (idempotent by tenant and name; nothing
+/// happens when no such base exists).
+pub async fn upsert_adapter(
+    pool: &PgPool,
+    tenant_id: Uuid,
+    name: &str,
+    base: &str,
+    upstream_model: &str,
+) -> sqlx::Result<()> {
+    sqlx::query!(
+        "INSERT INTO adapters (id, tenant_id, name, base_model_id, upstream_model, price_key)
+         SELECT $1, $2, $3, b.id, $5, b.price_key FROM base_models b WHERE b.name = $4
+         ON CONFLICT (tenant_id, name) DO UPDATE SET base_model_id = EXCLUDED.base_model_id,
+             upstream_model = EXCLUDED.upstream_model",
+        Uuid::now_v7(),
+        tenant_id,
+        name,
+        base,
+        upstream_model,
+    )
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// Deletes a tenant's adapter; returns whether it existed.
+pub async fn delete_adapter(pool: &PgPool, tenant_id: Uuid, name: &str) -> sqlx::Result<bool> {
+    let done = sqlx::query!(
+        "DELETE FROM adapters WHERE tenant_id = $1 AND name = $2",
+        tenant_id,
+        name,
+    )
+    .execute(pool)
+    .await?;
+    Ok(done.rows_affected() > 0)
+}
+
+/// One servable name: a bare base (no owner) or a tenant's adapter.
+#[derive(Debug)]
+pub struct RouteRow {
+    pub served_name: String,
+    /// The owning tenant; `None` for a public bare base.
+    pub owner: Option<Uuid>,
+    pub base: String,
+    pub adapter_id: Option<Uuid>,
+    pub adapter_version: Option<i32>,
+    pub graph: String,
+    pub upstream_url: String,
+    pub upstream_model: String,
+    pub price_key: String,
+    pub shared_cache: bool,
+    pub continuous_usage: bool,
+    pub denied_fields: Option<Vec<String>>,
+    pub prompt_estimator: String,
+    /// Unix seconds (OpenAI's `created`).
+    pub created: i64,
+}
+
+/// Every routable name: offered bases, and ready adapters of active tenants.
+pub async fn routes(pool: &PgPool) -> sqlx::Result<Vec<RouteRow>> {
+    sqlx::query_as!(
+        RouteRow,
+        r#"SELECT b.name AS "served_name!", NULL::uuid AS "owner?", b.name AS "base!", NULL::uuid AS "adapter_id?",
+                  NULL::int AS "adapter_version?", b.graph AS "graph!", b.upstream_url AS "upstream_url!",
+                  b.upstream_model AS "upstream_model!", b.price_key AS "price_key!",
+                  b.shared_cache AS "shared_cache!", b.continuous_usage AS "continuous_usage!",
+                  b.denied_fields AS "denied_fields?", b.prompt_estimator AS "prompt_estimator!",
+                  extract(epoch FROM b.created_at)::bigint AS "created!"
+           FROM base_models b WHERE b.offered
+           UNION ALL
+           SELECT a.name, a.tenant_id, b.name, a.id, a.version, b.graph, b.upstream_url, a.upstream_model,
+                  a.price_key, a.shared_cache, b.continuous_usage, b.denied_fields, b.prompt_estimator,
+                  extract(epoch FROM a.created_at)::bigint
+           FROM adapters a JOIN base_models b ON b.id = a.base_model_id
+                JOIN tenants t ON t.id = a.tenant_id
+           WHERE a.state = 'ready' AND t.status = 'active'"#,
+    )
+    .fetch_all(pool)
+    .await
+}
+
+/// A base model's placeholder price (until billing's price book).
+pub struct BasePrice {
+    pub name: String,
+    pub micros_per_1k_tokens: i64,
+}
+
+pub async fn prices(pool: &PgPool) -> sqlx::Result<Vec<BasePrice>> {
+    sqlx::query_as!(
+        BasePrice,
+        "SELECT name, micros_per_1k_tokens FROM base_models"
+    )
+    .fetch_all(pool)
+    .await
+}
