@@ -37,7 +37,7 @@ pub struct AppOptions {
     /// The local usage journal (the production sink) and its shipper.
     pub journal: Option<Arc<Journal>>,
     /// Admission settings (lease time, local fallback share, reconciler period).
-    pub quota: crate::quota::QuotaArgs,
+    pub quota: crate::quota::QuotaOptions,
 }
 
 impl Default for AppOptions {
@@ -50,7 +50,7 @@ impl Default for AppOptions {
             gateway: GatewayArgs::default(),
             sink: None,
             journal: None,
-            quota: crate::quota::QuotaArgs::default(),
+            quota: crate::quota::QuotaOptions::default(),
         }
     }
 }

@@ -63,7 +63,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             gateway: args.gateway.clone(),
             sink: None,
             journal: journal.clone(),
-            quota: args.quota.clone(),
+            quota: (&args.quota).into(),
         },
     )
     .await?;

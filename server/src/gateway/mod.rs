@@ -6,6 +6,7 @@ pub mod engine_policy;
 pub mod error;
 pub mod exchange;
 mod handlers;
+pub mod rate_headers;
 pub mod request;
 pub mod resolve;
 pub mod upstream;

@@ -2,6 +2,7 @@
 
 pub mod edit;
 pub mod meter;
+pub mod refusal;
 pub mod relay;
 pub mod sse;
 pub mod stream;

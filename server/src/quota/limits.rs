@@ -281,7 +281,7 @@ pub fn cost_micros(tokens: u64, micros_per_1k: i64) -> i64 {
 
 #[cfg(test)]
 mod tests {
-    use super::cost_micros;
+    use crate::quota::limits::cost_micros;
 
     #[test]
     fn cost_rounds_up_per_request() {
