@@ -1,5 +1,6 @@
 //! Admission: for each request after resolution, look up the limits (cached), estimate the
-//! request (prompt by the base's tokenizer, plus `max_tokens` or the configured default), build the
+//! request (prompt tokens as the base's prompt estimator bounds them, erring high, plus
+//! `max_tokens` or the configured default), build the
 //! ordered plan and run it: on this replica's credit from Redis when it covers every check (no
 //! I/O, see [`super::credit`]), else in one atomic Redis script that also grants new credit, or on
 //! the local limiter when Redis is unreachable or slow (then Redis is skipped for

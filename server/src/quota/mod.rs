@@ -7,12 +7,12 @@
 //! - [`config`], [`limits`] (limits from PostgreSQL, cached per replica), [`plan`] (the ordered
 //!   checks of one request and its estimate), [`answer`] (what a caller is told): data.
 //! - [`scripts`]: the atomic Redis Lua scripts (`lua/`: acquire, sync, reconcile, merge).
-//! - [`credit`]: this replica's credit from Redis, spent without I/O; [`local`]: per-replica
+//! - [`credit`]: this replica's credit from Redis, spent without I/O; `local`: per-replica
 //!   fallback limits while Redis is down (fail-open for rates); `queue`: what is owed to Redis.
 //! - `state`: what the parts below share, and the one way they call Redis.
 //! - `sync`: the writer of what this replica owes Redis; `reconciler`: the cluster leader's
-//!   spend reset from billed usage; [`settle`]: the admitted request's guard.
-//! - [`admission`]: the entry point the request path calls after resolution.
+//!   spend reset from billed usage; `settle`: the admitted request's guard.
+//! - `admission`: the entry point the request path calls after resolution.
 //! - [`admin`]: `tokenfactory admin limits`.
 //!
 //! On failure: Redis down or slow -> local limits, serving continues, what is owed to Redis is
@@ -21,21 +21,21 @@
 //! dies.
 
 pub mod admin;
-pub mod admission;
+mod admission;
 pub mod answer;
 pub mod config;
 pub mod credit;
 pub mod limits;
-pub mod local;
+mod local;
 pub mod plan;
 mod queue;
 mod reconciler;
 pub mod scripts;
-pub mod settle;
+mod settle;
 mod state;
 mod sync;
 
-pub use admission::{AdmitRequest, Quota};
+pub use admission::{AdmitRequest, Quota, REDIS_BACKOFF};
 pub use answer::{RateStatus, Refusal};
 pub use config::QuotaOptions;
 pub use settle::Admitted;
