@@ -205,6 +205,8 @@ struct Tally {
     lat_us: Vec<u64>,
     admitted: u64,
     refused: u64,
+    /// Refusals by limit.
+    kinds: std::collections::BTreeMap<&'static str, u64>,
 }
 
 /// Case (3): `tenants` limited tenants (and as many unlimited ones for the baseline), two replicas.
@@ -290,7 +292,10 @@ async fn many_tenants(pool: &sqlx::PgPool, tenants: usize, rounds: u64) {
                                     admitted.settle(8).await; // 7 prompt + 1 completion token
                                 }
                                 Ok(None) => tally.admitted += 1,
-                                Err(_) => tally.refused += 1,
+                                Err(r) => {
+                                    tally.refused += 1;
+                                    *tally.kinds.entry(r.metric_label()).or_default() += 1;
+                                }
                             }
                         }
                         tally
@@ -303,6 +308,9 @@ async fn many_tenants(pool: &sqlx::PgPool, tenants: usize, rounds: u64) {
                 all.lat_us.extend(t.lat_us);
                 all.admitted += t.admitted;
                 all.refused += t.refused;
+                for (k, n) in t.kinds {
+                    *all.kinds.entry(k).or_default() += n;
+                }
             }
             let rate = (all.admitted + all.refused) as f64 / start.elapsed().as_secs_f64();
             (all, rate)
@@ -320,10 +328,11 @@ async fn many_tenants(pool: &sqlx::PgPool, tenants: usize, rounds: u64) {
         2 * tenants
     );
     println!(
-        "  decisions {rate:.0}/s vs {base_rate:.0}/s without limits: ratio {:.2}; {} admitted, {} refused, {calls} Redis calls",
+        "  decisions {rate:.0}/s vs {base_rate:.0}/s without limits: ratio {:.2}; {} admitted, {} refused {:?}, {calls} Redis calls",
         rate / base_rate,
         lim.admitted,
-        lim.refused
+        lim.refused,
+        lim.kinds
     );
     cancel.cancel();
     tracker.close();

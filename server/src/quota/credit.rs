@@ -165,6 +165,8 @@ impl Credits {
         now_ms: i64,
     ) {
         let Ok(mut book) = self.0.lock() else { return };
+        // The refused ACQUIRE asked for nothing in the end: the next one may ask again.
+        book.asking.clear();
         book.refused
             .retain(|_, r| now_ms < r.at_ms + REFUSAL_TTL_MS);
         book.refused.insert(
