@@ -2,11 +2,18 @@
 //! limit kind set: two RPM windows, two TPM windows, two spend budgets, in-flight and long-prompt
 //! caps), p50/p99 in microseconds; (2) gateway throughput for a tenant with limits vs one without,
 //! on the same server, as a ratio. Targets: admission p99 <= 300 us; throughput >= 0.8 x.
+//! (3) Many tenants near their limits on two replicas (two `Quota`s sharing Redis and
+//! PostgreSQL): 200 tenants whose request, token and spend room is only a little more than the
+//! run uses, so most admissions need a Redis call; one worker per tenant and replica admits, holds
+//! the request for 2 ms and settles, `TF_BENCH_ROUNDS` times (default 100). Reported: admission
+//! p50/p99 (every decision) and throughput as a ratio against the same workload on 200 tenants
+//! without limits, run just before. The case a single tenant cannot show: replicas serving many
+//! tenants' Redis calls at once.
 //!
 //! `cargo bench -p tokenfactory --bench admission` (needs PostgreSQL and Redis at
 //! redis://127.0.0.1:6379; uses database `tokenfactory_bench_quota`, recreated each run). Env:
 //! `TF_BENCH_SECONDS` (per throughput phase, default 5), `TF_BENCH_CONNECTIONS` (default 50),
-//! `TF_BENCH_ADMISSIONS` (default 5000).
+//! `TF_BENCH_ADMISSIONS` (default 5000), `TF_BENCH_TENANTS` (default 200), `TF_BENCH_ROUNDS`.
 
 #![allow(
     clippy::disallowed_methods,
@@ -25,7 +32,7 @@ use tf_engine_sim::{EngineSim, SimConfig};
 use tokenfactory::app::{self, AppOptions};
 use tokenfactory::fleet::{self, BaseRegistration};
 use tokenfactory::journal::{Durability, Journal};
-use tokenfactory::quota::AdmitRequest;
+use tokenfactory::quota::{AdmitRequest, Quota};
 
 fn env(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -185,5 +192,150 @@ fn main() {
         let (credit, redis_calls) = quota.admissions();
         println!("  admissions so far: {credit} on credit, {redis_calls} by a Redis call");
         let _ = std::fs::remove_dir_all(&dir);
+
+        // (3) Many tenants near their limits, two replicas.
+        let tenants = usize::try_from(env("TF_BENCH_TENANTS", 200)).unwrap();
+        let rounds = env("TF_BENCH_ROUNDS", 100);
+        many_tenants(&pool, tenants, rounds).await;
     });
+}
+
+/// One worker's tally in the many-tenant case.
+#[derive(Default)]
+struct Tally {
+    lat_us: Vec<u64>,
+    admitted: u64,
+    refused: u64,
+    /// Refusals by limit.
+    kinds: std::collections::BTreeMap<&'static str, u64>,
+}
+
+/// Case (3): `tenants` limited tenants (and as many unlimited ones for the baseline), two replicas.
+async fn many_tenants(pool: &sqlx::PgPool, tenants: usize, rounds: u64) {
+    let redis = redis::Client::open("redis://127.0.0.1:6379")
+        .unwrap()
+        .get_connection_manager()
+        .await
+        .unwrap();
+    let prefix = format!("tfbench-many-{}:", uuid::Uuid::new_v4().simple());
+    let tracker = tokio_util::task::TaskTracker::new();
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let mut replicas = Vec::new();
+    for _ in 0..2 {
+        replicas.push(
+            Quota::start(
+                pool.clone(),
+                Some(redis.clone()).into(),
+                prefix.clone(),
+                Default::default(),
+                &tracker,
+                cancel.clone(),
+            )
+            .await,
+        );
+    }
+    // Per tenant and run: 2 x rounds requests of 23 tokens estimated (7 + max_tokens 16), 8 used,
+    // 1 micro each. The room is what the run uses plus a margin, so grants (a sixteenth of the
+    // room left) stay a few requests wide and shrink to one: near the limit all the way.
+    let n = i64::try_from(2 * rounds).unwrap();
+    let (rpm, tpm, spend) = (n + 60, 8 * n + 600, n + 60);
+    let mut limited = Vec::new();
+    let mut free = Vec::new();
+    for i in 0..tenants {
+        let t = tf_core::accounts::create_tenant(pool, &format!("many-{i}"), "Many")
+            .await
+            .unwrap();
+        let (k, _) = tf_core::keys::issue(pool, t.id, "bench").await.unwrap();
+        sqlx::query("INSERT INTO tenant_limits (tenant_id, requests_per_minute, tokens_per_minute, spend_limit_micros, max_in_flight, max_long_prompts, long_prompt_tokens) VALUES ($1, $2, $3, $4, 2, 2, 1)")
+            .bind(t.id).bind(rpm).bind(tpm).bind(spend).execute(pool).await.unwrap();
+        limited.push((t.id, k.id));
+        let f = tf_core::accounts::create_tenant(pool, &format!("many-free-{i}"), "Free")
+            .await
+            .unwrap();
+        let (fk, _) = tf_core::keys::issue(pool, f.id, "bench").await.unwrap();
+        free.push((f.id, fk.id));
+    }
+    let run = |subjects: Vec<(uuid::Uuid, uuid::Uuid)>| {
+        let replicas = replicas.clone();
+        async move {
+            // Limits and prices cached first (as on a replica in service), so the figures are
+            // admission's, not 400 cold PostgreSQL lookups at once.
+            for q in &replicas {
+                for (tenant, key) in &subjects {
+                    q.limits().limits(*tenant, *key).await;
+                }
+                q.limits().price("bench-base").await;
+            }
+            let start = Instant::now();
+            let mut tasks = Vec::new();
+            for (tenant, key) in subjects {
+                for q in &replicas {
+                    let q = q.clone();
+                    tasks.push(tokio::spawn(async move {
+                        let mut tally = Tally::default();
+                        for _ in 0..rounds {
+                            let req = AdmitRequest {
+                                request_id: uuid::Uuid::now_v7(),
+                                tenant,
+                                key,
+                                graph: "bench",
+                                base: "bench-base",
+                                max_tokens: Some(16),
+                                sequences: 1,
+                            };
+                            let t0 = Instant::now();
+                            let decided = q.admit(req, || 7).await;
+                            tally.lat_us.push(t0.elapsed().as_micros() as u64);
+                            tokio::time::sleep(Duration::from_millis(2)).await;
+                            match decided {
+                                Ok(Some(admitted)) => {
+                                    tally.admitted += 1;
+                                    admitted.settle(8).await; // 7 prompt + 1 completion token
+                                }
+                                Ok(None) => tally.admitted += 1,
+                                Err(r) => {
+                                    tally.refused += 1;
+                                    *tally.kinds.entry(r.metric_label()).or_default() += 1;
+                                }
+                            }
+                        }
+                        tally
+                    }));
+                }
+            }
+            let mut all = Tally::default();
+            for t in tasks {
+                let t = t.await.unwrap();
+                all.lat_us.extend(t.lat_us);
+                all.admitted += t.admitted;
+                all.refused += t.refused;
+                for (k, n) in t.kinds {
+                    *all.kinds.entry(k).or_default() += n;
+                }
+            }
+            let rate = (all.admitted + all.refused) as f64 / start.elapsed().as_secs_f64();
+            (all, rate)
+        }
+    };
+    // A short warm-up, then the baseline, then the limited run.
+    let _ = run(free.iter().copied().take(4).collect()).await;
+    let (_, base_rate) = run(free.clone()).await;
+    let calls_before: u64 = replicas.iter().map(|q| q.admissions().1).sum();
+    let (mut lim, rate) = run(limited.clone()).await;
+    let calls: u64 = replicas.iter().map(|q| q.admissions().1).sum::<u64>() - calls_before;
+    let (p50, p99) = (pct(&mut lim.lat_us, 0.5), pct(&mut lim.lat_us, 0.99));
+    println!(
+        "many tenants ({tenants} near their limits, 2 replicas, {} workers x {rounds}): admission p50 {p50} us, p99 {p99} us",
+        2 * tenants
+    );
+    println!(
+        "  decisions {rate:.0}/s vs {base_rate:.0}/s without limits: ratio {:.2}; {} admitted, {} refused {:?}, {calls} Redis calls",
+        rate / base_rate,
+        lim.admitted,
+        lim.refused,
+        lim.kinds
+    );
+    cancel.cancel();
+    tracker.close();
+    tracker.wait().await;
 }

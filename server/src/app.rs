@@ -39,7 +39,7 @@ pub struct AppOptions {
     /// `None`.
     pub journal: Option<Arc<Journal>>,
     /// Admission settings (lease time, local fallback share, reconciler period).
-    pub quota: crate::quota::QuotaArgs,
+    pub quota: crate::quota::QuotaOptions,
 }
 
 impl Default for AppOptions {
@@ -51,7 +51,7 @@ impl Default for AppOptions {
             trust_forwarded_for: false,
             gateway: GatewayOptions::default(),
             journal: None,
-            quota: crate::quota::QuotaArgs::default(),
+            quota: crate::quota::QuotaOptions::default(),
         }
     }
 }

@@ -10,6 +10,7 @@ use tf_engine_sim::SimConfig;
 
 use crate::gateway::GatewayOptions;
 use crate::http_server::ServerOptions;
+use crate::quota::QuotaOptions;
 use crate::secret::Secret;
 
 #[derive(Debug, Parser)]
@@ -91,7 +92,47 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub journal: JournalArgs,
     #[command(flatten)]
-    pub quota: crate::quota::QuotaArgs,
+    pub quota: QuotaArgs,
+}
+
+/// Admission flags; the defaults are [`QuotaOptions::DEFAULT`]'s (one place for them).
+#[derive(Debug, Clone, Args)]
+pub struct QuotaArgs {
+    /// Share of each limit one replica enforces on its own while Redis is unreachable (fail-open
+    /// for rates: with N replicas the cluster admits about N x this share of each limit).
+    #[arg(long, env = "TF_LOCAL_LIMIT_FRACTION", default_value_t = QuotaOptions::DEFAULT.local_limit_fraction)]
+    pub local_limit_fraction: f64,
+    /// Lifetime of an in-flight or long-prompt slot (and of a spend reservation) in Redis, in
+    /// milliseconds. Renewed while the request runs; a dead replica's slots expire after this.
+    #[arg(long, env = "TF_QUOTA_LEASE_MS", default_value_t = QuotaOptions::DEFAULT.quota_lease_ms)]
+    pub quota_lease_ms: u64,
+    /// Longest wait for a Redis answer at admission, in milliseconds; slower answers count as
+    /// Redis down (this replica then uses its local limits for a second).
+    #[arg(long, env = "TF_QUOTA_REDIS_TIMEOUT_MS", default_value_t = QuotaOptions::DEFAULT.quota_redis_timeout_ms)]
+    pub quota_redis_timeout_ms: u64,
+    /// How often the cluster's leader resets spend counters from billed usage, in milliseconds.
+    #[arg(long, env = "TF_QUOTA_RECONCILE_MS", default_value_t = QuotaOptions::DEFAULT.quota_reconcile_ms)]
+    pub quota_reconcile_ms: u64,
+    /// Completion tokens assumed for a request that sets no `max_tokens` (token and spend
+    /// estimates at admission; corrected at completion).
+    #[arg(long, env = "TF_QUOTA_DEFAULT_MAX_TOKENS", default_value_t = QuotaOptions::DEFAULT.quota_default_max_tokens)]
+    pub quota_default_max_tokens: u64,
+    /// Prompt tokens from which a request counts as long, where a tenant's limits do not say.
+    #[arg(long, env = "TF_LONG_PROMPT_TOKENS", default_value_t = QuotaOptions::DEFAULT.long_prompt_tokens)]
+    pub long_prompt_tokens: u64,
+}
+
+impl From<&QuotaArgs> for QuotaOptions {
+    fn from(a: &QuotaArgs) -> Self {
+        Self {
+            local_limit_fraction: a.local_limit_fraction,
+            quota_lease_ms: a.quota_lease_ms,
+            quota_redis_timeout_ms: a.quota_redis_timeout_ms,
+            quota_reconcile_ms: a.quota_reconcile_ms,
+            quota_default_max_tokens: a.quota_default_max_tokens,
+            long_prompt_tokens: a.long_prompt_tokens,
+        }
+    }
 }
 
 /// The local usage journal.

@@ -62,7 +62,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             trust_forwarded_for: args.trust_forwarded_for,
             gateway: (&args.gateway).into(),
             journal: journal.clone(),
-            quota: args.quota.clone(),
+            quota: (&args.quota).into(),
         },
     )
     .await?;

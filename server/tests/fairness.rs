@@ -28,7 +28,7 @@ use serde_json::json;
 use sqlx::PgPool;
 use tf_engine_sim::SimConfig;
 use tokenfactory::app::AppOptions;
-use tokenfactory::quota::QuotaArgs;
+use tokenfactory::quota::QuotaOptions;
 
 /// 100k-token prefills take 50 ms; every request also pays a fixed 150 ms before its first
 /// token (scheduling, network) and decodes at 50 tokens/s.
@@ -209,7 +209,7 @@ async fn long_prompt_cap_keeps_the_victims_ttft_within_twice_unloaded() {
     let options = AppOptions {
         redis: Some(redis).into(),
         redis_prefix: prefix,
-        quota: QuotaArgs::default(),
+        quota: QuotaOptions::default(),
         ..AppOptions::default()
     };
     let t = TestApp::spawn_with(pool.clone(), sim(), options).await;

@@ -217,7 +217,7 @@ async fn a_replica_started_before_redis_switches_to_shared_limits_when_it_comes_
         AppOptions {
             redis: slot.clone(),
             redis_prefix: prefix.clone(),
-            quota: tokenfactory::quota::QuotaArgs {
+            quota: tokenfactory::quota::QuotaOptions {
                 quota_reconcile_ms: 100,
                 ..Default::default()
             },

@@ -17,13 +17,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::chaos::ChaosProxy;
+use common::poll::{wait_until, wait_until_every};
 use common::*;
 use redis::aio::ConnectionManager;
 use serde_json::{json, Value};
 use sqlx::PgPool;
 use tf_engine_sim::SimConfig;
 use tokenfactory::app::{self, App, AppOptions};
-use tokenfactory::quota::QuotaArgs;
+use tokenfactory::quota::QuotaOptions;
 
 const REDIS: &str = "redis://127.0.0.1:6379";
 
@@ -39,7 +40,7 @@ async fn redis_at(url: &str) -> ConnectionManager {
         .unwrap()
 }
 
-fn options(redis: ConnectionManager, prefix: &str, quota: QuotaArgs) -> AppOptions {
+fn options(redis: ConnectionManager, prefix: &str, quota: QuotaOptions) -> AppOptions {
     AppOptions {
         redis: Some(redis).into(),
         redis_prefix: prefix.to_owned(),
@@ -48,11 +49,11 @@ fn options(redis: ConnectionManager, prefix: &str, quota: QuotaArgs) -> AppOptio
     }
 }
 
-fn quota_args(lease_ms: u64) -> QuotaArgs {
-    QuotaArgs {
+fn quota_args(lease_ms: u64) -> QuotaOptions {
+    QuotaOptions {
         quota_lease_ms: lease_ms,
         quota_reconcile_ms: 200,
-        ..QuotaArgs::default()
+        ..QuotaOptions::default()
     }
 }
 
@@ -303,31 +304,26 @@ async fn a_dead_replicas_slots_come_back_within_the_lease(pool: PgPool) {
         r.json::<Value>().await.unwrap()["error"]["code"],
         "rate_limit_exceeded"
     );
-    // Renewals keep live slots beyond the lease.
-    tokio::time::sleep(lease + lease / 2).await;
-    assert_eq!(
-        short().await.unwrap().status(),
-        429,
-        "a live replica's slots must not expire"
-    );
+    // Renewals keep live slots beyond the lease: refused all through one and a half leases.
+    let held = Instant::now();
+    while held.elapsed() < lease + lease / 2 {
+        assert_eq!(
+            short().await.unwrap().status(),
+            429,
+            "a live replica's slots must not expire"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 
     // B dies: no more renewals, no releases.
     b.gateway.quota.halt();
-    let died = Instant::now();
-    loop {
-        if short().await.unwrap().status() == 200 {
-            break;
-        }
-        assert!(
-            died.elapsed() < lease + Duration::from_millis(500),
-            "capacity not back within the lease"
-        );
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    println!(
-        "capacity back {:?} after the replica died (lease {lease:?})",
-        died.elapsed()
-    );
+    let back = wait_until(
+        lease + Duration::from_millis(500),
+        "capacity not back within the lease",
+        || async { short().await.unwrap().status() == 200 },
+    )
+    .await;
+    println!("capacity back {back:?} after the replica died (lease {lease:?})");
     drop(streams);
 }
 
@@ -337,15 +333,10 @@ async fn slots_are_freed_on_every_path(pool: PgPool) {
     let acme = a.tenant("acme").await;
     admin_limits(&pool, &["--tenant", "acme", "--max-in-flight", "1"]).await;
     let send = |body: Value| a.post(&acme.key, "/v1/chat/completions", body).send();
-    let admitted_soon = || async {
-        for _ in 0..100 {
-            let r = send(chat(BASE, "hi", 1)).await.unwrap();
-            if r.status() == 200 {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        panic!("slot never freed");
+    let admitted_soon = || {
+        wait_until(Duration::from_secs(3), "slot never freed", || async {
+            send(chat(BASE, "hi", 1)).await.unwrap().status() == 200
+        })
     };
     // Completed, back to back: the slot is free before the response ends.
     for _ in 0..5 {
@@ -386,23 +377,19 @@ async fn limit_changes_reach_every_replica_within_a_second(pool: PgPool) {
         "no limits, no headers"
     );
     admin_limits(&pool, &["--tenant", "acme", "--rpm", "0"]).await;
-    let changed = Instant::now();
-    while via_b().await.unwrap().status() != 429 {
-        assert!(
-            changed.elapsed() < Duration::from_secs(1),
-            "limit not applied within 1 s"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_until(
+        Duration::from_secs(1),
+        "limit not applied within 1 s",
+        || async { via_b().await.unwrap().status() == 429 },
+    )
+    .await;
     admin_limits(&pool, &["--tenant", "acme", "--rpm", "none"]).await;
-    let changed = Instant::now();
-    while via_b().await.unwrap().status() != 200 {
-        assert!(
-            changed.elapsed() < Duration::from_secs(1),
-            "limit not lifted within 1 s"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_until(
+        Duration::from_secs(1),
+        "limit not lifted within 1 s",
+        || async { via_b().await.unwrap().status() == 200 },
+    )
+    .await;
 }
 
 #[sqlx::test(migrations = "../migrations")]
@@ -456,6 +443,7 @@ async fn serving_continues_on_local_limits_while_redis_is_down_and_counters_reco
     // Window credit granted before the outage is still spendable until it lapses (it was counted
     // in Redis when granted); from then on only the local share admits.
     let credit_ttl = u64::try_from(tokenfactory::quota::credit::GRANT_TTL_MS).unwrap();
+    // Time itself is the condition here (nothing outside the replica shows the credit lapse).
     tokio::time::sleep(Duration::from_millis(credit_ttl + 50)).await;
     let cut = Instant::now();
     let during = count_ok(40).await;
@@ -469,33 +457,29 @@ async fn serving_continues_on_local_limits_while_redis_is_down_and_counters_reco
     );
 
     proxy.restore();
-    let mut redis = redis_at(REDIS).await;
+    let redis = redis_at(REDIS).await;
     let period = tokenfactory::quota::plan::period(time::OffsetDateTime::now_utc()).0;
     let spend_key = format!("{prefix}q:s:t:{}:{period}", acme.id);
-    let restored = Instant::now();
-    loop {
-        let (_, tokens) = billed(&pool, "ok").await;
-        let counter: Option<i64> = redis::cmd("GET")
-            .arg(&spend_key)
-            .query_async(&mut redis)
-            .await
-            .unwrap();
-        // The first request after the outage wakes the reconciler.
-        let _ = send().await.unwrap();
-        let (_, tokens_after) = billed(&pool, "ok").await;
-        if counter == Some(tokens) || counter == Some(tokens_after) {
-            println!(
-                "spend counter rebuilt to {tokens} micros {:?} after Redis returned",
-                restored.elapsed()
-            );
-            break;
-        }
-        assert!(
-            restored.elapsed() < Duration::from_secs(5),
-            "spend counter {counter:?} never reconciled to {tokens}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let redis = &tokio::sync::Mutex::new(redis);
+    let rebuilt = wait_until_every(
+        Duration::from_millis(100),
+        Duration::from_secs(5),
+        "spend counter never reconciled to the billed spend",
+        || async {
+            let (_, tokens) = billed(&pool, "ok").await;
+            let counter: Option<i64> = redis::cmd("GET")
+                .arg(&spend_key)
+                .query_async(&mut *redis.lock().await)
+                .await
+                .unwrap();
+            // The first request after the outage wakes the reconciler.
+            let _ = send().await.unwrap();
+            let (_, tokens_after) = billed(&pool, "ok").await;
+            counter == Some(tokens) || counter == Some(tokens_after)
+        },
+    )
+    .await;
+    println!("spend counter rebuilt to the billed spend {rebuilt:?} after Redis returned");
     // Rates: the outage's local counts were merged, so the minute's limit holds overall.
     let (ok_total, _) = billed(&pool, "ok").await;
     let more = count_ok(20).await;

@@ -67,7 +67,7 @@ pub enum GatewayError {
     ServiceUnavailable,
     /// 429 `rate_limit_error`: refused at admission (code `rate_limit_exceeded`, or
     /// `insufficient_quota` for spend), with `retry-after` and `x-ratelimit-*` headers.
-    #[error("{}", .0.message())]
+    #[error("{}", super::rate_headers::message(.0))]
     RateLimited(Box<crate::quota::Refusal>),
 }
 
@@ -183,7 +183,11 @@ impl GatewayError {
             Self::ServiceUnavailable => {
                 ("service_unavailable".into(), serde_json::Value::Null, None)
             }
-            Self::RateLimited(r) => ("rate_limit_error".into(), json!(r.code()), None),
+            Self::RateLimited(r) => (
+                "rate_limit_error".into(),
+                json!(super::rate_headers::code(r)),
+                None,
+            ),
         };
         json!({"error": {"message": self.to_string(), "type": kind, "param": param, "code": code}})
     }
@@ -223,7 +227,7 @@ impl IntoResponse for GatewayError {
                 .insert("www-authenticate", HeaderValue::from_static("Bearer"));
         }
         if let Self::RateLimited(r) = &self {
-            r.write_headers(response.headers_mut());
+            super::rate_headers::write_refusal(r, response.headers_mut());
         }
         if let Self::TooManyKeyFailures(wait) = &self {
             response.headers_mut().insert(

@@ -140,11 +140,11 @@ async fn handle(
     let admitted = match gw.quota.admit(admit, estimate).await {
         Ok(admitted) => admitted,
         Err(refusal) => {
-            crate::quota::admission::record_refusal(gw.sink.as_ref(), event, started).await;
+            crate::metering::refusal::record_refusal(gw.sink.as_ref(), event, started).await;
             return Err(GatewayError::RateLimited(Box::new(refusal)));
         }
     };
-    let limit_headers = admitted.as_ref().map(crate::quota::Admitted::headers);
+    let limit_headers = admitted.as_ref().map(crate::quota::Admitted::rate_status);
     let upstream_body = req.upstream_body(stream, &route, principal.tenant_id)?;
     let ctx = MeterContext {
         event,
@@ -184,7 +184,7 @@ async fn handle(
         }
     };
     if let Some(h) = limit_headers {
-        h.apply(response.headers_mut());
+        super::rate_headers::apply(&h, response.headers_mut());
     }
     Ok(response)
 }

@@ -6,6 +6,7 @@ pub(crate) mod error;
 pub(crate) mod exchange;
 mod handlers;
 pub(crate) mod options;
+pub mod rate_headers;
 pub(crate) mod request;
 pub mod resolve;
 pub(crate) mod state;

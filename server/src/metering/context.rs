@@ -71,7 +71,8 @@ impl MeterContext {
         // to PostgreSQL waits until Redis has it (`Quota::spend_flushed`), so Redis never counts
         // less than PostgreSQL has billed and the reconciler only ever raises counters.
         if let Some(admitted) = admitted {
-            admitted.settle(&event).await;
+            let tokens = event.prompt_tokens.saturating_add(event.completion_tokens);
+            admitted.settle(u64::try_from(tokens).unwrap_or(0)).await;
         }
         if let Err(e) = self.sink.record(&event).await {
             tracing::error!(request_id = %event.request_id, error = %e, "usage event not recorded");

@@ -5,6 +5,7 @@
 pub mod context;
 pub mod edit;
 pub mod meter;
+pub(crate) mod refusal;
 pub mod sse;
 pub mod stream;
 pub mod whole;

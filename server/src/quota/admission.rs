@@ -1,69 +1,37 @@
 //! Admission: for each request after resolution, look up the limits (cached), estimate the
-//! request (prompt by the base's estimator: a byte bound or the simulator's words, not a
-//! tokenizer; plus `max_tokens` or the configured default), build the ordered plan and run it: on
-//! this replica's credit from Redis when it covers every check (no
+//! request (prompt tokens as the base's prompt estimator bounds them, erring high, plus
+//! `max_tokens` or the configured default), build the
+//! ordered plan and run it: on this replica's credit from Redis when it covers every check (no
 //! I/O, see [`super::credit`]), else in one atomic Redis script that also grants new credit, or on
 //! the local limiter when Redis is unreachable or slow (then Redis is skipped for
 //! [`REDIS_BACKOFF`]). A request with no limits costs one cache probe and no I/O. Admission never
-//! blocks serving on Redis.
+//! blocks serving on Redis, and takes no lock across a Redis call: ACQUIREs of different tenants
+//! (and the syncer's SYNCs) are in flight together.
 
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::{FromRedisValue, ScriptInvocation};
 use sqlx::PgPool;
 use tf_core::redis_slot::RedisSlot;
 use time::OffsetDateTime;
-use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
-use super::config::QuotaArgs;
-use super::credit::{Credits, Grant};
-use super::headers::{RateHeaders, Refusal};
+use super::answer::{RateStatus, Refusal};
+use super::config::QuotaOptions;
+use super::credit::Grant;
 use super::limits::LimitCache;
-use super::local::LocalLimiter;
 use super::plan::{self, Check, Estimate, Target};
-use super::scripts::{self, Scripts};
+use super::scripts;
 use super::settle::{Admitted, Backend};
-use super::sync::Syncer;
-
-/// How long Redis is skipped after a failed or slow call.
-pub const REDIS_BACKOFF: Duration = Duration::from_secs(1);
+pub use super::state::REDIS_BACKOFF;
+use super::state::{now_ms, Inner};
 
 /// The quota subsystem of one replica, cheap to clone.
 #[derive(Clone)]
-pub struct Quota(pub(super) Arc<Inner>);
-
-pub(super) struct Inner {
-    pub(super) limits: Arc<LimitCache>,
-    /// Empty until Redis was reached once (possibly long after start-up).
-    pub(super) redis: RedisSlot,
-    pub(super) scripts: Scripts,
-    pub(super) local: LocalLimiter,
-    pub(super) prefix: String,
-    /// The Redis keys of each (tenant, key, graph), formatted once.
-    names: plan::NameCache,
-    pub(super) cfg: QuotaArgs,
-    down_until_ms: AtomicI64,
-    was_down: AtomicBool,
-    /// Set by [`Quota::halt`]: this replica writes nothing more to Redis, as if it had crashed.
-    pub(super) halted: AtomicBool,
-    /// This replica's name in Redis holdings (a new one per process: a restart never inherits).
-    pub(super) rid: String,
-    /// Credit granted by Redis, spent locally.
-    pub(super) credits: Credits,
-    /// Held by whoever talks to Redis about credit (ACQUIRE, holdings in SYNC): one at a time.
-    pub(super) refill: tokio::sync::Mutex<()>,
-    pub(super) syncer: Syncer,
-    /// Admissions decided on credit / by a Redis call (for the benchmark and `/metrics`).
-    pub(super) from_credit: AtomicU64,
-    pub(super) from_redis: AtomicU64,
-    /// Wakes the reconciler when Redis comes back.
-    pub(super) recovered: Notify,
-}
+pub struct Quota(Arc<Inner>);
 
 /// What admission needs to know about a request.
 #[derive(Debug, Clone, Copy)]
@@ -80,57 +48,31 @@ pub struct AdmitRequest<'a> {
     pub sequences: u64,
 }
 
-/// Milliseconds since the Unix epoch (Redis scores and buckets use wall-clock time, shared by
-/// every replica).
-pub(super) fn now_ms() -> i64 {
-    i64::try_from(OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000).unwrap_or(i64::MAX)
-}
-
 impl Quota {
     /// Builds the subsystem, loads the scripts and starts the lease renewer and the reconciler.
     pub async fn start(
         pool: PgPool,
         redis: RedisSlot,
         prefix: String,
-        cfg: QuotaArgs,
+        cfg: QuotaOptions,
         tracker: &TaskTracker,
         cancel: CancellationToken,
     ) -> Self {
-        let scripts = Scripts::default();
-        if let Some(mut con) = redis.get() {
-            if let Err(e) = tokio::time::timeout(Duration::from_secs(2), scripts.load(&mut con))
-                .await
-                .unwrap_or_else(|_| {
-                    Err(redis::RedisError::from(std::io::Error::from(
-                        std::io::ErrorKind::TimedOut,
-                    )))
-                })
+        let inner = Inner::new(LimitCache::new(pool.clone()), redis, prefix, cfg);
+        if let Some(mut con) = inner.redis.get() {
+            if let Err(e) =
+                tokio::time::timeout(Duration::from_secs(2), inner.scripts.load(&mut con))
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(redis::RedisError::from(std::io::Error::from(
+                            std::io::ErrorKind::TimedOut,
+                        )))
+                    })
             {
                 tracing::warn!(error = %e, "quota scripts not loaded at start-up; they load on first use");
             }
         }
-        // Not connected yet: the first answer once the slot is filled counts as a recovery (local
-        // counts merged, the reconciler woken).
-        let not_connected = !redis.is_filled();
-        let quota = Self(Arc::new(Inner {
-            limits: Arc::new(LimitCache::new(pool.clone())),
-            redis,
-            scripts,
-            local: LocalLimiter::default(),
-            prefix,
-            names: plan::NameCache::default(),
-            cfg,
-            down_until_ms: AtomicI64::new(0),
-            was_down: AtomicBool::new(not_connected),
-            halted: AtomicBool::new(false),
-            rid: Uuid::new_v4().simple().to_string(),
-            credits: Credits::default(),
-            refill: tokio::sync::Mutex::new(()),
-            syncer: Syncer::default(),
-            from_credit: AtomicU64::new(0),
-            from_redis: AtomicU64::new(0),
-            recovered: Notify::new(),
-        }));
+        let quota = Self(Arc::new(inner));
         tracker.spawn(super::sync::run(quota.0.clone(), cancel.clone()));
         tracker.spawn(super::reconciler::run(quota.0.clone(), pool, cancel));
         quota
@@ -159,11 +101,6 @@ impl Quota {
     /// For tests of lease expiry, and as an operator's last resort on a misbehaving replica.
     pub fn halt(&self) {
         self.0.halted.store(true, Ordering::SeqCst);
-    }
-
-    /// Runs one reconciliation pass now, leader or not (passes are idempotent and only raise).
-    pub async fn reconcile_now(&self, pool: &PgPool) -> anyhow::Result<usize> {
-        super::reconciler::reconcile_once(&self.0, pool).await
     }
 
     /// Decides whether a request may go ahead. `Ok(None)`: no limits apply.
@@ -213,27 +150,22 @@ impl Quota {
             return Ok(None);
         }
         let micros_per_1k = est.micros_per_1k;
-        let mut now = now_ms();
+        let now = now_ms();
         if inner.redis_ready(now) {
             checks = match self.on_credit(checks, now, period_left_s, micros_per_1k) {
                 Ok(decided) => return decided,
                 Err(checks) => checks,
             };
-            let refill = inner.refill.lock().await;
-            now = now_ms();
-            // Another request may have refilled (or been refused) while this one waited.
-            checks = match self.on_credit(checks, now, period_left_s, micros_per_1k) {
-                Ok(decided) => return decided,
-                Err(checks) => checks,
-            };
-            let wants = inner.credits.wants(&checks, now);
+            let answer_by =
+                now + i64::try_from(inner.cfg.redis_timeout().as_millis()).unwrap_or(250);
+            let wants = inner.credits.wants(&checks, now, answer_by);
             if let Some((failed, retry_ms, grants)) =
-                inner.redis_acquire(&checks, &wants, now).await
+                redis_acquire(inner, &checks, &wants, now).await
             {
                 inner.from_redis.fetch_add(1, Ordering::Relaxed);
                 let used_reset: Vec<(i64, i64)> =
                     grants.iter().map(|g| (g.used, g.reset_ms)).collect();
-                let headers = RateHeaders::from_answer(&checks, &used_reset, failed == 0);
+                let headers = RateStatus::from_answer(&checks, &used_reset, failed == 0);
                 if let Some(i) = failed.checked_sub(1).filter(|i| *i < checks.len()) {
                     let used = grants.get(i).map_or(0, |g| g.used);
                     inner
@@ -242,7 +174,6 @@ impl Quota {
                     return Err(refusal(&checks[i], retry_ms, period_left_s, headers));
                 }
                 let buckets = inner.credits.deposit(&checks, &grants, now);
-                drop(refill);
                 return Ok(Some(Admitted::new(
                     self.0.clone(),
                     String::new(),
@@ -258,7 +189,7 @@ impl Quota {
         let a = inner
             .local
             .admit(&checks, &member, now, inner.cfg.fraction());
-        let headers = RateHeaders::from_answer(&checks, &a.used_reset, a.failed == 0);
+        let headers = RateStatus::from_answer(&checks, &a.used_reset, a.failed == 0);
         if let Some(check) = a.failed.checked_sub(1).and_then(|i| checks.get(i)) {
             return Err(refusal(check, a.retry_ms, period_left_s, headers));
         }
@@ -293,7 +224,7 @@ impl Quota {
             return Err(checks);
         };
         inner.from_credit.fetch_add(1, Ordering::Relaxed);
-        let headers = RateHeaders::from_answer(&checks, &taken.used_reset, true);
+        let headers = RateStatus::from_answer(&checks, &taken.used_reset, true);
         Ok(Ok(Some(Admitted::new(
             self.0.clone(),
             String::new(),
@@ -307,7 +238,7 @@ impl Quota {
 }
 
 /// The refusal for a failed check: spend is refused until the period ends.
-fn refusal(check: &Check, retry_ms: i64, period_left_s: u64, headers: RateHeaders) -> Refusal {
+fn refusal(check: &Check, retry_ms: i64, period_left_s: u64, headers: RateStatus) -> Refusal {
     let retry_ms = match check {
         Check::Spend { .. } => i64::try_from(period_left_s).unwrap_or(i64::MAX / 1000) * 1000,
         _ => retry_ms,
@@ -315,122 +246,41 @@ fn refusal(check: &Check, retry_ms: i64, period_left_s: u64, headers: RateHeader
     Refusal::new(check, retry_ms, headers)
 }
 
-impl Inner {
-    /// Whether Redis may be asked now (present, not halted, not in back-off).
-    fn redis_ready(&self, now: i64) -> bool {
-        self.redis.is_filled()
-            && !self.halted.load(Ordering::Relaxed)
-            && now >= self.down_until_ms.load(Ordering::Relaxed)
+/// One ACQUIRE: `(failed_index, retry_ms, per check grant)`, or `None` (use local limits).
+async fn redis_acquire(
+    inner: &Inner,
+    checks: &[Check],
+    wants: &[i64],
+    now: i64,
+) -> Option<(usize, i64, Vec<Grant>)> {
+    let lease = i64::try_from(inner.cfg.lease().as_millis()).unwrap_or(30_000);
+    let mut inv = inner.scripts.acquire.prepare_invoke();
+    scripts::acquire_args(
+        &mut inv,
+        checks,
+        wants,
+        now,
+        &inner.rid,
+        now + lease,
+        lease * 2,
+    );
+    let out: Vec<i64> = inner.call(&inv).await?;
+    if out.len() != 2 + 3 * checks.len() {
+        tracing::error!(len = out.len(), "unexpected answer from the acquire script");
+        return None;
     }
-
-    /// Runs a script unless Redis is absent, halted or in back-off; `None` means "use local".
-    pub(super) async fn call<T: FromRedisValue>(&self, inv: &ScriptInvocation<'_>) -> Option<T> {
-        if !self.redis.is_filled()
-            || self.halted.load(Ordering::Relaxed)
-            || now_ms() < self.down_until_ms.load(Ordering::Relaxed)
-        {
-            return None;
-        }
-        let mut con = self.redis.get()?;
-        match tokio::time::timeout(self.cfg.redis_timeout(), inv.invoke_async::<T>(&mut con)).await
-        {
-            Ok(Ok(v)) => {
-                if self.was_down.swap(false, Ordering::SeqCst) {
-                    self.on_recovered().await;
-                }
-                Some(v)
-            }
-            failed => {
-                let backoff = i64::try_from(REDIS_BACKOFF.as_millis()).unwrap_or(1000);
-                self.down_until_ms
-                    .store(now_ms() + backoff, Ordering::Relaxed);
-                self.credits.forget_windows();
-                if !self.was_down.swap(true, Ordering::SeqCst) {
-                    match failed {
-                        Ok(Err(e)) => {
-                            tracing::warn!(error = %e, "Redis unavailable: enforcing local limits")
-                        }
-                        _ => tracing::warn!("Redis too slow: enforcing local limits"),
-                    }
-                }
-                None
-            }
+    let grants: Vec<Grant> = out[2..]
+        .chunks(3)
+        .map(|g| Grant {
+            used: g[0],
+            reset_ms: g[1],
+            extra: g[2],
+        })
+        .collect();
+    for (c, g) in checks.iter().zip(&grants) {
+        if let Check::Spend { settled, .. } = c {
+            inner.local.observe_spend(settled, g.used);
         }
     }
-
-    /// One ACQUIRE: `(failed_index, retry_ms, per check grant)`, or `None` (use local limits).
-    async fn redis_acquire(
-        &self,
-        checks: &[Check],
-        wants: &[i64],
-        now: i64,
-    ) -> Option<(usize, i64, Vec<Grant>)> {
-        let lease = i64::try_from(self.cfg.lease().as_millis()).unwrap_or(30_000);
-        let mut inv = self.scripts.acquire.prepare_invoke();
-        scripts::acquire_args(
-            &mut inv,
-            checks,
-            wants,
-            now,
-            &self.rid,
-            now + lease,
-            lease * 2,
-        );
-        let out: Vec<i64> = self.call(&inv).await?;
-        if out.len() != 2 + 3 * checks.len() {
-            tracing::error!(len = out.len(), "unexpected answer from the acquire script");
-            return None;
-        }
-        let grants: Vec<Grant> = out[2..]
-            .chunks(3)
-            .map(|g| Grant {
-                used: g[0],
-                reset_ms: g[1],
-                extra: g[2],
-            })
-            .collect();
-        for (c, g) in checks.iter().zip(&grants) {
-            if let Check::Spend { settled, .. } = c {
-                self.local.observe_spend(settled, g.used);
-            }
-        }
-        Some((usize::try_from(out[0]).unwrap_or(0), out[1], grants))
-    }
-
-    /// Redis answered again after failing: merge what was counted locally, wake the reconciler.
-    async fn on_recovered(&self) {
-        tracing::info!("Redis reachable again: merging local counts, reconciling spend");
-        self.recovered.notify_one();
-        let buckets = self.local.drain_windows(now_ms());
-        if buckets.is_empty() {
-            return;
-        }
-        let mut inv = self.scripts.merge.prepare_invoke();
-        inv.arg(now_ms());
-        for (key, sec, count) in &buckets {
-            inv.key(&**key).arg(*sec).arg(*count);
-        }
-        let Some(mut con) = self.redis.get() else {
-            return;
-        };
-        let merged =
-            tokio::time::timeout(self.cfg.redis_timeout(), inv.invoke_async::<i64>(&mut con)).await;
-        if !matches!(merged, Ok(Ok(_))) {
-            tracing::warn!("could not merge local counts into Redis");
-        }
-    }
-}
-
-/// Records a refused request as a usage event (status `rejected`, zero tokens) so it appears in
-/// the tenant's request log. A sink failure is logged; the refusal stands either way.
-pub async fn record_refusal(
-    sink: &dyn crate::usage::UsageSink,
-    mut event: crate::usage::UsageEvent,
-    started: std::time::Instant,
-) {
-    event.status = crate::usage::UsageStatus::Rejected;
-    event.duration_ms = i32::try_from(started.elapsed().as_millis()).unwrap_or(i32::MAX);
-    if let Err(e) = sink.record(&event).await {
-        tracing::warn!(request_id = %event.request_id, error = %e, "refused request not recorded");
-    }
+    Some((usize::try_from(out[0]).unwrap_or(0), out[1], grants))
 }

@@ -8,12 +8,14 @@
 //!
 //! Credit that is not spent goes back: window credit after [`GRANT_TTL_MS`] (a refund to the
 //! bucket it was charged to), holdings beyond what requests use after [`HOLD_IDLE_MS`] without
-//! an admission. [`Credits::due`] lists what Redis must hear; the syncer sends it.
+//! an admission. [`Credits::due`] lists what Redis must hear; the syncer sends it. Holdings
+//! change in Redis by deltas (ACQUIRE adds grants, SYNC sends what this replica gave back), so
+//! both may be in flight at once and no lock spans a Redis call.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use super::headers::RateHeaders;
+use super::answer::RateStatus;
 use super::plan::{Check, Key};
 use super::scripts::SyncOp;
 
@@ -35,7 +37,7 @@ struct Refused {
     used: i64,
     at_ms: i64,
     retry_at_ms: i64,
-    headers: RateHeaders,
+    headers: RateStatus,
 }
 
 struct WindowCredit {
@@ -56,12 +58,32 @@ impl WindowCredit {
 
 struct Holding {
     amounts: Key,
+    /// What this replica holds, by its own count (Redis's figure plus `unsent`).
     held: i64,
     in_use: i64,
     last_used_ms: i64,
-    /// Redis has not been told `held` since it changed here.
-    dirty: bool,
+    /// Change of `held` made here that Redis has not been sent yet.
+    unsent: i64,
     renewed_ms: i64,
+}
+
+impl Holding {
+    /// Sets `held`, recording the change for Redis.
+    fn set_held(&mut self, held: i64) {
+        self.unsent += held - self.held;
+        self.held = held;
+    }
+
+    fn op(&mut self, leases: &Key, now_ms: i64) -> SyncOp {
+        let delta = std::mem::take(&mut self.unsent);
+        self.renewed_ms = now_ms;
+        SyncOp::Hold {
+            leases: leases.clone(),
+            amounts: self.amounts.clone(),
+            delta,
+            amount: self.held,
+        }
+    }
 }
 
 #[derive(Default)]
@@ -76,6 +98,9 @@ struct Book {
     wants: HashMap<Key, i64>,
     /// Recent refusals, by check key.
     refused: HashMap<Key, Refused>,
+    /// Until when an ACQUIRE asking credit for a key may still answer: meanwhile others ask for
+    /// their own cost only, so a burst does not take a limit's room as credit many times over.
+    asking: HashMap<Key, i64>,
 }
 
 impl Book {
@@ -118,7 +143,7 @@ pub struct Credits(Mutex<Book>);
 impl Credits {
     /// A recent refusal that this request could not pass either: (index of the check, ms until
     /// a retry may succeed, the headers Redis's answer gave).
-    pub fn refused(&self, checks: &[Check], now_ms: i64) -> Option<(usize, i64, RateHeaders)> {
+    pub fn refused(&self, checks: &[Check], now_ms: i64) -> Option<(usize, i64, RateStatus)> {
         let book = self.0.lock().ok()?;
         if book.refused.is_empty() {
             return None;
@@ -136,10 +161,12 @@ impl Credits {
         check: &Check,
         used: i64,
         retry_ms: i64,
-        headers: RateHeaders,
+        headers: RateStatus,
         now_ms: i64,
     ) {
         let Ok(mut book) = self.0.lock() else { return };
+        // The refused ACQUIRE asked for nothing in the end: the next one may ask again.
+        book.asking.clear();
         book.refused
             .retain(|_, r| now_ms < r.at_ms + REFUSAL_TTL_MS);
         book.refused.insert(
@@ -189,17 +216,24 @@ impl Credits {
     }
 
     /// The extra credit to ask Redis for, per check: nothing where credit still covers the
-    /// check; twice the last ask where credit ran out quickly.
-    pub fn wants(&self, checks: &[Check], now_ms: i64) -> Vec<i64> {
-        let Ok(mut book) = self.0.lock() else {
+    /// check or another ACQUIRE is asking for it (until `answer_by_ms`); twice the last ask where
+    /// credit ran out quickly.
+    pub fn wants(&self, checks: &[Check], now_ms: i64, answer_by_ms: i64) -> Vec<i64> {
+        let Ok(mut guard) = self.0.lock() else {
             return vec![0; checks.len()];
         };
+        let book = &mut *guard;
         checks
             .iter()
             .map(|c| {
                 if book.covers(c, now_ms) {
                     return 0;
                 }
+                let asking = book.asking.entry(c.key().into()).or_insert(0);
+                if now_ms < *asking {
+                    return 0;
+                }
+                *asking = answer_by_ms;
                 let cost = c.cost().max(1);
                 let (key, ran_out_fast) = match c {
                     Check::Window { key, .. } => (
@@ -235,6 +269,7 @@ impl Credits {
         };
         let book = &mut *guard;
         for (c, g) in checks.iter().zip(grants) {
+            book.asking.remove(c.key());
             let cost = c.cost();
             match c {
                 Check::Window { key, .. } => {
@@ -285,7 +320,7 @@ impl Credits {
                             held: 0,
                             in_use: 0,
                             last_used_ms: now_ms,
-                            dirty: false,
+                            unsent: 0,
                             renewed_ms: now_ms,
                         });
                     h.held += cost + g.extra;
@@ -341,8 +376,8 @@ impl Credits {
         let Ok(mut book) = self.0.lock() else { return };
         if let Some(h) = book.holdings.get_mut(leases) {
             h.in_use = (h.in_use - cost).max(0);
-            h.held = (h.held - actual.max(0)).max(h.in_use);
-            h.dirty = true;
+            let held = (h.held - actual.max(0)).max(h.in_use);
+            h.set_held(held);
         }
     }
 
@@ -353,16 +388,8 @@ impl Credits {
         };
         book.holdings
             .iter_mut()
-            .filter(|(_, h)| h.dirty)
-            .map(|(leases, h)| {
-                h.dirty = false;
-                h.renewed_ms = now_ms;
-                SyncOp::Hold {
-                    leases: leases.clone(),
-                    amounts: h.amounts.clone(),
-                    amount: h.held,
-                }
-            })
+            .filter(|(_, h)| h.unsent != 0)
+            .map(|(leases, h)| h.op(leases, now_ms))
             .collect()
     }
 
@@ -376,7 +403,7 @@ impl Credits {
 
     /// What Redis must hear now: corrections owed, expired window credit given back, holdings
     /// shrunk to their use after an idle spell, and holdings whose lease is due for renewal
-    /// (`all`: every holding, after a failed sync).
+    /// (`all`: every holding, after a failed sync: one whose lease lapsed in Redis is rebuilt).
     pub fn due(&self, now_ms: i64, renew_every_ms: i64, all: bool) -> Vec<SyncOp> {
         let Ok(mut guard) = self.0.lock() else {
             return Vec::new();
@@ -410,28 +437,22 @@ impl Credits {
         );
         for (leases, h) in &mut book.holdings {
             if now_ms - h.last_used_ms >= HOLD_IDLE_MS && h.held > h.in_use {
-                h.held = h.in_use;
-                h.dirty = true;
+                h.set_held(h.in_use);
                 book.wants.remove(leases);
             }
-            if h.dirty || all || now_ms - h.renewed_ms >= renew_every_ms {
-                ops.push(SyncOp::Hold {
-                    leases: leases.clone(),
-                    amounts: h.amounts.clone(),
-                    amount: h.held,
-                });
-                h.dirty = false;
-                h.renewed_ms = now_ms;
+            if h.unsent != 0 || all || now_ms - h.renewed_ms >= renew_every_ms {
+                ops.push(h.op(leases, now_ms));
             }
         }
         book.holdings.retain(|_, h| h.held > 0 || h.in_use > 0);
+        book.asking.retain(|_, until| now_ms < *until);
         ops
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::quota::credit::*; // not `super`: scripts/import-cycles.py reads it as the parent
     use crate::quota::plan::{CapKind, Dim};
 
     fn window(key: &str, cost: i64) -> Check {
@@ -466,7 +487,12 @@ mod tests {
         let checks = [window("w", 10), cap()];
         let now = 5_000_000;
         assert!(c.try_take(&checks, now).is_none(), "no credit yet");
-        assert_eq!(c.wants(&checks, now), vec![80, 8]);
+        assert_eq!(c.wants(&checks, now, now + 250), vec![80, 8]);
+        assert_eq!(
+            c.wants(&checks, now, now + 250),
+            vec![0, 0],
+            "an ACQUIRE is already asking"
+        );
         c.deposit(&checks, &[grant(25), grant(1)], now);
         // 25 tokens and 1 slot of credit: two requests of 10 tokens fit the window, one the cap.
         let t = c.try_take(&checks, now + 1).expect("covered");
@@ -508,6 +534,7 @@ mod tests {
         assert!(ops.contains(&SyncOp::Hold {
             leases: "cl".into(),
             amounts: "ca".into(),
+            delta: -3,
             amount: 0
         }));
         assert!(c.due(now + 2 * GRANT_TTL_MS, 10_000, true).is_empty());

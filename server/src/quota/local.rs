@@ -219,7 +219,7 @@ impl LocalLimiter {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::quota::local::*; // not `super`: scripts/import-cycles.py reads it as the parent
     use crate::quota::plan::{CapKind, Dim};
 
     #[test]

@@ -1,35 +1,40 @@
 //! Quotas, rate limits and per-tenant fairness: fast approximate enforcement shared by every
 //! replica through Redis, kept apart from billing: enforcement is approximate, billing is exact
-//! (it reads PostgreSQL's usage events, never these counters).
+//! (it reads PostgreSQL's usage events, never these counters). Callers hand it plain data (who
+//! asks, token counts) and get plain data back ([`answer`]); the gateway renders it as HTTP, the
+//! CLI fills [`QuotaOptions`].
 //!
-//! - [`limits`]: limits from PostgreSQL, cached per replica (changes apply within a second).
-//! - [`plan`]: the ordered checks of one request (cheapest first) and its estimate.
-//! - [`scripts`]: the atomic Redis Lua scripts (acquire, sync, reconcile, merge).
-//! - [`credit`]: this replica's credit from Redis, spent without I/O.
-//! - [`sync`]: the one writer of what this replica owes Redis (spend, refunds, holdings).
-//! - [`local`]: per-replica fallback limits while Redis is down (fail-open for rates).
-//! - [`admission`]: the entry point the request path calls after resolution.
-//! - [`settle`]: the admitted request's guard; settles at completion, frees on every path.
-//! - [`headers`]: `x-ratelimit-*` headers and refusals.
-//! - [`reconciler`]: the cluster leader's spend reset from billed usage.
+//! Files depend on each other one way (`scripts/import-cycles.py` checks it):
+//! - [`config`], [`limits`] (limits from PostgreSQL, cached per replica), [`plan`] (the ordered
+//!   checks of one request and its estimate), [`answer`] (what a caller is told): data.
+//! - [`scripts`]: the atomic Redis Lua scripts (`lua/`: acquire, sync, reconcile, merge).
+//! - [`credit`]: this replica's credit from Redis, spent without I/O; `local`: per-replica
+//!   fallback limits while Redis is down (fail-open for rates); `queue`: what is owed to Redis.
+//! - `state`: what the parts below share, and the one way they call Redis.
+//! - `sync`: the writer of what this replica owes Redis; `reconciler`: the cluster leader's
+//!   spend reset from billed usage; `settle`: the admitted request's guard.
+//! - `admission`: the entry point the request path calls after resolution.
 //!
-//! On failure: Redis down or slow -> local limits, serving continues; PostgreSQL down -> cached
-//! limits keep applying; a request that dies -> its slots are freed by its guard, or expire with
-//! the replica's holding if the replica dies.
+//! On failure: Redis down or slow -> local limits, serving continues, what is owed to Redis is
+//! kept and sent when it answers; PostgreSQL down -> cached limits keep applying; a request that
+//! dies -> its slots are freed by its guard, or expire with the replica's holding if the replica
+//! dies.
 
-pub mod admission;
+mod admission;
+pub mod answer;
 pub mod config;
 pub mod credit;
-pub mod headers;
 pub mod limits;
-pub mod local;
+mod local;
 pub mod plan;
+mod queue;
 mod reconciler;
 pub mod scripts;
-pub mod settle;
+mod settle;
+mod state;
 mod sync;
 
-pub use admission::{AdmitRequest, Quota};
-pub use config::QuotaArgs;
-pub use headers::{RateHeaders, Refusal};
+pub use admission::{AdmitRequest, Quota, REDIS_BACKOFF};
+pub use answer::{RateStatus, Refusal};
+pub use config::QuotaOptions;
 pub use settle::Admitted;

@@ -258,8 +258,8 @@ pub fn settled_key(prefix: &str, subject: &str, period: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use crate::quota::limits::{Caps, RateLimits};
+    use crate::quota::plan::*; // not `super`: scripts/import-cycles.py reads it as the parent
 
     #[test]
     fn checks_come_cheapest_first_and_only_when_limited() {

@@ -21,9 +21,9 @@ use tf_core::db::spend::{self, Subject};
 use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 
-use super::admission::Inner;
 use super::plan;
 use super::scripts::SETTLED_TTL_S;
+use super::state::Inner;
 
 /// Advisory lock key of the reconciler ("tfquota" in ASCII).
 const LOCK_KEY: i64 = 0x0074_6671_756f_7461;
@@ -54,6 +54,9 @@ pub(super) async fn run(inner: std::sync::Arc<Inner>, pool: PgPool, cancel: Canc
             }
         }
         if leader.is_some() {
+            // This replica's failed SYNCs first, so their spend is not counted twice (here and
+            // in the billed sum); other replicas' that race this pass err on the safe side.
+            super::sync::resend_failed(&inner).await;
             if let Err(e) = reconcile_once(&inner, &pool).await {
                 tracing::warn!(error = %e, "spend reconciliation failed");
             }
@@ -73,7 +76,7 @@ async fn try_lead(pool: &PgPool) -> Option<PoolConnection<Postgres>> {
 }
 
 /// One pass: billed spend this period for every subject with a spend limit, written to Redis.
-pub(super) async fn reconcile_once(inner: &Inner, pool: &PgPool) -> anyhow::Result<usize> {
+async fn reconcile_once(inner: &Inner, pool: &PgPool) -> anyhow::Result<usize> {
     let now = OffsetDateTime::now_utc();
     let (period, _) = plan::period(now);
     let start = now

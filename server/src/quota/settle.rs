@@ -8,12 +8,11 @@
 
 use std::sync::Arc;
 
-use super::admission::{now_ms, Inner};
-use super::headers::RateHeaders;
+use super::answer::RateStatus;
 use super::limits::cost_micros;
 use super::local::SettleOp;
 use super::plan::{Check, Dim};
-use crate::usage::UsageEvent;
+use super::state::{now_ms, Inner};
 
 /// Where a request was admitted, so it is settled in the same place.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,7 +32,7 @@ pub struct Admitted {
     buckets: Vec<i64>,
     backend: Backend,
     micros_per_1k: i64,
-    headers: RateHeaders,
+    status: RateStatus,
     open: bool,
 }
 
@@ -45,7 +44,7 @@ impl Admitted {
         buckets: Vec<i64>,
         backend: Backend,
         micros_per_1k: i64,
-        headers: RateHeaders,
+        status: RateStatus,
     ) -> Self {
         Self {
             inner,
@@ -54,22 +53,21 @@ impl Admitted {
             buckets,
             backend,
             micros_per_1k,
-            headers,
+            status,
             open: true,
         }
     }
 
-    /// The `x-ratelimit-*` values to send with the response.
-    pub fn headers(&self) -> RateHeaders {
-        self.headers
+    /// The windows' standing at admission (the gateway sends it as `x-ratelimit-*` headers).
+    pub fn rate_status(&self) -> RateStatus {
+        self.status
     }
 
-    /// Settles against the final usage event (before the response ends, so the next request of
-    /// the same client already sees the freed slot). Never waits for Redis.
-    pub async fn settle(mut self, event: &UsageEvent) {
+    /// Settles with the request's real usage, prompt plus completion `tokens` (before the
+    /// response ends, so the next request of the same client already sees the freed slot).
+    /// Never waits for Redis.
+    pub async fn settle(mut self, tokens: u64) {
         self.open = false;
-        let tokens =
-            u64::try_from(event.prompt_tokens.saturating_add(event.completion_tokens)).unwrap_or(0);
         let inner = &self.inner;
         if self.backend == Backend::Local {
             let ops = self.local_ops(Some(tokens));

@@ -9,6 +9,7 @@
 
 pub mod chaos;
 pub mod client;
+pub mod poll;
 pub mod process;
 pub mod raw_http;
 
