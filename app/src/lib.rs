@@ -56,6 +56,9 @@ pub fn App() -> impl IntoView {
             <Routes fallback=pages::NotFound>
                 <Route path=path!("/") view=pages::home::HomePage ssr=SsrMode::Async/>
                 <Route path=path!("/login") view=pages::login::LoginPage ssr=SsrMode::Async/>
+                <Route path=path!("/keys") view=pages::keys::KeysPage ssr=SsrMode::Async/>
+                <Route path=path!("/usage") view=pages::usage::UsagePage ssr=SsrMode::Async/>
+                <Route path=path!("/logs") view=pages::logs::LogsPage ssr=SsrMode::Async/>
                 <Route path=path!("/admin") view=pages::admin::AdminPage ssr=SsrMode::Async/>
             </Routes>
         </Router>

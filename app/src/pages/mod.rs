@@ -3,7 +3,10 @@
 
 pub mod admin;
 pub mod home;
+pub mod keys;
 pub mod login;
+pub mod logs;
+pub mod usage;
 
 use leptos::prelude::*;
 use leptos_meta::Title;
@@ -62,10 +65,27 @@ fn failed(message: String) -> AnyView {
 /// The bar at the top of every signed-in page: product name, who is signed in, logout.
 #[component]
 pub fn TopBar(viewer: Option<Viewer>, csrf: String) -> impl IntoView {
+    let admin = viewer.as_ref().is_some_and(|v| v.admin);
     let email = viewer.map(|v| v.email);
+    let links: &[(&str, &str)] = if admin {
+        &[("/admin", "Operations")]
+    } else {
+        &[
+            ("/", "Home"),
+            ("/keys", "Keys"),
+            ("/usage", "Usage"),
+            ("/logs", "Logs"),
+        ]
+    };
     view! {
         <header class="topbar">
             <a class="brand" href="/">{PRODUCT}</a>
+            <nav class="nav">
+                {links
+                    .iter()
+                    .map(|(href, label)| view! { <a href=*href>{*label}</a> })
+                    .collect_view()}
+            </nav>
             <div class="who">
                 <span class="email">{email}</span>
                 <LogoutForm csrf=csrf/>

@@ -3,6 +3,9 @@
 //! tenant, stale form — is a redirect to a page with a one-shot flash message, never an error
 //! page. State-changing functions check the CSRF token before anything else.
 
+pub mod keys;
+pub mod usage;
+
 use leptos::prelude::*;
 
 use crate::error::PortalError;
