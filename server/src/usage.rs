@@ -66,35 +66,3 @@ impl SpendBarrier {
         (self.0)().await;
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn stored_names_match_the_serde_and_sqlx_names() {
-        let serde_name = |v: serde_json::Value| v.as_str().map(str::to_owned);
-        for p in [
-            Provenance::Engine,
-            Provenance::Partial,
-            Provenance::Estimated,
-        ] {
-            assert_eq!(
-                serde_name(serde_json::json!(p)).as_deref(),
-                Some(p.as_str())
-            );
-        }
-        for s in [
-            UsageStatus::Ok,
-            UsageStatus::ClientAbort,
-            UsageStatus::UpstreamError,
-            UsageStatus::Interrupted,
-            UsageStatus::Rejected,
-        ] {
-            assert_eq!(
-                serde_name(serde_json::json!(s)).as_deref(),
-                Some(s.as_str())
-            );
-        }
-    }
-}
