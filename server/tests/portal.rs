@@ -3,13 +3,7 @@
 //! followed by hand, cookies kept in a jar. Real PostgreSQL (a fresh database per test) and real
 //! Redis (a unique key prefix per test).
 
-// Helpers outside `#[test]` functions are not covered by clippy.toml's test allowances.
-#![expect(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    reason = "a test helper that fails should fail the test loudly"
-)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may fail loudly
 
 mod common;
 
