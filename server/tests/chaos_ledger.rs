@@ -17,11 +17,10 @@ use std::time::Duration;
 
 use common::chaos::ChaosProxy;
 use common::client;
-use common::process::{self, Gateway, GatewaySpec};
+use common::{eventually, TestApp};
 use rand::{Rng, SeedableRng};
 use serde_json::json;
 use sqlx::PgPool;
-use tf_engine_sim::{EngineSim, SimConfig};
 use tokenfactory::usage::UsageStatus;
 use tokenfactory::usage_store;
 use tokio::sync::RwLock;
@@ -59,23 +58,16 @@ fn body(rng: &mut impl Rng) -> (serde_json::Value, Option<usize>) {
 
 #[sqlx::test(migrations = "../migrations")]
 async fn chaos_ledger_loses_and_duplicates_nothing(pool: PgPool) {
-    let sim = EngineSim::new(SimConfig {
-        models: vec!["sim-base".into()],
-        ..SimConfig::default()
-    });
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let sim_addr = l.local_addr().unwrap();
-    tokio::spawn(tf_engine_sim::serve(l, sim.clone(), std::future::pending()));
     let proxy = ChaosProxy::start("127.0.0.1:5432").await;
     let dir = tempfile::tempdir().unwrap();
-    let spec = GatewaySpec {
-        database_url: process::database_url(&pool, Some(proxy.addr)),
-        journal_dir: dir.path().join("journal"),
-        fleet_file: process::fleet_file(dir.path(), sim_addr),
-        durability: "process",
-        drain_seconds: 10,
-    };
-    let gw = Gateway::start(&spec).await;
+    let deployment = TestApp::builder(pool.clone())
+        .database_via(proxy.addr)
+        .durability("process")
+        .drain_seconds(10)
+        .process(dir.path())
+        .await;
+    let sim = &deployment.sim;
+    let gw = deployment.start().await;
     let target = Arc::new(RwLock::new((
         gw.url("/v1/chat/completions"),
         gw.key.clone(),
@@ -96,7 +88,8 @@ async fn chaos_ledger_loses_and_duplicates_nothing(pool: PgPool) {
                         let (url, key) = target.read().await.clone();
                         let o = client::send(&http, &url, &key, &b, hang_up).await;
                         if o.request_id.is_none() {
-                            // The gateway is restarting: try the same request again.
+                            // The gateway is restarting: try the same request again (a client's
+                            // retry pause, part of the load, not a wait for the server).
                             tokio::time::sleep(Duration::from_millis(50)).await;
                             continue;
                         }
@@ -113,23 +106,28 @@ async fn chaos_ledger_loses_and_duplicates_nothing(pool: PgPool) {
     let progress = |n: usize| {
         let next = next.clone();
         async move {
-            while next.load(Ordering::Relaxed) < n {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
+            eventually(
+                Duration::from_secs(120),
+                &format!("{n} requests sent"),
+                || async { next.load(Ordering::Relaxed) >= n },
+            )
+            .await;
         }
     };
+    // Each PostgreSQL outage lasts 1.5 s of load: its length is the scenario, not a wait.
+    let outage = Duration::from_millis(1500);
     progress(REQUESTS / 4).await;
     proxy.cut();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    tokio::time::sleep(outage).await;
     proxy.restore();
     progress(REQUESTS / 2).await;
     gw.lock().await.take().unwrap().kill().await;
-    let restarted = Gateway::start(&spec).await;
+    let restarted = deployment.start().await;
     *target.write().await = (restarted.url("/v1/chat/completions"), restarted.key.clone());
     *gw.lock().await = Some(restarted);
     progress(REQUESTS * 3 / 4).await;
     proxy.cut();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    tokio::time::sleep(outage).await;
     proxy.restore();
     for c in clients {
         c.await.unwrap();

@@ -22,7 +22,7 @@ async fn with_dynamo(pool: PgPool) -> Option<(TestApp, String)> {
         eprintln!("TF_DYNAMO_URL not set: Dynamo integration test not run");
         return None;
     };
-    let t = TestApp::spawn(pool).await;
+    let t = TestApp::builder(pool).start().await;
     let bases = [
         BaseRegistration {
             name: MODEL.into(),

@@ -18,7 +18,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod common;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -27,8 +27,6 @@ use futures::StreamExt;
 use serde_json::json;
 use sqlx::PgPool;
 use tf_engine_sim::SimConfig;
-use tokenfactory::app::AppOptions;
-use tokenfactory::quota::QuotaOptions;
 
 /// 100k-token prefills take 50 ms; every request also pays a fixed 150 ms before its first
 /// token (scheduling, network) and decodes at 50 tokens/s.
@@ -119,17 +117,24 @@ async fn victim(t: &TestApp, key: &str) -> Figures {
 }
 
 /// Aggressor loops sending ~100k-token prompts (token ids, distinct so nothing is cached) until
-/// `stop`; a 429 is retried after a short pause. Returns how many were served.
-fn aggressor(t: &TestApp, key: &str, stop: Arc<AtomicBool>) -> Vec<tokio::task::JoinHandle<u64>> {
+/// `stop`; a 429 is retried after a short pause. Each counts itself in `answered` at its first
+/// answer. Returns how many were served.
+fn aggressor(
+    t: &TestApp,
+    key: &str,
+    stop: Arc<AtomicBool>,
+    answered: Arc<AtomicUsize>,
+) -> Vec<tokio::task::JoinHandle<u64>> {
     let served = Arc::new(AtomicU64::new(0));
     (0..AGGRESSORS)
         .map(|a| {
-            let (http, url, key, stop, served) = (
+            let (http, url, key, stop, served, answered) = (
                 t.http.clone(),
                 t.url("/v1/completions"),
                 key.to_owned(),
                 stop.clone(),
                 served.clone(),
+                answered.clone(),
             );
             tokio::spawn(async move {
                 let mut n = 0u64;
@@ -149,12 +154,16 @@ fn aggressor(t: &TestApp, key: &str, stop: Arc<AtomicBool>) -> Vec<tokio::task::
                         .send()
                         .await
                         .unwrap();
+                    if n == 1 {
+                        answered.fetch_add(1, Ordering::Relaxed);
+                    }
                     match r.status().as_u16() {
                         200 => {
                             r.bytes().await.unwrap();
                             served.fetch_add(1, Ordering::Relaxed);
                         }
-                        // A well-behaved client waits as long as `retry-after` says.
+                        // A well-behaved client waits as long as `retry-after` says (this sleep
+                        // is the client's behaviour under test, not a wait for the server).
                         429 => {
                             let secs: u64 = r.headers()["retry-after"]
                                 .to_str()
@@ -174,8 +183,15 @@ fn aggressor(t: &TestApp, key: &str, stop: Arc<AtomicBool>) -> Vec<tokio::task::
 
 async fn loaded(t: &TestApp, victim_key: &str, aggressor_key: &str) -> (Figures, u64) {
     let stop = Arc::new(AtomicBool::new(false));
-    let tasks = aggressor(t, aggressor_key, stop.clone());
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let answered = Arc::new(AtomicUsize::new(0));
+    let tasks = aggressor(t, aggressor_key, stop.clone(), answered.clone());
+    // The victims are measured under the whole aggressor load: every aggressor has had an answer.
+    eventually(
+        Duration::from_secs(30),
+        "every aggressor's first answer",
+        || async { answered.load(Ordering::Relaxed) == AGGRESSORS },
+    )
+    .await;
     let f = victim(t, victim_key).await;
     stop.store(true, Ordering::Relaxed);
     let mut served = 0;
@@ -206,13 +222,12 @@ async fn long_prompt_cap_keeps_the_victims_ttft_within_twice_unloaded() {
         .get_connection_manager()
         .await
         .unwrap();
-    let options = AppOptions {
-        redis: Some(redis).into(),
-        redis_prefix: prefix,
-        quota: QuotaOptions::default(),
-        ..AppOptions::default()
-    };
-    let t = TestApp::spawn_with(pool.clone(), sim(), options).await;
+    let t = TestApp::builder(pool.clone())
+        .sim(sim())
+        .redis(redis)
+        .redis_prefix(&prefix)
+        .start()
+        .await;
     let victim_t = t.tenant("victim").await;
     let aggr = t.tenant("aggressor").await;
 
@@ -222,7 +237,17 @@ async fn long_prompt_cap_keeps_the_victims_ttft_within_twice_unloaded() {
         .execute(&pool)
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(1100)).await; // the change reaches the replica
+    // The change reaches the replica (NOTIFY, or the cache's 1 s freshness bound).
+    let limits = t.app.gateway.quota.limits();
+    eventually(
+        Duration::from_secs(3),
+        "the aggressor's long-prompt cap in the replica's limits",
+        || async {
+            let caps = limits.limits(aggr.id, aggr.key_id).await.caps;
+            (caps.max_long_prompts == Some(1)).then_some(()).ok_or(caps)
+        },
+    )
+    .await;
     let (mut capped, served_capped) = loaded(&t, &victim_t.key, &aggr.key).await;
 
     let (u, o, c) = (

@@ -10,12 +10,11 @@ use common::*;
 use serde_json::{json, Value};
 use sqlx::PgPool;
 use tf_engine_sim::SimConfig;
-use tokenfactory::app::AppOptions;
 use tokenfactory::usage::{Provenance, UsageStatus};
 
 #[sqlx::test(migrations = "../migrations")]
 async fn non_streamed_chat_is_forwarded_and_metered_exactly(pool: PgPool) {
-    let t = TestApp::spawn(pool).await;
+    let t = TestApp::builder(pool).start().await;
     let a = t.tenant("acme").await;
     let r = t
         .post(
@@ -49,7 +48,7 @@ async fn non_streamed_chat_is_forwarded_and_metered_exactly(pool: PgPool) {
 
 #[sqlx::test(migrations = "../migrations")]
 async fn auth_failures_use_the_openai_envelope(pool: PgPool) {
-    let t = TestApp::spawn(pool).await;
+    let t = TestApp::builder(pool).start().await;
     let a = t.tenant("acme").await;
     let r = t
         .http
@@ -129,7 +128,7 @@ async fn auth_failures_use_the_openai_envelope(pool: PgPool) {
 
 #[sqlx::test(migrations = "../migrations")]
 async fn other_tenants_models_look_exactly_like_missing_ones(pool: PgPool) {
-    let t = TestApp::spawn(pool).await;
+    let t = TestApp::builder(pool).start().await;
     let a = t.tenant("acme").await;
     let b = t.tenant("beta").await;
     t.adapter(&a, "secret-bot").await;
@@ -215,7 +214,7 @@ async fn other_tenants_models_look_exactly_like_missing_ones(pool: PgPool) {
 
 #[sqlx::test(migrations = "../migrations")]
 async fn malformed_requests_are_refused_and_nothing_is_forwarded_or_billed(pool: PgPool) {
-    let t = TestApp::spawn(pool).await;
+    let t = TestApp::builder(pool).start().await;
     let a = t.tenant("acme").await;
     for body in [
         &b"{oops"[..],
@@ -255,7 +254,7 @@ async fn malformed_requests_are_refused_and_nothing_is_forwarded_or_billed(pool:
 
 #[sqlx::test(migrations = "../migrations")]
 async fn usage_chunk_reaches_exactly_the_clients_that_asked(pool: PgPool) {
-    let t = TestApp::spawn(pool).await;
+    let t = TestApp::builder(pool).start().await;
     let a = t.tenant("acme").await;
     for (options, want_usage_chunk, want_running) in [
         (json!(null), false, false),
@@ -317,7 +316,7 @@ async fn usage_chunk_reaches_exactly_the_clients_that_asked(pool: PgPool) {
 
 #[sqlx::test(migrations = "../migrations")]
 async fn tenants_never_see_each_others_prefix_cache(pool: PgPool) {
-    let t = TestApp::spawn(pool).await;
+    let t = TestApp::builder(pool).start().await;
     let a = t.tenant("acme").await;
     let b = t.tenant("beta").await;
     let prompt = "the quick brown fox jumps over the lazy dog ".repeat(12);
@@ -353,7 +352,7 @@ async fn tenants_never_see_each_others_prefix_cache(pool: PgPool) {
 
 #[sqlx::test(migrations = "../migrations")]
 async fn client_hang_up_cancels_upstream_and_bills_what_was_produced(pool: PgPool) {
-    let t = TestApp::spawn(pool).await;
+    let t = TestApp::builder(pool).start().await;
     let a = t.tenant("acme").await;
     let mut body = chat(BASE, "tell me a long story", 200);
     body["stream"] = json!(true);
@@ -381,7 +380,7 @@ async fn client_hang_up_cancels_upstream_and_bills_what_was_produced(pool: PgPoo
 
 #[sqlx::test(migrations = "../migrations")]
 async fn upstream_death_mid_stream_sends_an_error_event_and_bills(pool: PgPool) {
-    let t = TestApp::spawn(pool).await;
+    let t = TestApp::builder(pool).start().await;
     let a = t.tenant("acme").await;
     let mut body = chat(BASE, "doomed", 50);
     body["stream"] = json!(true);
@@ -404,15 +403,13 @@ async fn upstream_death_mid_stream_sends_an_error_event_and_bills(pool: PgPool) 
 
 #[sqlx::test(migrations = "../migrations")]
 async fn upstream_errors_are_reshaped_into_the_envelope(pool: PgPool) {
-    let t = TestApp::spawn_with(
-        pool,
-        SimConfig {
+    let t = TestApp::builder(pool)
+        .sim(SimConfig {
             flat_errors: true,
             ..SimConfig::default()
-        },
-        AppOptions::default(),
-    )
-    .await;
+        })
+        .start()
+        .await;
     let a = t.tenant("acme").await;
     let mut body = chat(BASE, "x", 3);
     body["sim"] = json!({"fail_status": 503});
@@ -433,7 +430,7 @@ async fn upstream_errors_are_reshaped_into_the_envelope(pool: PgPool) {
 
 #[sqlx::test(migrations = "../migrations")]
 async fn completions_endpoint_streams_and_meters(pool: PgPool) {
-    let t = TestApp::spawn(pool).await;
+    let t = TestApp::builder(pool).start().await;
     let a = t.tenant("acme").await;
     let r = t
         .post(
@@ -456,7 +453,7 @@ async fn completions_endpoint_streams_and_meters(pool: PgPool) {
 #[sqlx::test(migrations = "../migrations")]
 async fn completed_requests_reuse_their_upstream_connection(pool: PgPool) {
     use std::sync::atomic::Ordering;
-    let app = TestApp::spawn(pool.clone()).await;
+    let app = TestApp::builder(pool.clone()).start().await;
     let acme = app.tenant("acme").await;
     let proxy = common::chaos::ChaosProxy::start(&app.sim_addr.to_string()).await;
     tokenfactory::fleet::register_bases(

@@ -93,7 +93,7 @@ async fn the_token_in_flight_at_a_hang_up_is_billed(pool: PgPool) {
     )
     .await
     .unwrap();
-    let t = TestApp::spawn(pool).await;
+    let t = TestApp::builder(pool).start().await;
     let a = t.tenant("acme").await;
 
     for _ in 0..2 {

@@ -16,9 +16,8 @@ use std::time::{Duration, Instant};
 use common::*;
 use serde_json::{json, Value};
 use sqlx::PgPool;
-use tf_engine_sim::SimConfig;
-use tokenfactory::app::AppOptions;
 use tokenfactory::fleet::{self, BaseRegistration};
+use tokenfactory::gateway::GatewayOptions;
 use tokenfactory::http_server::{ServerMetrics, ServerOptions};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -55,7 +54,7 @@ async fn read_until_closed(tcp: &mut TcpStream, limit: Duration) -> (Vec<u8>, bo
 
 #[sqlx::test(migrations = "../migrations")]
 async fn slow_headers_and_idle_connections_are_closed(pool: PgPool) {
-    let t = TestApp::spawn(pool).await;
+    let t = TestApp::builder(pool).start().await;
     let options = ServerOptions {
         header_timeout: Duration::from_millis(800),
         ..ServerOptions::default()
@@ -129,7 +128,7 @@ async fn slow_headers_and_idle_connections_are_closed(pool: PgPool) {
 
 #[sqlx::test(migrations = "../migrations")]
 async fn connections_past_the_cap_wait_for_a_slot(pool: PgPool) {
-    let t = TestApp::spawn(pool).await;
+    let t = TestApp::builder(pool).start().await;
     let options = ServerOptions {
         max_connections: 2,
         header_timeout: Duration::from_secs(30),
@@ -174,7 +173,7 @@ fn rss() -> u64 {
 
 #[sqlx::test(migrations = "../migrations")]
 async fn unauthenticated_bodies_are_never_buffered(pool: PgPool) {
-    let t = TestApp::spawn(pool).await;
+    let t = TestApp::builder(pool).start().await;
     const BODY: usize = 8 * 1024 * 1024 - 1;
     let before = rss();
     let mut conns = Vec::new();
@@ -218,10 +217,12 @@ async fn unauthenticated_bodies_are_never_buffered(pool: PgPool) {
 
 #[sqlx::test(migrations = "../migrations")]
 async fn a_body_slower_than_the_minimum_rate_gets_408(pool: PgPool) {
-    let mut options = AppOptions::default();
-    options.gateway.body_timeout_ms = 400;
-    options.gateway.body_min_bytes_per_sec = 1000;
-    let t = TestApp::spawn_with(pool, SimConfig::default(), options).await;
+    let gateway = GatewayOptions {
+        body_timeout_ms: 400,
+        body_min_bytes_per_sec: 1000,
+        ..GatewayOptions::default()
+    };
+    let t = TestApp::builder(pool).gateway(gateway).start().await;
     let key = t.tenant("acme").await.key;
     let mut tcp = TcpStream::connect(t.addr).await.unwrap();
     let started = Instant::now();
@@ -245,7 +246,7 @@ async fn a_body_slower_than_the_minimum_rate_gets_408(pool: PgPool) {
 
 #[sqlx::test(migrations = "../migrations")]
 async fn a_flood_of_bad_keys_costs_few_lookups_and_keeps_good_keys(pool: PgPool) {
-    let t = TestApp::spawn(pool).await;
+    let t = TestApp::builder(pool).start().await;
     let good = t.tenant("acme").await.key;
     let models = |key: String| {
         let http = t.http.clone();
@@ -276,7 +277,7 @@ async fn a_flood_of_bad_keys_costs_few_lookups_and_keeps_good_keys(pool: PgPool)
 
 #[sqlx::test(migrations = "../migrations")]
 async fn engine_control_fields_are_stripped_and_salts_cannot_be_borrowed(pool: PgPool) {
-    let t = TestApp::spawn(pool.clone()).await;
+    let t = TestApp::builder(pool.clone()).start().await;
     // A base with the default policy (the test base lets `sim` through to drive the simulator).
     fleet::register_bases(
         &pool,
@@ -322,7 +323,7 @@ async fn engine_control_fields_are_stripped_and_salts_cannot_be_borrowed(pool: P
 
 #[sqlx::test(migrations = "../migrations")]
 async fn n_and_best_of_count_in_the_admission_estimate(pool: PgPool) {
-    let t = TestApp::spawn(pool.clone()).await;
+    let t = TestApp::builder(pool.clone()).start().await;
     let a = t.tenant("acme").await;
     admin_limits(&pool, &["--key", &a.key, "--tpm", "100"]).await;
     // 7 prompt tokens + 30: fits once; with n = 4 the engine may write 120: refused.
@@ -356,7 +357,7 @@ async fn n_and_best_of_count_in_the_admission_estimate(pool: PgPool) {
 
 #[sqlx::test(migrations = "../migrations")]
 async fn stream_options_are_checked_as_openai_does(pool: PgPool) {
-    let t = TestApp::spawn(pool).await;
+    let t = TestApp::builder(pool).start().await;
     let a = t.tenant("acme").await;
     for (extra, param) in [
         (
@@ -390,7 +391,7 @@ async fn stream_options_are_checked_as_openai_does(pool: PgPool) {
 
 #[sqlx::test(migrations = "../migrations")]
 async fn a_long_model_name_is_echoed_truncated(pool: PgPool) {
-    let t = TestApp::spawn(pool).await;
+    let t = TestApp::builder(pool).start().await;
     let a = t.tenant("acme").await;
     let name = "é".repeat(10_000);
     let r = t

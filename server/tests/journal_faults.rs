@@ -10,46 +10,72 @@
 mod common;
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::chaos::ChaosProxy;
 use common::client::{self, Outcome};
-use common::process::{self, Gateway, GatewaySpec};
+use common::process::Gateway;
+use common::{eventually, TestApp};
 use serde_json::json;
 use sqlx::PgPool;
-use tf_engine_sim::{EngineSim, SimConfig};
 use tokenfactory::usage::UsageStatus;
 use tokenfactory::usage_store;
-
-async fn start_sim() -> (EngineSim, SocketAddr) {
-    let sim = EngineSim::new(SimConfig {
-        models: vec!["sim-base".into()],
-        ..SimConfig::default()
-    });
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = l.local_addr().unwrap();
-    tokio::spawn(tf_engine_sim::serve(l, sim.clone(), std::future::pending()));
-    (sim, addr)
-}
 
 fn stream_body(max_tokens: u32, interval_ms: u64) -> serde_json::Value {
     json!({"model": "sim-base", "messages": [{"role": "user", "content": "fault tolerant metering"}],
            "max_tokens": max_tokens, "stream": true, "sim": {"token_interval_ms": interval_ms}})
 }
 
-/// Waits (bounded) until the usage table has `n` rows.
+/// Waits (bounded) until the usage table has at least `n` rows; returns them all.
 async fn wait_for_events(pool: &PgPool, n: usize) -> Vec<tokenfactory::usage::UsageEvent> {
-    let mut events = Vec::new();
-    for _ in 0..1500 {
-        events = usage_store::query(pool, None, None, None).await.unwrap();
-        if events.len() >= n {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    events
+    eventually(
+        Duration::from_secs(30),
+        &format!("{n} usage events"),
+        || async {
+            let events = usage_store::query(pool, None, None, None).await.unwrap();
+            if events.len() >= n {
+                Ok(events)
+            } else {
+                Err(format!("{} events", events.len()))
+            }
+        },
+    )
+    .await
+}
+
+/// `n` clients each streaming `body` once; resolves once every response head has arrived (each
+/// stream is in flight), with the clients still reading.
+async fn in_flight(
+    gw: &Gateway,
+    n: usize,
+    body: serde_json::Value,
+) -> Vec<tokio::task::JoinHandle<Outcome>> {
+    let (url, key) = (gw.url("/v1/chat/completions"), gw.key.clone());
+    let http = reqwest::Client::new();
+    let heads = Arc::new(AtomicUsize::new(0));
+    let clients: Vec<_> = (0..n)
+        .map(|_| {
+            let (http, url, key, body, heads) = (
+                http.clone(),
+                url.clone(),
+                key.clone(),
+                body.clone(),
+                heads.clone(),
+            );
+            tokio::spawn(async move {
+                client::send_counting_heads(&http, &url, &key, &body, None, &heads).await
+            })
+        })
+        .collect();
+    eventually(
+        Duration::from_secs(10),
+        &format!("{n} streams in flight"),
+        || async { heads.load(Ordering::SeqCst) == n },
+    )
+    .await;
+    clients
 }
 
 /// Runs `clients` loops sending `body` until `stop`.
@@ -90,23 +116,28 @@ fn load(
 
 #[sqlx::test(migrations = "../migrations")]
 async fn sigkill_loses_no_answered_request_and_invents_none(pool: PgPool) {
-    let (sim, sim_addr) = start_sim().await;
     let dir = tempfile::tempdir().unwrap();
-    let spec = GatewaySpec {
-        database_url: process::database_url(&pool, None),
-        journal_dir: dir.path().join("journal"),
-        fleet_file: process::fleet_file(dir.path(), sim_addr),
-        durability: "process",
-        drain_seconds: 5,
-    };
-    let gw = Gateway::start(&spec).await;
+    let deployment = TestApp::builder(pool.clone())
+        .durability("process")
+        .drain_seconds(5)
+        .process(dir.path())
+        .await;
+    let sim = &deployment.sim;
+    let gw = deployment.start().await;
     let outcomes = load(
         &gw,
         32,
         stream_body(6, 2),
         Instant::now() + Duration::from_secs(30),
     );
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Killed under load: once the engine has served enough requests to prove something, with
+    // every client's next stream in flight.
+    eventually(
+        Duration::from_secs(25),
+        "200 requests served before the kill",
+        || async { sim.ledger().len() >= 200 },
+    )
+    .await;
     gw.kill().await;
     let outcomes = outcomes.await.unwrap();
     let answered: Vec<_> = outcomes
@@ -120,7 +151,7 @@ async fn sigkill_loses_no_answered_request_and_invents_none(pool: PgPool) {
         answered.len()
     );
 
-    let gw = Gateway::start(&spec).await; // replays the journal
+    let gw = deployment.start().await; // replays the journal
     let events = wait_for_events(&pool, answered.len()).await;
     let by_id: HashMap<String, _> = events
         .iter()
@@ -155,27 +186,15 @@ async fn sigkill_loses_no_answered_request_and_invents_none(pool: PgPool) {
 
 #[sqlx::test(migrations = "../migrations")]
 async fn sigterm_drains_in_flight_streams_and_bills_them(pool: PgPool) {
-    let (sim, sim_addr) = start_sim().await;
     let dir = tempfile::tempdir().unwrap();
-    let spec = GatewaySpec {
-        database_url: process::database_url(&pool, None),
-        journal_dir: dir.path().join("journal"),
-        fleet_file: process::fleet_file(dir.path(), sim_addr),
-        durability: "machine",
-        drain_seconds: 20,
-    };
-    let gw = Gateway::start(&spec).await;
-    let (url, key) = (gw.url("/v1/chat/completions"), gw.key.clone());
-    let http = reqwest::Client::new();
-    let clients: Vec<_> = (0..16)
-        .map(|_| {
-            let (http, url, key) = (http.clone(), url.clone(), key.clone());
-            tokio::spawn(async move {
-                client::send(&http, &url, &key, &stream_body(60, 10), None).await
-            })
-        })
-        .collect();
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    let deployment = TestApp::builder(pool.clone())
+        .durability("machine")
+        .drain_seconds(20)
+        .process(dir.path())
+        .await;
+    let sim = &deployment.sim;
+    let gw = deployment.start().await;
+    let clients = in_flight(&gw, 16, stream_body(60, 10)).await;
     gw.terminate();
     let mut ids = Vec::new();
     for c in clients {
@@ -202,27 +221,15 @@ async fn sigterm_drains_in_flight_streams_and_bills_them(pool: PgPool) {
 
 #[sqlx::test(migrations = "../migrations")]
 async fn sigterm_deadline_cuts_and_bills_the_streams_still_running(pool: PgPool) {
-    let (sim, sim_addr) = start_sim().await;
     let dir = tempfile::tempdir().unwrap();
-    let spec = GatewaySpec {
-        database_url: process::database_url(&pool, None),
-        journal_dir: dir.path().join("journal"),
-        fleet_file: process::fleet_file(dir.path(), sim_addr),
-        durability: "process",
-        drain_seconds: 1,
-    };
-    let gw = Gateway::start(&spec).await;
-    let (url, key) = (gw.url("/v1/chat/completions"), gw.key.clone());
-    let http = reqwest::Client::new();
-    let clients: Vec<_> = (0..8)
-        .map(|_| {
-            let (http, url, key) = (http.clone(), url.clone(), key.clone());
-            tokio::spawn(async move {
-                client::send(&http, &url, &key, &stream_body(1000, 10), None).await
-            })
-        })
-        .collect();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let deployment = TestApp::builder(pool.clone())
+        .durability("process")
+        .drain_seconds(1)
+        .process(dir.path())
+        .await;
+    let sim = &deployment.sim;
+    let gw = deployment.start().await;
+    let clients = in_flight(&gw, 8, stream_body(1000, 10)).await;
     gw.terminate();
     for c in clients {
         assert!(!c.await.unwrap().completed);
@@ -245,17 +252,16 @@ async fn sigterm_deadline_cuts_and_bills_the_streams_still_running(pool: PgPool)
 
 #[sqlx::test(migrations = "../migrations")]
 async fn postgres_outage_keeps_serving_and_every_event_arrives_once(pool: PgPool) {
-    let (sim, sim_addr) = start_sim().await;
     let proxy = ChaosProxy::start("127.0.0.1:5432").await;
     let dir = tempfile::tempdir().unwrap();
-    let spec = GatewaySpec {
-        database_url: process::database_url(&pool, Some(proxy.addr)),
-        journal_dir: dir.path().join("journal"),
-        fleet_file: process::fleet_file(dir.path(), sim_addr),
-        durability: "process",
-        drain_seconds: 5,
-    };
-    let gw = Gateway::start(&spec).await;
+    let deployment = TestApp::builder(pool.clone())
+        .database_via(proxy.addr)
+        .durability("process")
+        .drain_seconds(5)
+        .process(dir.path())
+        .await;
+    let sim = &deployment.sim;
+    let gw = deployment.start().await;
     let http = reqwest::Client::new();
     let url = gw.url("/v1/chat/completions");
     // Warm the key cache, then cut PostgreSQL.
@@ -300,5 +306,4 @@ async fn postgres_outage_keeps_serving_and_every_event_arrives_once(pool: PgPool
     }
     gw.terminate();
     assert_eq!(gw.wait().await, Some(0));
-    let _ = Arc::new(());
 }

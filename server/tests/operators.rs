@@ -12,8 +12,6 @@ use clap::Parser;
 use common::chaos::ChaosProxy;
 use common::*;
 use sqlx::PgPool;
-use tf_engine_sim::SimConfig;
-use tokenfactory::app::AppOptions;
 use tokenfactory::cli::{Cli, Command};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -57,7 +55,7 @@ async fn wait_for_status(t: &TestApp, key: &str, status: u16) {
 
 #[sqlx::test(migrations = "../migrations")]
 async fn revoke_key_by_prefix_or_id_is_refused_on_the_next_requests(pool: PgPool) {
-    let t = TestApp::spawn(pool).await;
+    let t = TestApp::builder(pool).start().await;
     let acme = t.tenant("acme").await;
     wait_for_status(&t, &acme.key, 200).await;
     let prefix = tf_core::keys::visible_prefix(&acme.key).to_owned();
@@ -87,7 +85,7 @@ async fn revoke_key_by_prefix_or_id_is_refused_on_the_next_requests(pool: PgPool
 
 #[sqlx::test(migrations = "../migrations")]
 async fn suspend_tenant_makes_its_keys_403_and_reactivate_restores_them(pool: PgPool) {
-    let t = TestApp::spawn(pool).await;
+    let t = TestApp::builder(pool).start().await;
     let acme = t.tenant("acme").await;
     let beta = t.tenant("beta").await;
     wait_for_status(&t, &acme.key, 200).await;
@@ -109,7 +107,7 @@ async fn suspend_tenant_makes_its_keys_403_and_reactivate_restores_them(pool: Pg
 
 #[sqlx::test(migrations = "../migrations")]
 async fn limits_for_a_non_ascii_key_prefix_is_an_error_not_a_panic(pool: PgPool) {
-    let t = TestApp::spawn(pool).await;
+    let t = TestApp::builder(pool).start().await;
     t.tenant("acme").await;
     // Byte 11 falls inside the 'é': slicing there used to panic.
     for given in ["tf-abcdefgéxyz", "tf-aééééééééé"] {
@@ -150,7 +148,7 @@ async fn demo_credentials_survive_a_restart_and_another_replica_revokes_nothing(
             "{email}"
         );
     }
-    let t = TestApp::spawn(pool.clone()).await;
+    let t = TestApp::builder(pool.clone()).start().await;
     wait_for_status(&t, &first.api_key, 200).await;
 
     // A replica elsewhere (no state file) gets its own key; the first one keeps working.
@@ -211,20 +209,15 @@ async fn a_replica_started_before_redis_switches_to_shared_limits_when_it_comes_
     .await;
     assert!(!slot.is_filled(), "Redis was down at start-up");
     let prefix = format!("tftest-{}:", uuid::Uuid::new_v4().simple());
-    let t = TestApp::spawn_with(
-        pool.clone(),
-        SimConfig::default(),
-        AppOptions {
-            redis: slot.clone(),
-            redis_prefix: prefix.clone(),
-            quota: tokenfactory::quota::QuotaOptions {
-                quota_reconcile_ms: 100,
-                ..Default::default()
-            },
-            ..AppOptions::default()
-        },
-    )
-    .await;
+    let t = TestApp::builder(pool.clone())
+        .redis_slot(slot.clone())
+        .redis_prefix(&prefix)
+        .quota(tokenfactory::quota::QuotaOptions {
+            quota_reconcile_ms: 100,
+            ..Default::default()
+        })
+        .start()
+        .await;
     let acme = t.tenant("acme").await;
     admin(
         &pool,

@@ -3,25 +3,19 @@
 //! followed by hand, cookies kept in a jar. Real PostgreSQL (a fresh database per test) and real
 //! Redis (a unique key prefix per test).
 
-// Helpers outside `#[test]` functions are not covered by clippy.toml's test allowances.
-#![expect(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    reason = "a test helper that fails should fail the test loudly"
-)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may fail loudly
 
-#[path = "portal_support/mod.rs"]
-mod support;
+mod common;
 
+use common::portal::*;
+use common::TestApp;
 use reqwest::header::{CONTENT_TYPE, SET_COOKIE};
 use reqwest::StatusCode;
 use sqlx::PgPool;
-use support::*;
 use tf_core::accounts::{self, TenantStatus};
 #[sqlx::test(migrations = "../migrations")]
 async fn login_page_sets_a_safe_csrf_cookie_and_a_csrf_field(pool: PgPool) {
-    let portal = TestPortal::spawn(pool).await;
+    let portal = TestApp::builder(pool).shared_redis().start_portal().await;
     let res = portal.browser().get("/login").await;
     assert_eq!(res.status(), StatusCode::OK);
     // An anonymous visitor gets no session, only the CSRF cookie.
@@ -56,7 +50,11 @@ async fn login_page_sets_a_safe_csrf_cookie_and_a_csrf_field(pool: PgPool) {
 
 #[sqlx::test(migrations = "../migrations")]
 async fn cookie_is_secure_when_configured(pool: PgPool) {
-    let portal = TestPortal::spawn_with(pool, true, true).await;
+    let portal = TestApp::builder(pool)
+        .shared_redis()
+        .secure_cookies()
+        .start_portal()
+        .await;
     // Behind TLS the CSRF cookie is host-only and HTTPS-only: no subdomain can plant one.
     let cookie = set_cookie(&portal.browser().get("/login").await, "__Host-tf_csrf").unwrap();
     assert!(
@@ -68,7 +66,7 @@ async fn cookie_is_secure_when_configured(pool: PgPool) {
 
 #[sqlx::test(migrations = "../migrations")]
 async fn stylesheet_is_served_from_the_binary(pool: PgPool) {
-    let portal = TestPortal::spawn(pool).await;
+    let portal = TestApp::builder(pool).shared_redis().start_portal().await;
     let res = portal.browser().get("/style.css").await;
     assert_eq!(res.status(), StatusCode::OK);
     assert!(res.headers()[CONTENT_TYPE]
@@ -85,7 +83,7 @@ async fn stylesheet_is_served_from_the_binary(pool: PgPool) {
 
 #[sqlx::test(migrations = "../migrations")]
 async fn member_logs_in_with_a_new_session_id_and_sees_home(pool: PgPool) {
-    let portal = TestPortal::spawn(pool).await;
+    let portal = TestApp::builder(pool).shared_redis().start_portal().await;
     let b = portal.browser();
     let before = session_cookie(&b.get("/login").await).map(|c| cookie_value(&c));
     let res = b.login(MEMBER, PASSWORD).await;
@@ -105,7 +103,7 @@ async fn member_logs_in_with_a_new_session_id_and_sees_home(pool: PgPool) {
 
 #[sqlx::test(migrations = "../migrations")]
 async fn wrong_password_and_unknown_email_get_the_same_generic_error(pool: PgPool) {
-    let portal = TestPortal::spawn(pool).await;
+    let portal = TestApp::builder(pool).shared_redis().start_portal().await;
     for (email, password) in [(MEMBER, "wrong password!"), ("nobody@acme.test", PASSWORD)] {
         let b = portal.browser();
         assert_redirect(&b.login(email, password).await, "/login");
@@ -122,7 +120,7 @@ async fn wrong_password_and_unknown_email_get_the_same_generic_error(pool: PgPoo
 
 #[sqlx::test(migrations = "../migrations")]
 async fn admin_lands_on_admin(pool: PgPool) {
-    let portal = TestPortal::spawn(pool).await;
+    let portal = TestApp::builder(pool).shared_redis().start_portal().await;
     let b = portal.browser();
     assert_redirect(&b.login("  Root@TF.test ", PASSWORD).await, "/admin");
     let page = b.html("/admin").await;
@@ -140,7 +138,7 @@ async fn admin_lands_on_admin(pool: PgPool) {
 
 #[sqlx::test(migrations = "../migrations")]
 async fn member_is_refused_admin(pool: PgPool) {
-    let portal = TestPortal::spawn(pool).await;
+    let portal = TestApp::builder(pool).shared_redis().start_portal().await;
     let b = portal.browser();
     assert_redirect(&b.login(MEMBER, PASSWORD).await, "/");
     let res = b.get("/admin").await;
@@ -150,7 +148,7 @@ async fn member_is_refused_admin(pool: PgPool) {
 
 #[sqlx::test(migrations = "../migrations")]
 async fn pages_without_a_session_redirect_to_login(pool: PgPool) {
-    let portal = TestPortal::spawn(pool).await;
+    let portal = TestApp::builder(pool).shared_redis().start_portal().await;
     let b = portal.browser();
     assert_redirect(&b.get("/").await, "/login");
     assert_redirect(&b.get("/admin").await, "/login");
@@ -166,7 +164,7 @@ async fn pages_without_a_session_redirect_to_login(pool: PgPool) {
 
 #[sqlx::test(migrations = "../migrations")]
 async fn logout_deletes_the_session(pool: PgPool) {
-    let portal = TestPortal::spawn(pool).await;
+    let portal = TestApp::builder(pool).shared_redis().start_portal().await;
     let b = portal.browser();
     b.login(MEMBER, PASSWORD).await;
     assert_eq!(sessions_of(&portal.pool, MEMBER).await, 1);
@@ -178,7 +176,7 @@ async fn logout_deletes_the_session(pool: PgPool) {
 
 #[sqlx::test(migrations = "../migrations")]
 async fn session_ids_are_stored_only_as_their_hash(pool: PgPool) {
-    let portal = TestPortal::spawn(pool).await;
+    let portal = TestApp::builder(pool).shared_redis().start_portal().await;
     let res = portal.browser().login(MEMBER, PASSWORD).await;
     let id = cookie_value(&session_cookie(&res).unwrap());
     // The cookie is the id's 16 bytes in unpadded URL-safe base64; the row holds their SHA-256.
@@ -198,7 +196,7 @@ async fn session_ids_are_stored_only_as_their_hash(pool: PgPool) {
 
 #[sqlx::test(migrations = "../migrations")]
 async fn anonymous_visits_store_no_session(pool: PgPool) {
-    let portal = TestPortal::spawn(pool).await;
+    let portal = TestApp::builder(pool).shared_redis().start_portal().await;
     for _ in 0..30 {
         let res = portal.browser().get("/login").await;
         assert_eq!(session_cookie(&res), None);
@@ -224,7 +222,7 @@ async fn anonymous_visits_store_no_session(pool: PgPool) {
 
 #[sqlx::test(migrations = "../migrations")]
 async fn login_without_the_right_csrf_token_is_refused(pool: PgPool) {
-    let portal = TestPortal::spawn(pool).await;
+    let portal = TestApp::builder(pool).shared_redis().start_portal().await;
     let b = portal.browser();
     b.html("/login").await;
     for form in [
@@ -259,7 +257,7 @@ async fn login_without_the_right_csrf_token_is_refused(pool: PgPool) {
 
 #[sqlx::test(migrations = "../migrations")]
 async fn cross_site_posts_do_not_replace_the_session_cookie(pool: PgPool) {
-    let portal = TestPortal::spawn(pool).await;
+    let portal = TestApp::builder(pool).shared_redis().start_portal().await;
     // SameSite=Lax: a cross-site form post arrives without the cookie. Were a session created
     // for it, its cookie would replace the visitor's.
     let stranger = portal.browser();
@@ -281,7 +279,7 @@ async fn cross_site_posts_do_not_replace_the_session_cookie(pool: PgPool) {
 
 #[sqlx::test(migrations = "../migrations")]
 async fn logout_without_the_right_csrf_token_is_refused(pool: PgPool) {
-    let portal = TestPortal::spawn(pool).await;
+    let portal = TestApp::builder(pool).shared_redis().start_portal().await;
     let b = portal.browser();
     assert_redirect(&b.login(MEMBER, PASSWORD).await, "/");
     for form in [vec![], vec![("csrf", "0123")]] {
@@ -327,7 +325,7 @@ async fn failures_from_one_address_delay_only_that_address(portal: &TestPortal) 
 
 #[sqlx::test(migrations = "../migrations")]
 async fn an_attacker_cannot_lock_an_account_in_redis(pool: PgPool) {
-    let portal = TestPortal::spawn(pool).await;
+    let portal = TestApp::builder(pool).shared_redis().start_portal().await;
     failures_from_one_address_delay_only_that_address(&portal).await;
     // The counters live in Redis (shared by replicas), under the prefix, with TTLs; refused
     // attempts counted for nothing.
@@ -356,7 +354,7 @@ async fn an_attacker_cannot_lock_an_account_in_redis(pool: PgPool) {
 
 #[sqlx::test(migrations = "../migrations")]
 async fn an_attacker_cannot_lock_an_account_without_redis(pool: PgPool) {
-    let portal = TestPortal::spawn_with(pool, false, false).await;
+    let portal = TestApp::builder(pool).start_portal().await;
     failures_from_one_address_delay_only_that_address(&portal).await;
 }
 
@@ -381,7 +379,7 @@ async fn guessing_spread_over_addresses_is_delayed_briefly_not_locked_out() {
 
 #[sqlx::test(migrations = "../migrations")]
 async fn a_successful_login_clears_the_failures(pool: PgPool) {
-    let portal = TestPortal::spawn(pool).await;
+    let portal = TestApp::builder(pool).shared_redis().start_portal().await;
     let b = portal.browser();
     for _ in 0..2 {
         for _ in 0..4 {
@@ -395,7 +393,7 @@ async fn a_successful_login_clears_the_failures(pool: PgPool) {
 
 #[sqlx::test(migrations = "../migrations")]
 async fn resetting_a_password_ends_the_users_sessions(pool: PgPool) {
-    let portal = TestPortal::spawn(pool).await;
+    let portal = TestApp::builder(pool).shared_redis().start_portal().await;
     let (b, other) = (portal.browser(), portal.browser_from(OTHER_ADDRESS));
     assert_redirect(&b.login(MEMBER, PASSWORD).await, "/");
     assert_redirect(&other.login(MEMBER, PASSWORD).await, "/");
@@ -423,7 +421,7 @@ async fn resetting_a_password_ends_the_users_sessions(pool: PgPool) {
 
 #[sqlx::test(migrations = "../migrations")]
 async fn suspended_tenant_cannot_log_in(pool: PgPool) {
-    let portal = TestPortal::spawn(pool).await;
+    let portal = TestApp::builder(pool).shared_redis().start_portal().await;
     accounts::set_tenant_status(&portal.pool, "acme", TenantStatus::Suspended)
         .await
         .unwrap();
@@ -441,7 +439,7 @@ async fn suspended_tenant_cannot_log_in(pool: PgPool) {
 
 #[sqlx::test(migrations = "../migrations")]
 async fn suspending_a_tenant_ends_its_sessions(pool: PgPool) {
-    let portal = TestPortal::spawn(pool).await;
+    let portal = TestApp::builder(pool).shared_redis().start_portal().await;
     let b = portal.browser();
     assert_redirect(&b.login(MEMBER, PASSWORD).await, "/");
     b.html("/").await;
@@ -459,7 +457,7 @@ async fn suspending_a_tenant_ends_its_sessions(pool: PgPool) {
 
 #[sqlx::test(migrations = "../migrations")]
 async fn the_suspend_command_deletes_the_tenants_sessions(pool: PgPool) {
-    let portal = TestPortal::spawn(pool).await;
+    let portal = TestApp::builder(pool).shared_redis().start_portal().await;
     let b = portal.browser();
     assert_redirect(&b.login(MEMBER, PASSWORD).await, "/");
     let admin_browser = portal.browser();
@@ -480,7 +478,7 @@ async fn a_session_ended_elsewhere_is_not_written_back(pool: PgPool) {
     use tf_app::ssr::store::{self, PortalStore};
     use tower_sessions::session::{Id, Record};
     use tower_sessions::SessionStore;
-    let portal = TestPortal::spawn(pool).await;
+    let portal = TestApp::builder(pool).shared_redis().start_portal().await;
     let user: uuid::Uuid = sqlx::query_scalar!("SELECT id FROM users WHERE email = $1", MEMBER)
         .fetch_one(&portal.pool)
         .await

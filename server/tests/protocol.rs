@@ -17,8 +17,6 @@ use std::time::Duration;
 use common::*;
 use serde_json::{json, Value};
 use sqlx::PgPool;
-use tf_engine_sim::SimConfig;
-use tokenfactory::app::AppOptions;
 use tokenfactory::fleet::{self, BaseRegistration};
 use tokenfactory::gateway::GatewayOptions;
 use tokenfactory::usage::{Provenance, UsageStatus};
@@ -84,11 +82,7 @@ where
     )
     .await
     .unwrap();
-    let options = AppOptions {
-        gateway,
-        ..AppOptions::default()
-    };
-    TestApp::spawn_with(pool, SimConfig::default(), options).await
+    TestApp::builder(pool).gateway(gateway).start().await
 }
 
 /// An engine that reads the request, writes `bytes` and closes.
@@ -156,7 +150,7 @@ fn json_of(data: &[String]) -> Vec<Value> {
 
 #[sqlx::test(migrations = "../migrations")]
 async fn answers_carry_the_served_name_and_no_unasked_usage(pool: PgPool) {
-    let t = TestApp::spawn(pool).await;
+    let t = TestApp::builder(pool).start().await;
     let a = t.tenant("acme").await;
     let lora = t.adapter(&a, "bot").await;
     assert_eq!(lora, "acme--bot--v1");
@@ -469,7 +463,7 @@ async fn an_engine_retry_after_is_passed_on(pool: PgPool) {
 
 #[sqlx::test(migrations = "../migrations")]
 async fn wrong_methods_get_the_envelope(pool: PgPool) {
-    let t = TestApp::spawn(pool).await;
+    let t = TestApp::builder(pool).start().await;
     let a = t.tenant("acme").await;
     for (method, path, allow) in [
         (reqwest::Method::GET, "/v1/chat/completions", "POST"),

@@ -17,13 +17,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::chaos::ChaosProxy;
-use common::poll::{wait_until, wait_until_every};
+use common::eventually::{wait_until, wait_until_every};
 use common::*;
 use redis::aio::ConnectionManager;
 use serde_json::{json, Value};
 use sqlx::PgPool;
-use tf_engine_sim::SimConfig;
-use tokenfactory::app::{self, App, AppOptions};
+use tokenfactory::app::App;
 use tokenfactory::quota::QuotaOptions;
 
 const REDIS: &str = "redis://127.0.0.1:6379";
@@ -40,15 +39,6 @@ async fn redis_at(url: &str) -> ConnectionManager {
         .unwrap()
 }
 
-fn options(redis: ConnectionManager, prefix: &str, quota: QuotaOptions) -> AppOptions {
-    AppOptions {
-        redis: Some(redis).into(),
-        redis_prefix: prefix.to_owned(),
-        quota,
-        ..AppOptions::default()
-    }
-}
-
 fn quota_args(lease_ms: u64) -> QuotaOptions {
     QuotaOptions {
         quota_lease_ms: lease_ms,
@@ -59,21 +49,6 @@ fn quota_args(lease_ms: u64) -> QuotaOptions {
 
 fn fresh_prefix() -> String {
     format!("tftest-{}:", uuid::Uuid::new_v4().simple())
-}
-
-/// A second replica of the same deployment: same database, same Redis prefix.
-async fn replica(pool: &PgPool, options: AppOptions) -> (SocketAddr, App) {
-    let app = app::build(pool.clone(), options).await.unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(tokenfactory::http_server::serve(
-        listener,
-        app.router.clone(),
-        Default::default(),
-        app.http_metrics.clone(),
-        std::future::pending(),
-    ));
-    (addr, app)
 }
 
 /// `clients` tasks per address, each sending `each` requests; returns (admitted, refused bodies).
@@ -132,18 +107,21 @@ async fn hammer(
 
 async fn two_replicas(pool: PgPool, lease_ms: u64) -> (TestApp, SocketAddr, App, String) {
     let prefix = fresh_prefix();
-    let a = TestApp::spawn_with(
-        pool.clone(),
-        SimConfig::default(),
-        options(redis_at(REDIS).await, &prefix, quota_args(lease_ms)),
-    )
-    .await;
-    let (b_addr, b) = replica(
-        &pool,
-        options(redis_at(REDIS).await, &prefix, quota_args(lease_ms)),
-    )
-    .await;
-    (a, b_addr, b, prefix)
+    let a = TestApp::builder(pool.clone())
+        .redis(redis_at(REDIS).await)
+        .redis_prefix(&prefix)
+        .quota(quota_args(lease_ms))
+        .start()
+        .await;
+    // A second replica of the same deployment: same database, same Redis prefix.
+    let b = TestApp::builder(pool)
+        .replica_of(&a)
+        .redis(redis_at(REDIS).await)
+        .redis_prefix(&prefix)
+        .quota(quota_args(lease_ms))
+        .start()
+        .await;
+    (a, b.addr, b.app, prefix)
 }
 
 async fn billed(pool: &PgPool, status: &str) -> (i64, i64) {
@@ -397,12 +375,12 @@ async fn serving_continues_on_local_limits_while_redis_is_down_and_counters_reco
     let proxy = ChaosProxy::start("127.0.0.1:6379").await;
     let prefix = fresh_prefix();
     let via_proxy = redis_at(&format!("redis://{}", proxy.addr)).await;
-    let a = TestApp::spawn_with(
-        pool.clone(),
-        SimConfig::default(),
-        options(via_proxy, &prefix, quota_args(30_000)),
-    )
-    .await;
+    let a = TestApp::builder(pool.clone())
+        .redis(via_proxy)
+        .redis_prefix(&prefix)
+        .quota(quota_args(30_000))
+        .start()
+        .await;
     let acme = a.tenant("acme").await;
     sqlx::query!("UPDATE base_models SET micros_per_1k_tokens = 1000")
         .execute(&pool)

@@ -10,7 +10,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::chaos::ChaosProxy;
-use common::poll::wait_until;
+use common::eventually::wait_until;
 use redis::aio::ConnectionManager;
 use sqlx::PgPool;
 use tokenfactory::fleet::{self, BaseRegistration};

@@ -22,7 +22,7 @@ const CONCURRENCY: usize = 32;
 
 #[sqlx::test(migrations = "../migrations")]
 async fn every_event_matches_the_engine_ledger(pool: PgPool) {
-    let t = Arc::new(TestApp::spawn(pool).await);
+    let t = Arc::new(TestApp::builder(pool).start().await);
     let tenants = Arc::new([t.tenant("acme").await, t.tenant("beta").await]);
     let seed: u64 = std::env::var("TF_TEST_SEED")
         .ok()

@@ -17,8 +17,6 @@ use std::time::Duration;
 
 use common::*;
 use sqlx::PgPool;
-use tf_engine_sim::SimConfig;
-use tokenfactory::app::AppOptions;
 use tokenfactory::journal::{Durability, Journal};
 
 const REDIS: &str = "redis://127.0.0.1:6379";
@@ -39,13 +37,14 @@ async fn postgres_never_bills_more_than_redis_has_settled(pool: PgPool) {
         Default::default(),
     )
     .unwrap();
-    let options = AppOptions {
-        redis: Some(redis.clone()).into(),
-        redis_prefix: prefix.clone(),
-        journal: Some(Arc::new(journal)),
-        ..AppOptions::default()
-    };
-    let t = Arc::new(TestApp::spawn_with(pool.clone(), SimConfig::default(), options).await);
+    let t = Arc::new(
+        TestApp::builder(pool.clone())
+            .redis(redis.clone())
+            .redis_prefix(&prefix)
+            .journal(Arc::new(journal))
+            .start()
+            .await,
+    );
     let acme = t.tenant("acme").await;
     // One micro per token, so billed spend is the token count.
     sqlx::query!("UPDATE base_models SET micros_per_1k_tokens = 1000")

@@ -1,5 +1,7 @@
 //! A client that records what it received, for checking the usage table afterwards.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use futures::StreamExt;
 use serde_json::Value;
 
@@ -19,6 +21,19 @@ pub async fn send(
     body: &Value,
     hang_up_after: Option<usize>,
 ) -> Outcome {
+    send_counting_heads(http, url, key, body, hang_up_after, &AtomicUsize::new(0)).await
+}
+
+/// [`send`], adding 1 to `heads` when the response head arrives (the request is being served),
+/// so a test can wait until its requests are in flight.
+pub async fn send_counting_heads(
+    http: &reqwest::Client,
+    url: &str,
+    key: &str,
+    body: &Value,
+    hang_up_after: Option<usize>,
+    heads: &AtomicUsize,
+) -> Outcome {
     let resp = match http.post(url).bearer_auth(key).json(body).send().await {
         Ok(r) => r,
         Err(_) => {
@@ -28,6 +43,7 @@ pub async fn send(
             }
         }
     };
+    heads.fetch_add(1, Ordering::SeqCst);
     let request_id = resp
         .headers()
         .get("x-request-id")

@@ -7,8 +7,11 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use sqlx::PgPool;
+use tf_engine_sim::EngineSim;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
+
+use super::sim::{Sim, BASE};
 
 pub struct Gateway {
     pub child: Child,
@@ -16,30 +19,60 @@ pub struct Gateway {
     pub key: String,
 }
 
-/// Options of one gateway process.
-pub struct GatewaySpec {
-    pub database_url: String,
-    pub journal_dir: PathBuf,
-    pub fleet_file: PathBuf,
-    pub durability: &'static str,
-    pub drain_seconds: u64,
+/// A deployment of `tokenfactory serve` child processes in front of an in-process simulator;
+/// made by [`TestAppBuilder::process`](super::TestAppBuilder::process). Every process started
+/// from it shares the database, journal directory and fleet, so a second start is a restart.
+pub struct Deployment {
+    pub sim: EngineSim,
+    pub sim_addr: SocketAddr,
+    database_url: String,
+    journal_dir: PathBuf,
+    fleet_file: PathBuf,
+    durability: &'static str,
+    drain_seconds: u64,
+}
+
+impl Deployment {
+    pub(super) fn new(
+        sim: Sim,
+        pool: &PgPool,
+        database_via: Option<SocketAddr>,
+        dir: &Path,
+        durability: &'static str,
+        drain_seconds: u64,
+    ) -> Self {
+        Self {
+            database_url: database_url(pool, database_via),
+            journal_dir: dir.join("journal"),
+            fleet_file: fleet_file(dir, sim.addr),
+            sim: sim.sim,
+            sim_addr: sim.addr,
+            durability,
+            drain_seconds,
+        }
+    }
+
+    /// Starts a gateway process and waits until it serves.
+    pub async fn start(&self) -> Gateway {
+        Gateway::start(self).await
+    }
 }
 
 /// The URL of the database a `#[sqlx::test]` pool points at, optionally through another address.
-pub fn database_url(pool: &PgPool, via: Option<SocketAddr>) -> String {
+fn database_url(pool: &PgPool, via: Option<SocketAddr>) -> String {
     let db = pool.connect_options().get_database().unwrap().to_owned();
     let host = via.map_or_else(|| "127.0.0.1:5432".to_owned(), |a| a.to_string());
     format!("postgres://postgres@{host}/{db}")
 }
 
-/// Writes a static fleet file naming the simulator as base `sim-base`.
-pub fn fleet_file(dir: &Path, sim: SocketAddr) -> PathBuf {
+/// Writes a static fleet file naming the simulator as base [`BASE`].
+fn fleet_file(dir: &Path, sim: SocketAddr) -> PathBuf {
     let path = dir.join("fleet.toml");
     std::fs::write(
         &path,
         // The tests drive the simulator through its `sim` block, which the default policy strips.
         format!(
-            "[[base]]\nname = \"sim-base\"\nupstream = \"http://{sim}/v1\"\n\
+            "[[base]]\nname = \"{BASE}\"\nupstream = \"http://{sim}/v1\"\n\
              prompt_estimator = \"sim-words\"\ndenied_fields = [\"priority\", \"request_id\", \
              \"kv_transfer_params\", \"vllm_xargs\", \"logits_processors\"]\n"
         ),
@@ -49,7 +82,7 @@ pub fn fleet_file(dir: &Path, sim: SocketAddr) -> PathBuf {
 }
 
 impl Gateway {
-    pub async fn start(spec: &GatewaySpec) -> Self {
+    async fn start(spec: &Deployment) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_tokenfactory"))
             .arg("serve")
             .env("DATABASE_URL", &spec.database_url)

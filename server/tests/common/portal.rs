@@ -1,5 +1,7 @@
-//! Helpers for the portal tests: a portal on an ephemeral port with a seeded tenant, member and
-//! admin, and a cookie-keeping "browser" that posts forms the way one does with JavaScript off.
+//! Helpers for the portal tests: the portal alone on an ephemeral port (started by
+//! [`TestAppBuilder::start_portal`](super::TestAppBuilder::start_portal)) with a seeded tenant,
+//! member and admin, and a cookie-keeping "browser" that posts forms the way one does with
+//! JavaScript off.
 
 #![allow(
     clippy::disallowed_methods,
@@ -9,16 +11,14 @@
 use reqwest::header::{ACCEPT, CONTENT_TYPE, LOCATION, SET_COOKIE};
 use reqwest::{redirect::Policy, Client, Response, StatusCode};
 use sqlx::PgPool;
-use tf_app::ssr::PortalDeps;
-use tf_core::accounts::{self, Role};
-use uuid::Uuid;
 
 pub const PASSWORD: &str = "correct horse battery";
 pub const MEMBER: &str = "ada@acme.test";
 pub const ADMIN: &str = "root@tf.test";
 const BROWSER_ACCEPT: &str = "text/html,application/xhtml+xml,*/*;q=0.8";
 
-/// A running portal and the database behind it.
+/// A running portal and the database behind it; its tenant is `acme` (member [`MEMBER`]), its
+/// admin [`ADMIN`], both with [`PASSWORD`].
 pub struct TestPortal {
     pub base: String,
     pub pool: PgPool,
@@ -26,60 +26,6 @@ pub struct TestPortal {
 }
 
 impl TestPortal {
-    /// Starts the portal with an `acme` tenant (member [`MEMBER`]) and an admin [`ADMIN`].
-    pub async fn spawn(pool: PgPool) -> Self {
-        Self::spawn_with(pool, true, false).await
-    }
-
-    pub async fn spawn_with(pool: PgPool, with_redis: bool, secure_cookies: bool) -> Self {
-        let tenant = accounts::create_tenant(&pool, "acme", "Acme Corp")
-            .await
-            .unwrap();
-        accounts::create_user(&pool, MEMBER, PASSWORD, Role::TenantMember, Some(tenant.id))
-            .await
-            .unwrap();
-        accounts::create_user(&pool, ADMIN, PASSWORD, Role::Admin, None)
-            .await
-            .unwrap();
-        let redis = if with_redis {
-            let client = redis::Client::open("redis://127.0.0.1:6379").unwrap();
-            Some(redis::aio::ConnectionManager::new(client).await.unwrap()).into()
-        } else {
-            tf_core::redis_slot::RedisSlot::empty()
-        };
-        let redis_prefix = format!("tftest:{}:", Uuid::new_v4());
-        let router = tokenfactory::portal::router(PortalDeps {
-            pool: pool.clone(),
-            redis,
-            redis_prefix: redis_prefix.clone(),
-            secure_cookies,
-            trust_forwarded_for: false,
-            ops: Some(std::sync::Arc::new(|| tf_app::model::OpsSnapshot {
-                journaled: 7,
-                shipped: 5,
-                backlog_bytes: 4242,
-                ship_lag_ms: 31,
-                ship_failures: 2,
-            })),
-        })
-        .await
-        .unwrap();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        tokio::spawn(tokenfactory::http_server::serve(
-            listener,
-            router,
-            Default::default(),
-            Default::default(),
-            std::future::pending(),
-        ));
-        Self {
-            base: format!("http://{addr}"),
-            pool,
-            redis_prefix,
-        }
-    }
-
     /// A fresh browser (its own cookie jar) with JavaScript off.
     pub fn browser(&self) -> Browser {
         self.browser_from("127.0.0.1")
