@@ -5,6 +5,7 @@
 //! call; a flight ends when its guard drops (answer booked, call failed, or request abandoned).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use tokio::sync::watch;
@@ -13,7 +14,11 @@ use super::plan::Key;
 
 /// The ACQUIREs in flight on this replica, by the check keys they ask credit for.
 #[derive(Default)]
-pub struct Flights(Mutex<HashMap<Key, (u64, watch::Receiver<()>)>>, Mutex<u64>);
+pub struct Flights {
+    /// Per key: the flight asking for it (its number) and the signal of its end.
+    asking: Mutex<HashMap<Key, (u64, watch::Receiver<()>)>>,
+    last_id: AtomicU64,
+}
 
 /// What a request whose credit ran out does next.
 pub enum Turn<'a> {
@@ -34,7 +39,7 @@ pub struct FlightGuard<'a> {
 impl Flights {
     /// Waits behind a flight asking for any of `keys`, or starts one for all of them.
     pub fn join(&self, keys: Vec<Key>) -> Turn<'_> {
-        let Ok(mut map) = self.0.lock() else {
+        let Ok(mut map) = self.asking.lock() else {
             let (done, _) = watch::channel(());
             return Turn::Lead(FlightGuard {
                 flights: self,
@@ -46,10 +51,7 @@ impl Flights {
         if let Some((_, rx)) = keys.iter().find_map(|k| map.get(k)) {
             return Turn::Wait(rx.clone());
         }
-        let id = self.1.lock().map_or(0, |mut n| {
-            *n += 1;
-            *n
-        });
+        let id = self.last_id.fetch_add(1, Ordering::Relaxed) + 1;
         let (done, rx) = watch::channel(());
         for k in &keys {
             map.insert(k.clone(), (id, rx.clone()));
@@ -65,13 +67,13 @@ impl Flights {
     /// How many keys are asked for now (for tests).
     #[cfg(test)]
     fn len(&self) -> usize {
-        self.0.lock().map_or(0, |m| m.len())
+        self.asking.lock().map_or(0, |m| m.len())
     }
 }
 
 impl Drop for FlightGuard<'_> {
     fn drop(&mut self) {
-        let Ok(mut map) = self.flights.0.lock() else {
+        let Ok(mut map) = self.flights.asking.lock() else {
             return;
         };
         for k in &self.keys {
