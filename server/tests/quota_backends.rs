@@ -263,6 +263,28 @@ for_each_backend!(
     spend_is_reserved_then_settled,
 );
 
+/// A burst of one key sends one ACQUIRE per credit refill, not one per request: requests whose
+/// credit ran out wait for the ACQUIRE already asking for it (each refill asks for more).
+#[sqlx::test(migrations = "../migrations")]
+async fn a_burst_of_one_key_shares_its_acquires(pool: PgPool) {
+    const N: usize = 64;
+    let limits = [
+        ("requests_per_minute", 1_000_000),
+        ("tokens_per_minute", 100_000_000),
+    ];
+    let s = backend(&pool, Backend::Redis, &limits).await;
+    let admitted = futures::future::join_all((0..N).map(|_| s.admit())).await;
+    assert!(admitted.iter().all(Result::is_ok), "every request fits");
+    let calls = s.quota.acquire_calls();
+    println!("{N} concurrent admissions of one key: {calls} ACQUIRE calls");
+    assert!(calls >= 1, "the first request finds no credit");
+    assert!(
+        calls <= 8,
+        "{calls} ACQUIREs for {N} requests: one per request, not per refill"
+    );
+    assert_eq!(s.quota.admissions(), (N as u64 - calls, calls));
+}
+
 #[sqlx::test(migrations = "../migrations")]
 async fn a_failed_sync_is_sent_again_when_redis_returns(pool: PgPool) {
     let proxy = ChaosProxy::start("127.0.0.1:6379").await;

@@ -6,7 +6,8 @@
 //! the local limiter when Redis is unreachable or slow (then Redis is skipped for
 //! [`REDIS_BACKOFF`]). A request with no limits costs one cache probe and no I/O. Admission never
 //! blocks serving on Redis, and takes no lock across a Redis call: ACQUIREs of different tenants
-//! (and the syncer's SYNCs) are in flight together.
+//! (and the syncer's SYNCs) are in flight together, while requests of one key whose credit ran
+//! out wait for the one ACQUIRE asking for it ([`super::flight`]).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -22,12 +23,17 @@ use uuid::Uuid;
 use super::answer::{RateStatus, Refusal};
 use super::config::QuotaOptions;
 use super::credit::Grant;
+use super::flight::Turn;
 use super::limits::LimitCache;
 use super::plan::{self, Check, Estimate, Target};
 use super::scripts;
 use super::settle::{Admitted, Backend};
 pub use super::state::REDIS_BACKOFF;
 use super::state::{now_ms, Inner};
+
+/// How often a request waits for another's ACQUIRE of the same keys before asking itself (a
+/// burst doubles its credit each round, so a few rounds cover it).
+const MAX_WAITS: u32 = 8;
 
 /// The quota subsystem of one replica, cheap to clone.
 #[derive(Clone)]
@@ -92,6 +98,12 @@ impl Quota {
         )
     }
 
+    /// ACQUIRE calls sent to Redis so far (admissions that found no credit, less those that
+    /// waited for another's ACQUIRE of the same keys).
+    pub fn acquire_calls(&self) -> u64 {
+        self.0.acquires.load(Ordering::Relaxed)
+    }
+
     /// The limits cache (dropped on NOTIFY by the change listener).
     pub fn limits(&self) -> &Arc<LimitCache> {
         &self.0.limits
@@ -150,12 +162,33 @@ impl Quota {
             return Ok(None);
         }
         let micros_per_1k = est.micros_per_1k;
-        let now = now_ms();
-        if inner.redis_ready(now) {
+        let mut now = now_ms();
+        // Credit first; where it ran out, wait for an ACQUIRE already asking for the same keys
+        // (a few times at most) before asking Redis ourselves.
+        let (mut flight, mut ask, mut waits) = (None, false, 0);
+        while inner.redis_ready(now) {
             checks = match self.on_credit(checks, now, period_left_s, micros_per_1k) {
                 Ok(decided) => return decided,
                 Err(checks) => checks,
             };
+            match inner.flights.join(inner.credits.uncovered(&checks, now)) {
+                Turn::Wait(mut done) if waits < MAX_WAITS => {
+                    waits += 1;
+                    let ended = done.changed();
+                    let _ = tokio::time::timeout(inner.cfg.redis_timeout() * 2, ended).await;
+                    now = now_ms();
+                }
+                Turn::Wait(_) => {
+                    ask = true;
+                    break;
+                }
+                Turn::Lead(guard) => {
+                    (flight, ask) = (Some(guard), true);
+                    break;
+                }
+            }
+        }
+        if ask {
             let answer_by =
                 now + i64::try_from(inner.cfg.redis_timeout().as_millis()).unwrap_or(250);
             let wants = inner.credits.wants(&checks, now, answer_by);
@@ -174,6 +207,7 @@ impl Quota {
                     return Err(refusal(&checks[i], retry_ms, period_left_s, headers));
                 }
                 let buckets = inner.credits.deposit(&checks, &grants, now);
+                drop(flight);
                 return Ok(Some(Admitted::new(
                     self.0.clone(),
                     String::new(),
@@ -185,6 +219,7 @@ impl Quota {
                 )));
             }
         }
+        drop(flight);
         let member = req.request_id.to_string();
         let a = inner
             .local
@@ -264,6 +299,7 @@ async fn redis_acquire(
         now + lease,
         lease * 2,
     );
+    inner.acquires.fetch_add(1, Ordering::Relaxed);
     let out: Vec<i64> = inner.call(&inv).await?;
     if out.len() != 2 + 3 * checks.len() {
         tracing::error!(len = out.len(), "unexpected answer from the acquire script");

@@ -180,6 +180,18 @@ impl Credits {
         );
     }
 
+    /// The keys of the checks credit does not cover now (what an ACQUIRE would ask for).
+    pub fn uncovered(&self, checks: &[Check], now_ms: i64) -> Vec<Key> {
+        let Ok(book) = self.0.lock() else {
+            return checks.iter().map(|c| c.key().into()).collect();
+        };
+        checks
+            .iter()
+            .filter(|c| !book.covers(c, now_ms))
+            .map(|c| c.key().into())
+            .collect()
+    }
+
     /// Takes every check's cost from credit, or nothing.
     pub fn try_take(&self, checks: &[Check], now_ms: i64) -> Option<Taken> {
         let mut book = self.0.lock().ok()?;

@@ -10,6 +10,7 @@
 //! - [`scripts`]: the atomic Redis Lua scripts (`lua/`: acquire, sync, reconcile, merge).
 //! - [`credit`]: this replica's credit from Redis, spent without I/O; `local`: per-replica
 //!   fallback limits while Redis is down (fail-open for rates); `queue`: what is owed to Redis.
+//! - `flight`: one ACQUIRE in flight per key, the others wait for its credit.
 //! - `state`: what the parts below share, and the one way they call Redis.
 //! - `sync`: the writer of what this replica owes Redis; `reconciler`: the cluster leader's
 //!   spend reset from billed usage; `settle`: the admitted request's guard.
@@ -24,6 +25,7 @@ mod admission;
 pub mod answer;
 pub mod config;
 pub mod credit;
+mod flight;
 pub mod limits;
 mod local;
 pub mod plan;

@@ -15,6 +15,7 @@ use tokio::sync::Notify;
 
 use super::config::QuotaOptions;
 use super::credit::Credits;
+use super::flight::Flights;
 use super::limits::LimitCache;
 use super::local::LocalLimiter;
 use super::plan::{self, Key};
@@ -50,11 +51,15 @@ pub(super) struct Inner {
     pub seq_key: Key,
     /// Credit granted by Redis, spent locally.
     pub credits: Credits,
+    /// The ACQUIREs in flight, by key, so a burst of one key sends one.
+    pub flights: Flights,
     /// What this replica owes Redis.
     pub queue: SpendQueue,
     /// Admissions decided on credit / by a Redis call (for the benchmark and `/metrics`).
     pub from_credit: AtomicU64,
     pub from_redis: AtomicU64,
+    /// ACQUIRE calls sent.
+    pub acquires: AtomicU64,
     /// Wakes the reconciler when Redis comes back.
     pub recovered: Notify,
 }
@@ -79,9 +84,11 @@ impl Inner {
             halted: AtomicBool::new(false),
             rid,
             credits: Credits::default(),
+            flights: Flights::default(),
             queue: SpendQueue::default(),
             from_credit: AtomicU64::new(0),
             from_redis: AtomicU64::new(0),
+            acquires: AtomicU64::new(0),
             recovered: Notify::new(),
         }
     }
