@@ -480,6 +480,15 @@ fn super_when(t: OffsetDateTime) -> String {
     tf_app::api::keys::when(t)
 }
 
+/// The figure shown in the home's `stat-<name>` element.
+fn stat(html: &str, name: &str) -> String {
+    let marker = format!(r#"id="stat-{name}""#);
+    let at = html.find(&marker).unwrap_or_else(|| panic!("no {marker}: {html}"));
+    let start = at + html[at..].find('>').unwrap() + 1;
+    let len = html[start..].find('<').unwrap();
+    html[start..start + len].to_owned()
+}
+
 fn event(tenant: Uuid, base: &str, prompt: i64, completion: i64, at: OffsetDateTime) -> UsageEvent {
     UsageEvent {
         request_id: Uuid::now_v7(),
@@ -569,9 +578,10 @@ async fn the_home_shows_this_months_usage_keys_and_models_of_the_tenant_only(poo
 
     let html = acme.browser.html("/").await;
     assert!(html.contains("acme Inc"), "{html}");
-    assert!(html.contains(r#"id="stat-requests">3<"#), "{html}");
-    assert!(html.contains(r#"id="stat-cost">$4.089769<"#), "{html}");
-    assert!(html.contains(r#"id="stat-keys">1<"#), "{html}");
+    assert_eq!(stat(&html, "requests"), "3");
+    assert_eq!(stat(&html, "cost"), "$4.089769");
+    assert_eq!(stat(&html, "cost"), tf_core::money::format_micros(cost));
+    assert_eq!(stat(&html, "keys"), "1");
     assert!(html.contains("401,007"), "prompt tokens: {html}");
     assert!(html.contains("1,234,900"), "completion tokens: {html}");
     assert!(html.contains("200,503 cached"), "{html}");
@@ -587,8 +597,8 @@ async fn the_home_shows_this_months_usage_keys_and_models_of_the_tenant_only(poo
     assert!(!html.contains("will appear here"));
 
     let beta_home = beta.browser.html("/").await;
-    assert!(beta_home.contains(r#"id="stat-requests">1<"#), "{beta_home}");
-    assert!(beta_home.contains(r#"id="stat-keys">0<"#));
+    assert_eq!(stat(&beta_home, "requests"), "1");
+    assert_eq!(stat(&beta_home, "keys"), "0");
     assert!(!beta_home.contains("acme-helper"));
     assert!(beta_home.contains("beta-private-adapter"));
 }

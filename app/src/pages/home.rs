@@ -75,7 +75,7 @@ fn dashboard(h: HomeView, email: Option<String>) -> AnyView {
             <div class="stats">
                 <div class="stat"><span class="label">"Requests"</span><span class="value" id="stat-requests">{h.requests}</span></div>
                 <div class="stat"><span class="label">"Prompt tokens"</span><span class="value">{h.prompt_tokens}</span>
-                    <span class="sub">{h.cached_tokens} " cached"</span></div>
+                    <span class="sub">{format!("{} cached", h.cached_tokens)}</span></div>
                 <div class="stat"><span class="label">"Completion tokens"</span><span class="value">{h.completion_tokens}</span></div>
                 <div class="stat"><span class="label">"Cost"</span><span class="value" id="stat-cost">{h.cost}</span></div>
                 <div class="stat"><span class="label">"Active keys"</span><span class="value" id="stat-keys">{h.active_keys}</span>

@@ -89,7 +89,7 @@ pub async fn owner_by_hash(pool: &PgPool, sha256: &[u8; 32]) -> sqlx::Result<Opt
         KeyOwner,
         r#"SELECT k.id AS key_id, t.id AS tenant_id, t.name AS tenant_name,
                   t.status AS "tenant_status: TenantStatus",
-                  (k.revoked_at IS NOT NULL OR k.expires_at <= now()) AS "revoked!", k.expires_at
+                  (k.revoked_at IS NOT NULL OR COALESCE(k.expires_at <= now(), false)) AS "revoked!", k.expires_at
            FROM api_keys k JOIN tenants t ON t.id = k.tenant_id WHERE k.secret_sha256 = $1"#,
         &sha256[..],
     )
