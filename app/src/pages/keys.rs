@@ -70,7 +70,7 @@ fn body(v: KeysView, csrf: String) -> AnyView {
                         <th>"Created"</th>
                         <th>"Last used"</th>
                         <th>"Status"</th>
-                        <th></th>
+                        <th><span class="visually-hidden">"Actions"</span></th>
                     </tr>
                 </thead>
                 <tbody>
@@ -137,9 +137,9 @@ fn row(k: KeyView, csrf: String) -> AnyView {
     view! {
         <tr>
             <td>{k.name}</td>
-            <td><code>{k.prefix} "…"</code></td>
-            <td>{k.created}</td>
-            <td>{k.last_used}</td>
+            <td class="nowrap"><code>{format!("{}…", k.prefix)}</code></td>
+            <td class="nowrap">{k.created}</td>
+            <td class="nowrap">{k.last_used}</td>
             <td><span class=state_class>{k.status}</span></td>
             <td class="actions">{actions}</td>
         </tr>
