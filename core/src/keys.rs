@@ -185,7 +185,10 @@ mod tests {
         assert_eq!(clean_name("  ci  "), Some("ci"));
         assert_eq!(clean_name("   "), None);
         assert_eq!(clean_name("a\u{7}b"), None);
-        assert_eq!(clean_name(&"é".repeat(MAX_NAME_CHARS)).map(str::len), Some(200));
+        assert_eq!(
+            clean_name(&"é".repeat(MAX_NAME_CHARS)).map(str::len),
+            Some(200)
+        );
         assert_eq!(clean_name(&"x".repeat(MAX_NAME_CHARS + 1)), None);
     }
 

@@ -132,14 +132,21 @@ test("the copy button appears where JavaScript runs", async () => {
     const secret = await createKey(page, name);
     assert.match(secret, /^tf-/);
     assert.equal(await page.locator("button[data-copy]").isVisible(), true);
-    // Tidy up: revoke it.
+
+    // Rotate it with the default grace period: a new key, shown once; the old one works on.
     const row = page.locator("tr", { hasText: name });
-    await row.locator("summary", { hasText: "Revoke" }).click();
+    await row.locator("summary", { hasText: "Rotate" }).click();
+    await page.screenshot({ path: join(shots, "keys-rotate-confirm.png"), fullPage: true });
     await Promise.all([
       page.waitForURL((u) => u.pathname === "/keys"),
-      row.locator('button[type="submit"]', { hasText: "Revoke key" }).click(),
+      row.locator('button[type="submit"]', { hasText: "Rotate key" }).click(),
     ]);
-    assert.match(await page.textContent("body"), /Key revoked\./);
+    const rotated = (await page.textContent("#new-key-secret")).trim();
+    assert.notEqual(rotated, secret);
+    assert.match(await page.textContent("body"), /The old key works until /);
+    assert.equal((await api(secret, "/v1/models")).status, 200);
+    assert.equal((await api(rotated, "/v1/models")).status, 200);
+    await page.screenshot({ path: join(shots, "keys-rotated.png"), fullPage: true });
   } finally {
     await context.close();
   }

@@ -13,7 +13,10 @@
 )]
 
 mod common;
-#[allow(dead_code, reason = "the shared portal helpers; this file uses the browser half")]
+#[allow(
+    dead_code,
+    reason = "the shared portal helpers; this file uses the browser half"
+)]
 #[path = "portal_support/mod.rs"]
 mod support;
 
@@ -142,7 +145,10 @@ async fn a_new_key_is_shown_once_works_and_is_stored_only_hashed(pool: PgPool) {
     assert!(secret.starts_with("tf-") && secret.len() == 46, "{secret}");
     assert!(sessions.iter().all(|d| !d.contains(&secret[3..])));
     assert!(html.contains("Copy it now: it will not be shown again."));
-    assert!(html.contains(r#"data-copy="new-key-secret" hidden"#), "{html}");
+    assert!(
+        html.contains(r#"data-copy="new-key-secret" hidden"#),
+        "{html}"
+    );
     assert!(html.contains("ci runner"));
     assert!(!html.contains("  ci runner "));
     assert_eq!(status(&t.http, &t.url(""), &secret).await, StatusCode::OK);
@@ -184,12 +190,19 @@ async fn a_key_revoked_in_the_portal_is_refused_on_every_replica_within_a_second
         assert_eq!(status(&t.http, &base, &secret).await, StatusCode::OK);
     }
 
-    post_form(&acme.browser, "/api/revoke_key", &[("key", &id.to_string())]).await;
+    post_form(
+        &acme.browser,
+        "/api/revoke_key",
+        &[("key", &id.to_string())],
+    )
+    .await;
     let revoked = Instant::now();
     for base in [t.url(""), other.clone()] {
-        wait_until(Duration::from_secs(1), "refused within a second", || async {
-            status(&t.http, &base, &secret).await == StatusCode::UNAUTHORIZED
-        })
+        wait_until(
+            Duration::from_secs(1),
+            "refused within a second",
+            || async { status(&t.http, &base, &secret).await == StatusCode::UNAUTHORIZED },
+        )
         .await;
     }
     assert!(revoked.elapsed() < Duration::from_secs(2));
@@ -200,7 +213,12 @@ async fn a_key_revoked_in_the_portal_is_refused_on_every_replica_within_a_second
     assert!(!html.contains(&format!(r#"name="key" value="{id}""#)));
 
     // Revoking it again: nothing to do.
-    post_form(&acme.browser, "/api/revoke_key", &[("key", &id.to_string())]).await;
+    post_form(
+        &acme.browser,
+        "/api/revoke_key",
+        &[("key", &id.to_string())],
+    )
+    .await;
     assert!(acme.browser.html("/keys").await.contains("No such key"));
 }
 
@@ -273,7 +291,10 @@ async fn a_rotated_key_works_for_its_grace_period_then_is_refused(pool: PgPool) 
             at >= deadline - time::Duration::milliseconds(50),
             "{at} < {deadline}"
         );
-        assert!(at - deadline < time::Duration::seconds(1), "{at} {deadline}");
+        assert!(
+            at - deadline < time::Duration::seconds(1),
+            "{at} {deadline}"
+        );
     }
     assert_eq!(status(&t.http, &other, &new).await, StatusCode::OK);
     assert!(acme.browser.html("/keys").await.contains("Expired "));
@@ -420,7 +441,10 @@ async fn another_tenants_key_ids_and_forms_without_csrf_change_nothing(pool: PgP
         "/login",
     );
     assert_eq!(key_state(&t.pool, acme_id).await, (None, None));
-    assert_eq!(stranger.get("/api/keys").await.status(), StatusCode::FORBIDDEN);
+    assert_eq!(
+        stranger.get("/api/keys").await.status(),
+        StatusCode::FORBIDDEN
+    );
     assert_redirect(&stranger.get("/keys").await, "/login");
     // Beta's listing endpoint returns beta's keys only.
     let listed = beta.browser.get("/api/keys").await.text().await.unwrap();
@@ -483,7 +507,9 @@ fn super_when(t: OffsetDateTime) -> String {
 /// The figure shown in the home's `stat-<name>` element.
 fn stat(html: &str, name: &str) -> String {
     let marker = format!(r#"id="stat-{name}""#);
-    let at = html.find(&marker).unwrap_or_else(|| panic!("no {marker}: {html}"));
+    let at = html
+        .find(&marker)
+        .unwrap_or_else(|| panic!("no {marker}: {html}"));
     let start = at + html[at..].find('>').unwrap() + 1;
     let len = html[start..].find('<').unwrap();
     html[start..start + len].to_owned()

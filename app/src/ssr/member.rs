@@ -16,9 +16,12 @@ pub struct Member {
 
 /// The request's tenant member, if the session has one (admins have no tenant: `None`).
 pub async fn current(portal: &Portal, s: &Session) -> Result<Option<Member>, PortalError> {
-    Ok(session::signed_in(portal, s)
-        .await?
-        .and_then(|si| si.tenant.map(|tenant| Member { user: si.user, tenant })))
+    Ok(session::signed_in(portal, s).await?.and_then(|si| {
+        si.tenant.map(|tenant| Member {
+            user: si.user,
+            tenant,
+        })
+    }))
 }
 
 /// For a read (a page's data): the member, or 403 and [`PortalError::SignedOut`].
