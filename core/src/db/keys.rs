@@ -97,7 +97,8 @@ pub async fn owner_by_hash(pool: &PgPool, sha256: &[u8; 32]) -> sqlx::Result<Opt
     .await
 }
 
-/// Whether the key with this SHA-256 is an unrevoked key of `tenant_id`.
+/// Whether the key with this SHA-256 is a working key of `tenant_id` (not revoked, not past a
+/// rotation's grace period).
 pub async fn is_live_key_of(
     pool: &PgPool,
     tenant_id: Uuid,
@@ -105,7 +106,8 @@ pub async fn is_live_key_of(
 ) -> sqlx::Result<bool> {
     sqlx::query_scalar!(
         r#"SELECT EXISTS (SELECT 1 FROM api_keys
-                          WHERE secret_sha256 = $1 AND tenant_id = $2 AND revoked_at IS NULL) AS "live!""#,
+                          WHERE secret_sha256 = $1 AND tenant_id = $2 AND revoked_at IS NULL
+                            AND (expires_at IS NULL OR expires_at > now())) AS "live!""#,
         &sha256[..],
         tenant_id,
     )
