@@ -138,8 +138,8 @@ fn row(k: KeyView, csrf: String) -> AnyView {
         <tr>
             <td>{k.name}</td>
             <td class="nowrap"><code>{format!("{}…", k.prefix)}</code></td>
-            <td class="nowrap">{k.created}</td>
-            <td class="nowrap">{k.last_used}</td>
+            <td>{k.created}</td>
+            <td>{k.last_used}</td>
             <td><span class=state_class>{k.status}</span></td>
             <td class="actions">{actions}</td>
         </tr>
