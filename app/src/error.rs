@@ -16,6 +16,9 @@ pub enum PortalError {
     /// 500: the database, the session store or another dependency failed (logged server-side).
     #[error("Something went wrong. Please try again.")]
     Internal,
+    /// 403: no signed-in tenant member on the request (a direct call of a tenant's function).
+    #[error("Sign in to continue.")]
+    SignedOut,
     /// 400/500: the request did not reach the function body (bad encoding, missing context).
     #[error("{0}")]
     ServerFn(ServerFnErrorErr),
@@ -27,6 +30,7 @@ impl PortalError {
         match self {
             Self::Csrf => "csrf",
             Self::Internal => "internal",
+            Self::SignedOut => "signed_out",
             Self::ServerFn(_) => "server_fn",
         }
     }

@@ -96,6 +96,73 @@ pub async fn revoke_by_prefix(pool: &PgPool, prefix_or_key: &str) -> sqlx::Resul
     db::keys::revoke_by_prefix(pool, visible_prefix(prefix_or_key)).await
 }
 
+/// Longest key name accepted (characters).
+pub const MAX_NAME_CHARS: usize = 100;
+
+/// A key name as typed, trimmed; `None` when empty, too long or holding control characters.
+pub fn clean_name(name: &str) -> Option<&str> {
+    let name = name.trim();
+    let ok = !name.is_empty()
+        && name.chars().count() <= MAX_NAME_CHARS
+        && !name.chars().any(char::is_control);
+    ok.then_some(name)
+}
+
+/// What a rotation made: the new key (its secret shown once) and when the old one stops working.
+pub struct Rotated {
+    pub id: Uuid,
+    pub name: String,
+    pub prefix: String,
+    pub secret: String,
+    pub old_ends_at: time::OffsetDateTime,
+}
+
+impl std::fmt::Debug for Rotated {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Rotated")
+            .field("prefix", &self.prefix)
+            .field("secret", &"*****")
+            .finish_non_exhaustive()
+    }
+}
+
+/// Rotates the tenant's working key `id`: a new key named after it, and the old one refused
+/// `grace_secs` from now (0: at once), in one transaction. `None` (nothing changed) when the
+/// tenant has no working key with that id.
+pub async fn rotate(
+    pool: &PgPool,
+    tenant_id: Uuid,
+    id: Uuid,
+    grace_secs: i64,
+) -> sqlx::Result<Option<Rotated>> {
+    let mut tx = pool.begin().await?;
+    let Some(old_name) = db::keys::lock_working_of_tenant(&mut tx, tenant_id, id).await? else {
+        return Ok(None);
+    };
+    let base = old_name.strip_suffix(ROTATED_SUFFIX).unwrap_or(&old_name);
+    let name: String = format!("{base}{ROTATED_SUFFIX}");
+    let key = generate();
+    let new = db::keys::NewKey {
+        tenant_id,
+        name: &name,
+        prefix: &key.prefix,
+        sha256: &key.sha256,
+    };
+    let new_id = db::keys::insert_in(&mut tx, &new).await?;
+    let old_ends_at = db::keys::retire_in(&mut tx, tenant_id, id, grace_secs).await?;
+    tx.commit().await?;
+    Ok(Some(Rotated {
+        id: new_id,
+        name,
+        prefix: key.prefix,
+        secret: key.secret,
+        old_ends_at,
+    }))
+}
+
+/// Appended to a rotated key's name (once: rotating a rotated key keeps one suffix).
+pub const ROTATED_SUFFIX: &str = " (rotated)";
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -111,6 +178,18 @@ mod tests {
         assert_eq!(a.sha256, hash_secret(&a.secret));
         assert_eq!(visible_prefix(&a.secret), a.prefix);
         assert!(!format!("{a:?}").contains(&a.secret));
+    }
+
+    #[test]
+    fn names_are_trimmed_and_bounded() {
+        assert_eq!(clean_name("  ci  "), Some("ci"));
+        assert_eq!(clean_name("   "), None);
+        assert_eq!(clean_name("a\u{7}b"), None);
+        assert_eq!(
+            clean_name(&"é".repeat(MAX_NAME_CHARS)).map(str::len),
+            Some(200)
+        );
+        assert_eq!(clean_name(&"x".repeat(MAX_NAME_CHARS + 1)), None);
     }
 
     #[test]

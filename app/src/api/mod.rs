@@ -3,6 +3,7 @@
 //! tenant, stale form — is a redirect to a page with a one-shot flash message, never an error
 //! page. State-changing functions check the CSRF token before anything else.
 
+pub mod home;
 pub mod keys;
 pub mod usage;
 

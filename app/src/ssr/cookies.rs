@@ -71,6 +71,16 @@ pub fn set(jar: &Cookies, base: &str, value: String) {
     jar.add(build(base, value, None));
 }
 
+/// Sets one of the portal's cookies for at most `max_age`.
+pub fn set_for(jar: &Cookies, base: &str, value: String, max_age: time::Duration) {
+    jar.add(build(base, value, Some(max_age)));
+}
+
+/// Removes one of the portal's cookies from the browser.
+pub fn remove(jar: &Cookies, base: &str) {
+    jar.remove(build(base, String::new(), None));
+}
+
 /// A message shown once on the next page, as the code its cookie holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Flash {
@@ -82,6 +92,16 @@ pub enum Flash {
     Csrf,
     /// Login attempts are delayed; the next may come after this many seconds.
     Throttled { seconds: u64 },
+    /// A key was revoked from `/keys`.
+    KeyRevoked,
+    /// A key was rotated from `/keys` (the new key is shown on the page).
+    KeyRotated,
+    /// A key form named a key the tenant has no working key with (or another tenant's).
+    NoSuchKey,
+    /// A key name was empty, too long or held control characters.
+    KeyNameInvalid,
+    /// A key form carried a value no form of the page offers.
+    KeyFormInvalid,
 }
 
 impl Flash {
@@ -92,6 +112,11 @@ impl Flash {
             Self::Suspended => "suspended".to_owned(),
             Self::Csrf => "csrf".to_owned(),
             Self::Throttled { seconds } => format!("throttled-{seconds}"),
+            Self::KeyRevoked => "key-revoked".to_owned(),
+            Self::KeyRotated => "key-rotated".to_owned(),
+            Self::NoSuchKey => "no-such-key".to_owned(),
+            Self::KeyNameInvalid => "key-name".to_owned(),
+            Self::KeyFormInvalid => "key-form".to_owned(),
         }
     }
 
@@ -101,6 +126,11 @@ impl Flash {
             "credentials" => Some(Self::InvalidCredentials),
             "suspended" => Some(Self::Suspended),
             "csrf" => Some(Self::Csrf),
+            "key-revoked" => Some(Self::KeyRevoked),
+            "key-rotated" => Some(Self::KeyRotated),
+            "no-such-key" => Some(Self::NoSuchKey),
+            "key-name" => Some(Self::KeyNameInvalid),
+            "key-form" => Some(Self::KeyFormInvalid),
             other => other
                 .strip_prefix("throttled-")
                 .and_then(|s| s.parse().ok())
@@ -131,6 +161,14 @@ impl Flash {
                 let s = if n == 1 { "" } else { "s" };
                 format!("Too many failed attempts. Try again in {n} {unit}{s}.")
             }
+            Self::KeyRevoked => "Key revoked. It is refused from now on.".to_owned(),
+            Self::KeyRotated => "Key rotated. Copy the new key below.".to_owned(),
+            Self::NoSuchKey => "No such key: nothing was changed.".to_owned(),
+            Self::KeyNameInvalid => format!(
+                "A key name must be 1 to {} characters, without control characters.",
+                tf_core::keys::MAX_NAME_CHARS
+            ),
+            Self::KeyFormInvalid => "That form was not understood: nothing was changed.".to_owned(),
         }
     }
 }
@@ -158,6 +196,11 @@ mod tests {
             Flash::Suspended,
             Flash::Csrf,
             Flash::Throttled { seconds: 90 },
+            Flash::KeyRevoked,
+            Flash::KeyRotated,
+            Flash::NoSuchKey,
+            Flash::KeyNameInvalid,
+            Flash::KeyFormInvalid,
         ] {
             assert_eq!(Flash::parse(&f.code()), Some(f));
         }

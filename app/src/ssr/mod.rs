@@ -6,7 +6,9 @@
 pub mod cookies;
 pub mod csp;
 pub mod csrf;
+pub mod member;
 pub mod portal;
+pub mod reveal;
 pub mod session;
 pub mod store;
 pub mod throttle;

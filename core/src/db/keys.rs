@@ -1,7 +1,8 @@
 //! API keys: issuing, revoking, the gateway's lookup by hash and its batched `last_used_at`.
 //! Revocations fire `tf_auth_changed` (a trigger), so every replica drops its key cache.
 
-use sqlx::PgPool;
+use sqlx::{PgConnection, PgPool};
+use time::OffsetDateTime;
 use uuid::Uuid;
 
 use crate::tenancy::{ApiKey, TenantStatus};
@@ -76,7 +77,10 @@ pub struct KeyOwner {
     pub tenant_id: Uuid,
     pub tenant_name: String,
     pub tenant_status: TenantStatus,
+    /// Revoked, or past the end of its rotation grace period.
     pub revoked: bool,
+    /// When a rotated key stops working (the cache refuses it from then on by itself).
+    pub expires_at: Option<OffsetDateTime>,
 }
 
 /// The key with this SHA-256, revoked or not, and its tenant.
@@ -84,7 +88,8 @@ pub async fn owner_by_hash(pool: &PgPool, sha256: &[u8; 32]) -> sqlx::Result<Opt
     sqlx::query_as!(
         KeyOwner,
         r#"SELECT k.id AS key_id, t.id AS tenant_id, t.name AS tenant_name,
-                  t.status AS "tenant_status: TenantStatus", k.revoked_at IS NOT NULL AS "revoked!"
+                  t.status AS "tenant_status: TenantStatus",
+                  (k.revoked_at IS NOT NULL OR COALESCE(k.expires_at <= now(), false)) AS "revoked!", k.expires_at
            FROM api_keys k JOIN tenants t ON t.id = k.tenant_id WHERE k.secret_sha256 = $1"#,
         &sha256[..],
     )
@@ -92,7 +97,8 @@ pub async fn owner_by_hash(pool: &PgPool, sha256: &[u8; 32]) -> sqlx::Result<Opt
     .await
 }
 
-/// Whether the key with this SHA-256 is an unrevoked key of `tenant_id`.
+/// Whether the key with this SHA-256 is a working key of `tenant_id` (not revoked, not past a
+/// rotation's grace period).
 pub async fn is_live_key_of(
     pool: &PgPool,
     tenant_id: Uuid,
@@ -100,7 +106,8 @@ pub async fn is_live_key_of(
 ) -> sqlx::Result<bool> {
     sqlx::query_scalar!(
         r#"SELECT EXISTS (SELECT 1 FROM api_keys
-                          WHERE secret_sha256 = $1 AND tenant_id = $2 AND revoked_at IS NULL) AS "live!""#,
+                          WHERE secret_sha256 = $1 AND tenant_id = $2 AND revoked_at IS NULL
+                            AND (expires_at IS NULL OR expires_at > now())) AS "live!""#,
         &sha256[..],
         tenant_id,
     )
@@ -108,10 +115,13 @@ pub async fn is_live_key_of(
     .await
 }
 
-/// Marks these keys used now, in one statement; returns how many rows changed.
+/// Marks these keys used now, in one statement; returns how many rows changed. A key marked less
+/// than a minute ago (by any replica) is left alone, so a busy key costs at most one row write a
+/// minute across the cluster.
 pub async fn touch_last_used(pool: &PgPool, ids: &[Uuid]) -> sqlx::Result<u64> {
     let done = sqlx::query!(
-        "UPDATE api_keys SET last_used_at = now() WHERE id = ANY($1)",
+        "UPDATE api_keys SET last_used_at = now()
+         WHERE id = ANY($1) AND (last_used_at IS NULL OR last_used_at < now() - interval '1 minute')",
         ids
     )
     .execute(pool)
@@ -132,5 +142,128 @@ pub async fn by_prefix(pool: &PgPool, prefix: &str) -> sqlx::Result<Option<KeyRe
         prefix
     )
     .fetch_optional(pool)
+    .await
+}
+
+/// A tenant's key as the portal lists it.
+#[derive(Debug, Clone)]
+pub struct KeyRow {
+    pub id: Uuid,
+    pub name: String,
+    pub prefix: String,
+    pub created_at: OffsetDateTime,
+    pub last_used_at: Option<OffsetDateTime>,
+    pub revoked_at: Option<OffsetDateTime>,
+    /// End of a rotation's grace period.
+    pub expires_at: Option<OffsetDateTime>,
+}
+
+/// Most keys one listing returns (newest first); a tenant has a handful in practice.
+pub const LIST_LIMIT: i64 = 500;
+
+/// The tenant's keys, newest first, at most [`LIST_LIMIT`].
+pub async fn list_of_tenant(pool: &PgPool, tenant_id: Uuid) -> sqlx::Result<Vec<KeyRow>> {
+    sqlx::query_as!(
+        KeyRow,
+        "SELECT id, name, prefix, created_at, last_used_at, revoked_at, expires_at
+         FROM api_keys WHERE tenant_id = $1 ORDER BY created_at DESC, id DESC LIMIT $2",
+        tenant_id,
+        LIST_LIMIT,
+    )
+    .fetch_all(pool)
+    .await
+}
+
+/// How many of the tenant's keys work now (not revoked, not past a grace period).
+pub async fn count_active(pool: &PgPool, tenant_id: Uuid) -> sqlx::Result<i64> {
+    sqlx::query_scalar!(
+        r#"SELECT count(*) AS "n!" FROM api_keys
+           WHERE tenant_id = $1 AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())"#,
+        tenant_id,
+    )
+    .fetch_one(pool)
+    .await
+}
+
+/// Revokes the tenant's working key with this id (the tenant scopes it: another tenant's id
+/// matches nothing). Returns the revoked key's name, or `None`.
+pub async fn revoke_of_tenant(
+    pool: &PgPool,
+    tenant_id: Uuid,
+    id: Uuid,
+) -> sqlx::Result<Option<String>> {
+    sqlx::query_scalar!(
+        "UPDATE api_keys SET revoked_at = now()
+         WHERE id = $1 AND tenant_id = $2 AND revoked_at IS NULL
+           AND (expires_at IS NULL OR expires_at > now())
+         RETURNING name",
+        id,
+        tenant_id,
+    )
+    .fetch_optional(pool)
+    .await
+}
+
+/// Locks the tenant's working key with this id for a rotation; returns its name.
+pub async fn lock_working_of_tenant(
+    conn: &mut PgConnection,
+    tenant_id: Uuid,
+    id: Uuid,
+) -> sqlx::Result<Option<String>> {
+    sqlx::query_scalar!(
+        "SELECT name FROM api_keys
+         WHERE id = $1 AND tenant_id = $2 AND revoked_at IS NULL
+           AND (expires_at IS NULL OR expires_at > now())
+         FOR UPDATE",
+        id,
+        tenant_id,
+    )
+    .fetch_optional(conn)
+    .await
+}
+
+/// Inserts a key inside a transaction (a rotation's new key).
+pub async fn insert_in(conn: &mut PgConnection, key: &NewKey<'_>) -> sqlx::Result<Uuid> {
+    sqlx::query_scalar!(
+        "INSERT INTO api_keys (id, tenant_id, name, prefix, secret_sha256)
+         VALUES ($1, $2, $3, $4, $5) RETURNING id",
+        Uuid::now_v7(),
+        key.tenant_id,
+        key.name,
+        key.prefix,
+        &key.sha256[..],
+    )
+    .fetch_one(conn)
+    .await
+}
+
+/// Ends a key's life `grace_secs` from now (0: revoked now). An earlier deadline is kept.
+/// Returns when the key stops working.
+pub async fn retire_in(
+    conn: &mut PgConnection,
+    tenant_id: Uuid,
+    id: Uuid,
+    grace_secs: i64,
+) -> sqlx::Result<OffsetDateTime> {
+    if grace_secs <= 0 {
+        return sqlx::query_scalar!(
+            r#"UPDATE api_keys SET revoked_at = now() WHERE id = $1 AND tenant_id = $2
+               RETURNING revoked_at AS "at!""#,
+            id,
+            tenant_id,
+        )
+        .fetch_one(conn)
+        .await;
+    }
+    sqlx::query_scalar!(
+        r#"UPDATE api_keys
+           SET expires_at = LEAST(COALESCE(expires_at, 'infinity'), now() + make_interval(secs => $3))
+           WHERE id = $1 AND tenant_id = $2
+           RETURNING expires_at AS "at!""#,
+        id,
+        tenant_id,
+        grace_secs as f64,
+    )
+    .fetch_one(conn)
     .await
 }

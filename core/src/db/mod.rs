@@ -13,6 +13,7 @@
 //! | [`spend`] | billed spend from `usage_events` priced by `base_models` |
 //! | [`sessions`] | `portal_sessions` |
 //! | [`leader`] | advisory locks (one leader per cluster) |
+//! | [`dashboard`] | the tenant home's month totals and usable models |
 //!
 //! This file connects to PostgreSQL and applies migrations. A missing database is created (the
 //! embedded default must work on a fresh machine); an unreachable server is an error that names
@@ -20,6 +21,7 @@
 
 pub mod accounts;
 pub mod catalog;
+pub mod dashboard;
 pub mod keys;
 pub mod leader;
 pub mod limits;

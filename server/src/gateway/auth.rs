@@ -8,6 +8,11 @@
 //! random keys evicts only other unknown keys, never a good one), one lookup per key runs at a
 //! time, and an address whose unknown keys pass [`FAILURES_PER_WINDOW`] gets 429 for the rest of
 //! the window without PostgreSQL being asked.
+//!
+//! A rotated key carries the end of its grace period in its cache entry and is refused from that
+//! instant on by the cache itself, with no notification needed. `last_used_at` is kept cheaply: a
+//! key is marked at most once per [`LAST_USED_EVERY`] per replica (a map lookup on the request
+//! path, no I/O), and a background task writes the marked keys in one statement.
 
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -18,6 +23,7 @@ use axum::http::HeaderMap;
 use quick_cache::sync::Cache;
 use sqlx::PgPool;
 use tf_core::accounts::TenantStatus;
+use time::OffsetDateTime;
 use uuid::Uuid;
 
 use super::error::GatewayError;
@@ -36,6 +42,9 @@ const UNKNOWN_ENTRIES: usize = 16_384;
 pub const FAILURES_PER_WINDOW: u32 = 20;
 /// The failure limiter's window.
 const FAILURE_WINDOW: Duration = Duration::from_secs(60);
+/// A key's `last_used_at` is written at most this often (per replica; the statement also skips
+/// keys another replica marked within the minute).
+pub const LAST_USED_EVERY: Duration = Duration::from_secs(60);
 
 /// Who is calling, as proven by the key.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,7 +56,8 @@ pub struct Principal {
 
 #[derive(Debug, Clone)]
 enum Lookup {
-    Valid(Principal),
+    /// A working key, and when its rotation grace period ends, if it is ending.
+    Valid(Principal, Option<OffsetDateTime>),
     Suspended,
     Unknown,
 }
@@ -76,8 +86,12 @@ pub struct KeyCache {
     gates: Cache<[u8; 32], Arc<tokio::sync::Mutex<()>>>,
     failures: Cache<IpAddr, Arc<Mutex<Failures>>>,
     used: Mutex<std::collections::HashSet<Uuid>>,
+    /// When each key was last put into `used`, so a busy key is marked once per minute.
+    marked: Cache<Uuid, Instant>,
     epoch: AtomicU64,
     lookups: AtomicU64,
+    /// `last_used_at` rows written since start.
+    last_used_writes: AtomicU64,
 }
 
 impl KeyCache {
@@ -89,14 +103,21 @@ impl KeyCache {
             gates: Cache::new(UNKNOWN_ENTRIES),
             failures: Cache::new(UNKNOWN_ENTRIES),
             used: Mutex::new(std::collections::HashSet::new()),
+            marked: Cache::new(KNOWN_ENTRIES),
             epoch: AtomicU64::new(0),
             lookups: AtomicU64::new(0),
+            last_used_writes: AtomicU64::new(0),
         }
     }
 
     /// Key lookups sent to PostgreSQL since start (what a flood of bad keys would drive up).
     pub fn lookups(&self) -> u64 {
         self.lookups.load(Ordering::Relaxed)
+    }
+
+    /// `last_used_at` rows this replica has written since start (at most one a minute per key).
+    pub fn last_used_writes(&self) -> u64 {
+        self.last_used_writes.load(Ordering::Relaxed)
     }
 
     /// Forgets everything (on NOTIFY, or when the listener reconnects and may have missed one).
@@ -132,14 +153,32 @@ impl KeyCache {
             stale => self.refresh(hash, stale, client).await?,
         };
         match lookup {
-            Lookup::Valid(p) => {
-                if let Ok(mut used) = self.used.lock() {
-                    used.insert(p.key_id);
-                }
+            // INVARIANT: a rotated key is refused from its deadline on, whatever the cache holds
+            // (test: portal_keys::a_rotated_key_works_for_its_grace_period_then_is_refused).
+            Lookup::Valid(_, Some(ends)) if ends <= OffsetDateTime::now_utc() => {
+                Err(GatewayError::InvalidKey)
+            }
+            Lookup::Valid(p, _) => {
+                self.mark_used(p.key_id);
                 Ok(p)
             }
             Lookup::Suspended => Err(GatewayError::TenantSuspended),
             Lookup::Unknown => Err(GatewayError::InvalidKey),
+        }
+    }
+
+    /// Queues the key for the next `last_used_at` write unless it was queued within the minute.
+    fn mark_used(&self, key_id: Uuid) {
+        let recent = self
+            .marked
+            .get(&key_id)
+            .is_some_and(|at| at.elapsed() < LAST_USED_EVERY);
+        if recent {
+            return;
+        }
+        self.marked.insert(key_id, Instant::now());
+        if let Ok(mut used) = self.used.lock() {
+            used.insert(key_id);
         }
     }
 
@@ -266,11 +305,14 @@ impl KeyCache {
             Some(k) if k.revoked => Lookup::Unknown,
             Some(k) => match k.tenant_status {
                 TenantStatus::Suspended => Lookup::Suspended,
-                TenantStatus::Active => Lookup::Valid(Principal {
-                    key_id: k.key_id,
-                    tenant_id: k.tenant_id,
-                    tenant_name: k.tenant_name,
-                }),
+                TenantStatus::Active => Lookup::Valid(
+                    Principal {
+                        key_id: k.key_id,
+                        tenant_id: k.tenant_id,
+                        tenant_name: k.tenant_name,
+                    },
+                    k.expires_at,
+                ),
             },
         })
     }
@@ -284,7 +326,9 @@ impl KeyCache {
         if ids.is_empty() {
             return Ok(0);
         }
-        tf_core::db::keys::touch_last_used(&self.pool, &ids).await
+        let written = tf_core::db::keys::touch_last_used(&self.pool, &ids).await?;
+        self.last_used_writes.fetch_add(written, Ordering::Relaxed);
+        Ok(written)
     }
 }
 
@@ -311,11 +355,14 @@ mod tests {
             .connect_lazy("postgres://nobody@127.0.0.1:1/none")
             .unwrap();
         let cache = KeyCache::new(pool);
-        let good = Lookup::Valid(Principal {
-            key_id: Uuid::nil(),
-            tenant_id: Uuid::nil(),
-            tenant_name: "acme".into(),
-        });
+        let good = Lookup::Valid(
+            Principal {
+                key_id: Uuid::nil(),
+                tenant_id: Uuid::nil(),
+                tenant_name: "acme".into(),
+            },
+            None,
+        );
         cache.store([1; 32], good);
         for i in 0..(KNOWN_ENTRIES as u32 + 50_000) {
             let mut h = [0u8; 32];
@@ -325,7 +372,7 @@ mod tests {
         }
         assert!(matches!(
             cache.cached(&[1; 32]),
-            Some((Lookup::Valid(_), _))
+            Some((Lookup::Valid(..), _))
         ));
         assert!(cache.unknown.len() <= UNKNOWN_ENTRIES);
     }
