@@ -13,20 +13,14 @@
 )]
 
 mod common;
-#[allow(
-    dead_code,
-    reason = "the shared portal helpers; this file uses the browser half"
-)]
-#[path = "portal_support/mod.rs"]
-mod support;
 
 use std::time::{Duration, Instant};
 
-use common::poll::wait_until;
+use common::eventually::wait_until;
+use common::portal::{assert_redirect, csrf, Browser, PASSWORD};
 use common::TestApp;
 use reqwest::{redirect::Policy, Client, StatusCode};
 use sqlx::PgPool;
-use support::{assert_redirect, csrf, Browser, PASSWORD};
 use tf_core::accounts::{self, Role};
 use tf_core::usage::{Provenance, UsageEvent, UsageStatus};
 use time::OffsetDateTime;
@@ -106,29 +100,21 @@ async fn status(http: &Client, base: &str, key: &str) -> StatusCode {
         .status()
 }
 
-/// A second replica on the same database (its own key cache and change listener).
-async fn second_replica(pool: &PgPool) -> String {
-    let app = tokenfactory::app::build(pool.clone(), Default::default())
-        .await
-        .unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    #[expect(clippy::disallowed_methods, reason = "serves until the test ends")]
-    tokio::spawn(tokenfactory::http_server::serve(
-        listener,
-        app.router.clone(),
-        Default::default(),
-        app.http_metrics.clone(),
-        std::future::pending(),
-    ));
-    // Keep the replica's background tasks alive for the test.
-    std::mem::forget(app);
-    format!("http://{addr}")
+/// A second replica of `primary` (same database; its own key cache and change listener), kept
+/// running for the rest of the test; its base URL.
+async fn second_replica(primary: &TestApp) -> String {
+    let replica = TestApp::builder(primary.pool.clone())
+        .replica_of(primary)
+        .start()
+        .await;
+    let url = replica.url("");
+    std::mem::forget(replica);
+    url
 }
 
 #[sqlx::test(migrations = "../migrations")]
 async fn a_new_key_is_shown_once_works_and_is_stored_only_hashed(pool: PgPool) {
-    let t = TestApp::spawn(pool).await;
+    let t = TestApp::builder(pool).start().await;
     let acme = member(&t, "acme").await;
     let b = &acme.browser;
     assert!(b.html("/keys").await.contains("No keys yet"));
@@ -180,8 +166,8 @@ async fn a_new_key_is_shown_once_works_and_is_stored_only_hashed(pool: PgPool) {
 
 #[sqlx::test(migrations = "../migrations")]
 async fn a_key_revoked_in_the_portal_is_refused_on_every_replica_within_a_second(pool: PgPool) {
-    let t = TestApp::spawn(pool).await;
-    let other = second_replica(&t.pool).await;
+    let t = TestApp::builder(pool).start().await;
+    let other = second_replica(&t).await;
     let acme = member(&t, "acme").await;
     let secret = create_key(&acme.browser, "prod").await;
     let id = key_id(&t.pool, &secret).await;
@@ -224,8 +210,8 @@ async fn a_key_revoked_in_the_portal_is_refused_on_every_replica_within_a_second
 
 #[sqlx::test(migrations = "../migrations")]
 async fn a_rotated_key_works_for_its_grace_period_then_is_refused(pool: PgPool) {
-    let t = TestApp::spawn(pool).await;
-    let other = second_replica(&t.pool).await;
+    let t = TestApp::builder(pool).start().await;
+    let other = second_replica(&t).await;
     let acme = member(&t, "acme").await;
     let old = create_key(&acme.browser, "backend").await;
     let old_id = key_id(&t.pool, &old).await;
@@ -352,7 +338,7 @@ async fn key_state(pool: &PgPool, id: Uuid) -> (Option<OffsetDateTime>, Option<O
 
 #[sqlx::test(migrations = "../migrations")]
 async fn another_tenants_key_ids_and_forms_without_csrf_change_nothing(pool: PgPool) {
-    let t = TestApp::spawn(pool).await;
+    let t = TestApp::builder(pool).start().await;
     let acme = member(&t, "acme").await;
     let beta = member(&t, "beta").await;
     let beta_key = create_key(&beta.browser, "beta-secret-name").await;
@@ -453,7 +439,7 @@ async fn another_tenants_key_ids_and_forms_without_csrf_change_nothing(pool: PgP
 
 #[sqlx::test(migrations = "../migrations")]
 async fn last_use_is_written_at_most_once_a_minute_and_shown(pool: PgPool) {
-    let t = TestApp::spawn(pool).await;
+    let t = TestApp::builder(pool).start().await;
     let acme = member(&t, "acme").await;
     let secret = create_key(&acme.browser, "busy").await;
     let id = key_id(&t.pool, &secret).await;
@@ -539,7 +525,7 @@ fn event(tenant: Uuid, base: &str, prompt: i64, completion: i64, at: OffsetDateT
 
 #[sqlx::test(migrations = "../migrations")]
 async fn the_home_shows_this_months_usage_keys_and_models_of_the_tenant_only(pool: PgPool) {
-    let t = TestApp::spawn(pool).await;
+    let t = TestApp::builder(pool).start().await;
     let acme = member(&t, "acme").await;
     let beta = member(&t, "beta").await;
     sqlx::query!(
@@ -593,12 +579,14 @@ async fn the_home_shows_this_months_usage_keys_and_models_of_the_tenant_only(poo
         id: beta.tenant,
         name: "beta".into(),
         key: String::new(),
+        key_id: Uuid::nil(),
     };
     t.adapter(&beta_tenant, "beta-private-adapter").await;
     let acme_tenant = common::Tenant {
         id: acme.tenant,
         name: "acme".into(),
         key: String::new(),
+        key_id: Uuid::nil(),
     };
     t.adapter(&acme_tenant, "acme-helper").await;
 
