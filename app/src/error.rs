@@ -19,6 +19,9 @@ pub enum PortalError {
     /// 400/500: the request did not reach the function body (bad encoding, missing context).
     #[error("{0}")]
     ServerFn(ServerFnErrorErr),
+    /// 403: the signed-in user may not use this function (not a tenant member, or not signed in).
+    #[error("You do not have access to this.")]
+    Forbidden,
 }
 
 impl PortalError {
@@ -28,6 +31,7 @@ impl PortalError {
             Self::Csrf => "csrf",
             Self::Internal => "internal",
             Self::ServerFn(_) => "server_fn",
+            Self::Forbidden => "forbidden",
         }
     }
 }

@@ -13,6 +13,7 @@
 //! | [`spend`] | billed spend from `usage_events` priced by `base_models` |
 //! | [`sessions`] | `portal_sessions` |
 //! | [`leader`] | advisory locks (one leader per cluster) |
+//! | [`reports`] | the usage page (`usage_daily` rollup) and the request log |
 //!
 //! This file connects to PostgreSQL and applies migrations. A missing database is created (the
 //! embedded default must work on a fresh machine); an unreachable server is an error that names
@@ -23,6 +24,7 @@ pub mod catalog;
 pub mod keys;
 pub mod leader;
 pub mod limits;
+pub mod reports;
 pub mod sessions;
 pub mod spend;
 pub mod usage;
