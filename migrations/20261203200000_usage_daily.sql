@@ -28,7 +28,8 @@ CREATE TABLE usage_daily (
 
 -- Adds the rows of an INSERT into usage_events. The transition table holds only the rows that
 -- were inserted: with ON CONFLICT (request_id) DO NOTHING a replayed event is not in it, so it is
--- never counted twice (test: server/tests/usage_portal.rs replayed_events_are_counted_once).
+-- never counted twice (test: server/tests/usage_portal.rs,
+-- usage_figures_equal_the_stored_events_and_the_spend_limit).
 CREATE FUNCTION usage_daily_add() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     -- Waits for a re-pricing in progress (it holds EXCLUSIVE), so the price read below is the one

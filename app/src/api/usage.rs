@@ -157,7 +157,7 @@ pub fn group(value: u64) -> String {
 
 /// Usage of the session's tenant per day and model over the chosen range and filters.
 #[server(prefix = "/api", endpoint = "usage", input = leptos::server_fn::codec::GetUrl)]
-pub async fn fetch_usage(params: UsageParams) -> Result<UsageReport, PortalError> {
+pub async fn fetch_usage(#[server(default)] params: UsageParams) -> Result<UsageReport, PortalError> {
     use crate::ssr::{internal, usage as report, Portal};
 
     let portal = Portal::current()?;
@@ -169,7 +169,7 @@ pub async fn fetch_usage(params: UsageParams) -> Result<UsageReport, PortalError
 
 /// The session's tenant's request log, newest first, one page after the cursor.
 #[server(prefix = "/api", endpoint = "logs", input = leptos::server_fn::codec::GetUrl)]
-pub async fn fetch_request_log(params: LogParams) -> Result<LogReport, PortalError> {
+pub async fn fetch_request_log(#[server(default)] params: LogParams) -> Result<LogReport, PortalError> {
     use crate::ssr::{internal, usage as report, Portal};
 
     let portal = Portal::current()?;
