@@ -43,9 +43,19 @@ impl Rng {
     }
 }
 
-fn event(tenant: Uuid, key: Option<Uuid>, served: &str, at: time::OffsetDateTime, rng: &mut Rng) -> UsageEvent {
+fn event(
+    tenant: Uuid,
+    key: Option<Uuid>,
+    served: &str,
+    at: time::OffsetDateTime,
+    rng: &mut Rng,
+) -> UsageEvent {
     let prompt = 1 + rng.below(4_000) as i64;
-    let base = if served == "support-bot" { MODELS[0] } else { served };
+    let base = if served == "support-bot" {
+        MODELS[0]
+    } else {
+        served
+    };
     UsageEvent {
         request_id: Uuid::now_v7(),
         tenant_id: tenant,
@@ -59,7 +69,11 @@ fn event(tenant: Uuid, key: Option<Uuid>, served: &str, at: time::OffsetDateTime
         cached_tokens: rng.below(prompt as u64 + 1) as i64,
         completion_tokens: rng.below(1_000) as i64,
         provenance: Provenance::Engine,
-        status: if rng.below(50) == 0 { UsageStatus::ClientAbort } else { UsageStatus::Ok },
+        status: if rng.below(50) == 0 {
+            UsageStatus::ClientAbort
+        } else {
+            UsageStatus::Ok
+        },
         stream: true,
         ttft_ms: Some(20 + rng.below(200) as i32),
         duration_ms: 100 + rng.below(5_000) as i32,
@@ -73,7 +87,10 @@ fn pct(v: &mut [f64], p: f64) -> f64 {
 }
 
 fn env(name: &str, default: usize) -> usize {
-    std::env::var(name).ok().and_then(|s| s.parse().ok()).unwrap_or(default)
+    std::env::var(name)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
 }
 
 /// Ships `n` events from 50 writers through the journal; events/s.
@@ -85,11 +102,26 @@ async fn ship_rate(name: &str, n: usize, rollup: bool) -> f64 {
             .await
             .unwrap();
     }
-    let tenant = tf_core::accounts::create_tenant(&pool, "bench", "Bench").await.unwrap().id;
+    let tenant = tf_core::accounts::create_tenant(&pool, "bench", "Bench")
+        .await
+        .unwrap()
+        .id;
     let dir = tempfile::tempdir().unwrap();
     let metrics = Arc::new(JournalMetrics::default());
-    let journal = Arc::new(Journal::open(dir.path(), Durability::Process, Duration::from_millis(5), metrics.clone()).unwrap());
-    let shipper = Arc::new(Shipper::new(dir.path().to_owned(), pool.clone(), metrics.clone()));
+    let journal = Arc::new(
+        Journal::open(
+            dir.path(),
+            Durability::Process,
+            Duration::from_millis(5),
+            metrics.clone(),
+        )
+        .unwrap(),
+    );
+    let shipper = Arc::new(Shipper::new(
+        dir.path().to_owned(),
+        pool.clone(),
+        metrics.clone(),
+    ));
     let cancel = tokio_util::sync::CancellationToken::new();
     let per = n / 50;
     let t0 = Instant::now();
@@ -101,7 +133,13 @@ async fn ship_rate(name: &str, n: usize, rollup: bool) -> f64 {
                 let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (w + 1));
                 for i in 0..per {
                     let served = MODELS[i % 3];
-                    let e = event(tenant, None, served, time::OffsetDateTime::now_utc(), &mut rng);
+                    let e = event(
+                        tenant,
+                        None,
+                        served,
+                        time::OffsetDateTime::now_utc(),
+                        &mut rng,
+                    );
                     journal.append(&e).await.unwrap();
                 }
             })
@@ -122,8 +160,20 @@ async fn ship_rate(name: &str, n: usize, rollup: bool) -> f64 {
 
 /// A signed-in portal client: logs in through the login form as a browser without JS does.
 async fn signed_in(base: &str, email: &str) -> reqwest::Client {
-    let http = reqwest::Client::builder().cookie_store(true).redirect(Policy::none()).build().unwrap();
-    let html = http.get(format!("{base}/login")).header("accept", "text/html").send().await.unwrap().text().await.unwrap();
+    let http = reqwest::Client::builder()
+        .cookie_store(true)
+        .redirect(Policy::none())
+        .build()
+        .unwrap();
+    let html = http
+        .get(format!("{base}/login"))
+        .header("accept", "text/html")
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     let marker = r#"name="csrf" value=""#;
     let start = html.find(marker).unwrap() + marker.len();
     let token = &html[start..start + html[start..].find('"').unwrap()];
@@ -131,7 +181,11 @@ async fn signed_in(base: &str, email: &str) -> reqwest::Client {
         .post(format!("{base}/api/login"))
         .header("accept", "text/html")
         .header("content-type", "application/x-www-form-urlencoded")
-        .body(format!("csrf={token}&email={}&password={}", email.replace('@', "%40"), PASSWORD.replace(' ', "+")))
+        .body(format!(
+            "csrf={token}&email={}&password={}",
+            email.replace('@', "%40"),
+            PASSWORD.replace(' ', "+")
+        ))
         .send()
         .await
         .unwrap();
@@ -140,12 +194,22 @@ async fn signed_in(base: &str, email: &str) -> reqwest::Client {
 }
 
 /// GETs `path` `runs` times; p50 and p99 in ms, and the last body.
-async fn time_page(http: &reqwest::Client, base: &str, path: &str, runs: usize) -> (f64, f64, String) {
+async fn time_page(
+    http: &reqwest::Client,
+    base: &str,
+    path: &str,
+    runs: usize,
+) -> (f64, f64, String) {
     let mut ms = Vec::with_capacity(runs);
     let mut body = String::new();
     for _ in 0..runs {
         let t0 = Instant::now();
-        let res = http.get(format!("{base}{path}")).header("accept", "text/html").send().await.unwrap();
+        let res = http
+            .get(format!("{base}{path}"))
+            .header("accept", "text/html")
+            .send()
+            .await
+            .unwrap();
         assert_eq!(res.status(), 200, "GET {path}");
         body = res.text().await.unwrap();
         ms.push(t0.elapsed().as_secs_f64() * 1e3);
@@ -157,7 +221,10 @@ fn main() {
     let n = env("TF_BENCH_EVENTS", 1_000_000);
     let ship_n = env("TF_BENCH_SHIP_EVENTS", 100_000);
     let runs = env("TF_BENCH_RUNS", 30);
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     rt.block_on(async move {
         // (1) Shipping with and without the rollup (same data, fresh databases).
         let without = ship_rate("tokenfactory_bench_usage_ship_a", ship_n, false).await;

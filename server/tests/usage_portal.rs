@@ -39,7 +39,10 @@ struct World {
 async fn world(pool: PgPool) -> World {
     let portal = TestPortal::spawn(pool.clone()).await;
     let acme = accounts::find_tenant(&pool, "acme").await.unwrap().id;
-    let globex = accounts::create_tenant(&pool, "globex", "Globex").await.unwrap().id;
+    let globex = accounts::create_tenant(&pool, "globex", "Globex")
+        .await
+        .unwrap()
+        .id;
     accounts::create_user(&pool, OTHER, PASSWORD, Role::TenantMember, Some(globex))
         .await
         .unwrap();
@@ -150,12 +153,39 @@ fn events(w: &World, now: OffsetDateTime) -> Vec<UsageEvent> {
     for (i, days_ago) in [0_i64, 0, 1, 3, 6, 7, 29, 30, 45].into_iter().enumerate() {
         let at = now - Duration::days(days_ago) - Duration::minutes(i64::try_from(i).unwrap());
         let i = i64::try_from(i).unwrap();
-        out.push(event(w.acme, Some(k1), "llama", "llama", at, 333 + i, 100, 17 * i + 1));
-        out.push(event(w.acme, Some(k2), "support-bot", "llama", at, 1001, 1, 999));
+        out.push(event(
+            w.acme,
+            Some(k1),
+            "llama",
+            "llama",
+            at,
+            333 + i,
+            100,
+            17 * i + 1,
+        ));
+        out.push(event(
+            w.acme,
+            Some(k2),
+            "support-bot",
+            "llama",
+            at,
+            1001,
+            1,
+            999,
+        ));
         out.push(event(w.acme, None, "qwen", "qwen", at, 7 * i, i, 3));
         out.push(event(w.acme, Some(k1), "qwen", "qwen", at, 0, 0, 0));
         // Another tenant's events on the same days and models, which must never show.
-        out.push(event(w.globex, Some(w.globex_key), "llama", "llama", at, 5_000, 0, 5_000));
+        out.push(event(
+            w.globex,
+            Some(w.globex_key),
+            "llama",
+            "llama",
+            at,
+            5_000,
+            0,
+            5_000,
+        ));
         out.push(event(w.globex, None, "qwen", "qwen", at, 9_999, 0, 1));
     }
     out
@@ -274,13 +304,31 @@ async fn usage_figures_equal_the_stored_events_and_the_spend_limit(pool: PgPool)
     // Filters: by key, by requests without a key, by model, and a custom range.
     let [k1, k2] = w.keys;
     let r = report(&browser, &format!("params[range]=90&params[key]={k1}")).await;
-    check(&r, &expected(&events, w.acme, &prices, |e| e.api_key_id == Some(k1) && in_last(90, now)(e)));
+    check(
+        &r,
+        &expected(&events, w.acme, &prices, |e| {
+            e.api_key_id == Some(k1) && in_last(90, now)(e)
+        }),
+    );
     let r = report(&browser, "params[range]=90&params[key]=none").await;
-    check(&r, &expected(&events, w.acme, &prices, |e| e.api_key_id.is_none() && in_last(90, now)(e)));
+    check(
+        &r,
+        &expected(&events, w.acme, &prices, |e| {
+            e.api_key_id.is_none() && in_last(90, now)(e)
+        }),
+    );
     let r = report(&browser, "params[range]=90&params[model]=support-bot").await;
-    check(&r, &expected(&events, w.acme, &prices, |e| e.served_name == "support-bot" && in_last(90, now)(e)));
+    check(
+        &r,
+        &expected(&events, w.acme, &prices, |e| {
+            e.served_name == "support-bot" && in_last(90, now)(e)
+        }),
+    );
     assert!(r.rows.iter().all(|row| row.model == "support-bot") && !r.rows.is_empty());
-    let (from, to) = (now.date() - Duration::days(30), now.date() - Duration::days(3));
+    let (from, to) = (
+        now.date() - Duration::days(30),
+        now.date() - Duration::days(3),
+    );
     let r = report(
         &browser,
         &format!("params[range]=custom&params[from]={from}&params[to]={to}&params[key]={k2}"),
@@ -293,10 +341,18 @@ async fn usage_figures_equal_the_stored_events_and_the_spend_limit(pool: PgPool)
             e.api_key_id == Some(k2) && d >= from && d <= to
         }),
     );
-    assert_eq!((r.from.as_str(), r.to.as_str()), (&*from.to_string(), &*to.to_string()));
+    assert_eq!(
+        (r.from.as_str(), r.to.as_str()),
+        (&*from.to_string(), &*to.to_string())
+    );
 
     // A replayed batch changes nothing.
-    assert_eq!(tf_core::db::usage::insert_batch(&pool, &events).await.unwrap(), 0);
+    assert_eq!(
+        tf_core::db::usage::insert_batch(&pool, &events)
+            .await
+            .unwrap(),
+        0
+    );
     check(&report(&browser, "").await, &want);
 
     // A price change re-prices the rollup: still the events' sum at today's price.
@@ -313,7 +369,9 @@ async fn usage_never_shows_another_tenant(pool: PgPool) {
     let w = world(pool.clone()).await;
     let now = OffsetDateTime::now_utc();
     let events = events(&w, now);
-    tf_core::db::usage::insert_batch(&pool, &events).await.unwrap();
+    tf_core::db::usage::insert_batch(&pool, &events)
+        .await
+        .unwrap();
     let prices = BTreeMap::from([("llama", 1_500), ("qwen", 7)]);
 
     let eve = w.portal.browser();
@@ -321,21 +379,32 @@ async fn usage_never_shows_another_tenant(pool: PgPool) {
     let r = report(&eve, "params[range]=90").await;
     check(&r, &expected(&events, w.globex, &prices, in_last(90, now)));
     assert!(r.keys.iter().all(|k| k.value == w.globex_key.to_string()));
-    assert!(!r.models.contains(&"support-bot".to_owned()), "acme's adapter is not listed");
+    assert!(
+        !r.models.contains(&"support-bot".to_owned()),
+        "acme's adapter is not listed"
+    );
     // Acme's key id in the query string: ignored (said so), nothing of acme's shown.
     let r = report(&eve, &format!("params[range]=90&params[key]={}", w.keys[0])).await;
     assert!(r.notice.is_some());
     check(&r, &expected(&events, w.globex, &prices, in_last(90, now)));
-    let html = eve.html(&format!("/usage?range=90&key={}", w.keys[0])).await;
+    let html = eve
+        .html(&format!("/usage?range=90&key={}", w.keys[0]))
+        .await;
     assert!(!html.contains("support-bot") && !html.contains("tf-prod0001"));
 
     // Admins and anonymous callers get no tenant's usage.
     let admin = w.portal.browser();
     admin.login(ADMIN, PASSWORD).await;
-    assert_eq!(admin.get("/api/usage?params[range]=90").await.status(), StatusCode::FORBIDDEN);
+    assert_eq!(
+        admin.get("/api/usage?params[range]=90").await.status(),
+        StatusCode::FORBIDDEN
+    );
     assert_eq!(admin.get("/api/logs").await.status(), StatusCode::FORBIDDEN);
     let anonymous = w.portal.browser();
-    assert_eq!(anonymous.get("/api/usage").await.status(), StatusCode::FORBIDDEN);
+    assert_eq!(
+        anonymous.get("/api/usage").await.status(),
+        StatusCode::FORBIDDEN
+    );
     assert_redirect(&anonymous.get("/usage").await, "/login");
     assert_redirect(&anonymous.get("/logs").await, "/login");
 }
@@ -347,9 +416,9 @@ fn log_page(html: &str) -> (Vec<String>, Option<String>) {
         .skip(1)
         .map(|s| s[..s.find('"').unwrap()].to_owned())
         .collect();
-    let older = html.split_once(r#"rel="next" href=""#).map(|(_, s)| {
-        s[..s.find('"').unwrap()].replace("&amp;", "&")
-    });
+    let older = html
+        .split_once(r#"rel="next" href=""#)
+        .map(|(_, s)| s[..s.find('"').unwrap()].replace("&amp;", "&"));
     (ids, older)
 }
 
@@ -393,11 +462,22 @@ async fn the_log_walks_every_event_once_newest_first(pool: PgPool) {
             e.status = UsageStatus::ClientAbort;
         }
         events.push(e);
-        events.push(event(w.globex, Some(w.globex_key), served, served, at, 1, 0, 1));
+        events.push(event(
+            w.globex,
+            Some(w.globex_key),
+            served,
+            served,
+            at,
+            1,
+            0,
+            1,
+        ));
     }
     // Shipped out of order, in small batches.
     for chunk in events.rchunks(17) {
-        tf_core::db::usage::insert_batch(&pool, chunk).await.unwrap();
+        tf_core::db::usage::insert_batch(&pool, chunk)
+            .await
+            .unwrap();
     }
     let newest_first = |keep: &dyn Fn(&UsageEvent) -> bool| {
         let mut mine: Vec<&UsageEvent> = events
@@ -405,7 +485,9 @@ async fn the_log_walks_every_event_once_newest_first(pool: PgPool) {
             .filter(|e| e.tenant_id == w.acme && keep(e))
             .collect();
         mine.sort_by_key(|e| std::cmp::Reverse((e.started_at, e.request_id)));
-        mine.iter().map(|e| e.request_id.to_string()).collect::<Vec<_>>()
+        mine.iter()
+            .map(|e| e.request_id.to_string())
+            .collect::<Vec<_>>()
     };
     let theirs: HashSet<String> = events
         .iter()
@@ -417,7 +499,11 @@ async fn the_log_walks_every_event_once_newest_first(pool: PgPool) {
     b.login(MEMBER, PASSWORD).await;
     let (seen, pages) = walk(&b, "/logs").await;
     assert_eq!(pages, 3);
-    assert_eq!(seen, newest_first(&|_| true), "every event once, newest first");
+    assert_eq!(
+        seen,
+        newest_first(&|_| true),
+        "every event once, newest first"
+    );
     assert!(seen.iter().all(|id| !theirs.contains(id)));
 
     // Filters hold on every page.
@@ -462,7 +548,11 @@ async fn the_log_walks_every_event_once_newest_first(pool: PgPool) {
         .nth(1)
         .unwrap();
     let row = &row[..row.find("</tr>").unwrap()];
-    let price = if first.base_model == "llama" { 1_500 } else { 7 };
+    let price = if first.base_model == "llama" {
+        1_500
+    } else {
+        7
+    };
     let cost = cost_micros(
         u64::try_from(first.prompt_tokens + first.completion_tokens).unwrap(),
         price,

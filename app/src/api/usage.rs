@@ -56,7 +56,9 @@ impl UsageFigures {
         self.requests = self.requests.saturating_add(other.requests);
         self.prompt_tokens = self.prompt_tokens.saturating_add(other.prompt_tokens);
         self.cached_tokens = self.cached_tokens.saturating_add(other.cached_tokens);
-        self.completion_tokens = self.completion_tokens.saturating_add(other.completion_tokens);
+        self.completion_tokens = self
+            .completion_tokens
+            .saturating_add(other.completion_tokens);
         self.cost_micros = self.cost_micros.saturating_add(other.cost_micros);
     }
 }
@@ -157,7 +159,9 @@ pub fn group(value: u64) -> String {
 
 /// Usage of the session's tenant per day and model over the chosen range and filters.
 #[server(prefix = "/api", endpoint = "usage", input = leptos::server_fn::codec::GetUrl)]
-pub async fn fetch_usage(#[server(default)] params: UsageParams) -> Result<UsageReport, PortalError> {
+pub async fn fetch_usage(
+    #[server(default)] params: UsageParams,
+) -> Result<UsageReport, PortalError> {
     use crate::ssr::{internal, usage as report, Portal};
 
     let portal = Portal::current()?;
@@ -169,7 +173,9 @@ pub async fn fetch_usage(#[server(default)] params: UsageParams) -> Result<Usage
 
 /// The session's tenant's request log, newest first, one page after the cursor.
 #[server(prefix = "/api", endpoint = "logs", input = leptos::server_fn::codec::GetUrl)]
-pub async fn fetch_request_log(#[server(default)] params: LogParams) -> Result<LogReport, PortalError> {
+pub async fn fetch_request_log(
+    #[server(default)] params: LogParams,
+) -> Result<LogReport, PortalError> {
     use crate::ssr::{internal, usage as report, Portal};
 
     let portal = Portal::current()?;

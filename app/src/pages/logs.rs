@@ -8,7 +8,7 @@ use leptos_router::hooks::use_query_map;
 
 use super::usage::options;
 use super::{Flash, Guarded, TopBar};
-use crate::api::usage::{group, money, fetch_request_log, Choice, LogParams, LogReport, STATUSES};
+use crate::api::usage::{fetch_request_log, group, money, Choice, LogParams, LogReport, STATUSES};
 use crate::model::{Access, PageState};
 use crate::PRODUCT;
 
@@ -117,7 +117,7 @@ fn log_view(report: LogReport, first_page: bool) -> AnyView {
                     <td class="mono">{e.request_id}</td>
                     <td class="mono">{e.time}</td>
                     <td>{e.model}</td>
-                    <td>{e.key}</td>
+                    <td class="key" title=e.key.clone()>{e.key.clone()}</td>
                     <td><span class=status_class>{e.status}</span></td>
                     <td class="num">{n(e.prompt_tokens)}</td>
                     <td class="num">{n(e.cached_tokens)}</td>
@@ -145,6 +145,7 @@ fn log_view(report: LogReport, first_page: bool) -> AnyView {
         } else {
             ().into_any()
         }}
+        <div class="scroll">
         <table class="log">
             <thead>
                 <tr>
@@ -156,6 +157,7 @@ fn log_view(report: LogReport, first_page: bool) -> AnyView {
             </thead>
             <tbody>{rows}</tbody>
         </table>
+        </div>
         <nav class="pager">
             {newest.map(|href| view! { <a href=href>"← Newest"</a> })}
             {older.map(|href| view! { <a class="older" rel="next" href=href>"Older →"</a> })}

@@ -8,7 +8,9 @@ use leptos_meta::Title;
 use leptos_router::hooks::use_query_map;
 
 use super::{Flash, Guarded, TopBar};
-use crate::api::usage::{group, money, fetch_usage, Choice, UsageFigures, UsageParams, UsageReport};
+use crate::api::usage::{
+    fetch_usage, group, money, Choice, UsageFigures, UsageParams, UsageReport,
+};
 use crate::charts::{compact, ChartData, Column, StackedBarsWithLine};
 use crate::model::{Access, PageState};
 use crate::PRODUCT;
@@ -181,6 +183,7 @@ fn report_view(report: UsageReport) -> AnyView {
         } else {
             ().into_any()
         }}
+        <div class="scroll">
         <table class="usage">
             <thead>
                 <tr>
@@ -194,6 +197,7 @@ fn report_view(report: UsageReport) -> AnyView {
                 <tr class="totals"><th colspan="2">"Total"</th>{figures_cells(t)}</tr>
             </tfoot>
         </table>
+        </div>
     }
     .into_any()
 }

@@ -2,9 +2,9 @@
 //! tenant id always from the session) and shapes what the pages show. Days are UTC days.
 
 use sqlx::PgPool;
+use tf_core::db::reports::{self, LogFilter, NO_KEY};
 use time::macros::format_description;
 use time::{Date, Duration, OffsetDateTime, PrimitiveDateTime};
-use tf_core::db::reports::{self, LogFilter, NO_KEY};
 use uuid::Uuid;
 
 use super::{session, Portal};
@@ -20,7 +20,10 @@ const DAY: &[time::format_description::BorrowedFormatItem<'static>] =
 /// The tenant of the signed-in session; anyone else (signed out, an admin) gets 403.
 pub async fn session_tenant(portal: &Portal) -> Result<Uuid, PortalError> {
     let s = session::current().await?;
-    match session::signed_in(portal, &s).await?.and_then(|si| si.tenant) {
+    match session::signed_in(portal, &s)
+        .await?
+        .and_then(|si| si.tenant)
+    {
         Some(tenant) => Ok(tenant.id),
         None => {
             session::set_status(http::StatusCode::FORBIDDEN);
@@ -84,7 +87,9 @@ fn key_filter(raw: &Option<String>, keys: &[Choice]) -> (String, Option<Uuid>, b
         None => (String::new(), None, true),
         Some("none") => ("none".into(), Some(NO_KEY), true),
         Some(v) => match Uuid::parse_str(v) {
-            Ok(id) if keys.iter().any(|k| k.value == id.to_string()) => (id.to_string(), Some(id), true),
+            Ok(id) if keys.iter().any(|k| k.value == id.to_string()) => {
+                (id.to_string(), Some(id), true)
+            }
             _ => (String::new(), None, false),
         },
     }
@@ -179,7 +184,11 @@ fn parse_local(v: &str) -> Option<OffsetDateTime> {
 
 /// The cursor of the "Older" link: the last row's start (unix nanoseconds) and request id.
 pub fn cursor(started_at: OffsetDateTime, request_id: Uuid) -> String {
-    format!("{}_{}", started_at.unix_timestamp_nanos(), request_id.simple())
+    format!(
+        "{}_{}",
+        started_at.unix_timestamp_nanos(),
+        request_id.simple()
+    )
 }
 
 fn parse_cursor(v: &str) -> Option<(OffsetDateTime, Uuid)> {
@@ -234,7 +243,10 @@ pub async fn log(pool: &PgPool, tenant: Uuid, params: &LogParams) -> sqlx::Resul
         no_key,
     };
     // The newest possible cursor: every stored time is before it.
-    let start = before.unwrap_or((OffsetDateTime::now_utc() + Duration::days(36_500), Uuid::max()));
+    let start = before.unwrap_or((
+        OffsetDateTime::now_utc() + Duration::days(36_500),
+        Uuid::max(),
+    ));
     let mut rows = reports::log_page(pool, tenant, &filter, start, LOG_PAGE_SIZE + 1).await?;
     let older = if rows.len() > usize::try_from(LOG_PAGE_SIZE).unwrap_or(usize::MAX) {
         rows.truncate(usize::try_from(LOG_PAGE_SIZE).unwrap_or(0));
@@ -242,9 +254,8 @@ pub async fn log(pool: &PgPool, tenant: Uuid, params: &LogParams) -> sqlx::Resul
     } else {
         None
     };
-    let stamp = format_description!(
-        "[year]-[month]-[day] [hour]:[minute]:[second].[subsecond digits:3]"
-    );
+    let stamp =
+        format_description!("[year]-[month]-[day] [hour]:[minute]:[second].[subsecond digits:3]");
     let entries = rows
         .into_iter()
         .map(|r| LogEntry {
@@ -309,11 +320,17 @@ mod tests {
     fn ranges_end_today_and_include_it() {
         let today = date!(2026 - 12 - 03);
         let (name, from, to, notice) = range(&UsageParams::default(), today);
-        assert_eq!((name.as_str(), from, to, notice), ("30", date!(2026 - 11 - 04), today, None));
+        assert_eq!(
+            (name.as_str(), from, to, notice),
+            ("30", date!(2026 - 11 - 04), today, None)
+        );
         let (_, from, _, _) = range(&params("7", "", ""), today);
         assert_eq!(from, date!(2026 - 11 - 27));
         let (name, from, to, notice) = range(&params("custom", "2026-01-05", "2026-01-05"), today);
-        assert_eq!((name.as_str(), from, to), ("custom", date!(2026 - 01 - 05), date!(2026 - 01 - 05)));
+        assert_eq!(
+            (name.as_str(), from, to),
+            ("custom", date!(2026 - 01 - 05), date!(2026 - 01 - 05))
+        );
         assert!(notice.is_none());
     }
 
