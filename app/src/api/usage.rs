@@ -110,7 +110,7 @@ pub struct LogParams {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LogEntry {
     pub request_id: String,
-    /// `YYYY-MM-DD HH:MM:SS.mmm` UTC.
+    /// `YYYY-MM-DD HH:MM:SS` UTC.
     pub time: String,
     pub model: String,
     /// The key's name and prefix, or `-` for a request without a key.

@@ -123,8 +123,8 @@ fn log_view(report: LogReport, first_page: bool) -> AnyView {
                     <td class="num">{n(e.cached_tokens)}</td>
                     <td class="num">{n(e.completion_tokens)}</td>
                     <td class="num">{money(e.cost_micros)}</td>
-                    <td class="num">{e.ttft_ms.map_or_else(|| "-".to_owned(), |t| format!("{t} ms"))}</td>
-                    <td class="num">{format!("{} ms", e.duration_ms)}</td>
+                    <td class="num">{e.ttft_ms.map_or_else(|| "-".to_owned(), |t| n(i64::from(t)))}</td>
+                    <td class="num">{n(i64::from(e.duration_ms))}</td>
                 </tr>
             }
         })
@@ -152,7 +152,7 @@ fn log_view(report: LogReport, first_page: bool) -> AnyView {
                     <th>"Request id"</th><th>"Time (UTC)"</th><th>"Model"</th><th>"Key"</th>
                     <th>"Status"</th><th class="num">"Prompt"</th><th class="num">"Cached"</th>
                     <th class="num">"Completion"</th><th class="num">"Cost"</th>
-                    <th class="num">"TTFT"</th><th class="num">"Duration"</th>
+                    <th class="num">"TTFT ms"</th><th class="num">"Duration ms"</th>
                 </tr>
             </thead>
             <tbody>{rows}</tbody>

@@ -254,8 +254,7 @@ pub async fn log(pool: &PgPool, tenant: Uuid, params: &LogParams) -> sqlx::Resul
     } else {
         None
     };
-    let stamp =
-        format_description!("[year]-[month]-[day] [hour]:[minute]:[second].[subsecond digits:3]");
+    let stamp = format_description!("[year]-[month]-[day] [hour]:[minute]:[second]");
     let entries = rows
         .into_iter()
         .map(|r| LogEntry {
