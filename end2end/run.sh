@@ -47,4 +47,4 @@ PYTHONPATH="$work/py" TF_BASE_URL="http://127.0.0.1:$port" TF_API_KEY="$key" pyt
 
 # The portal in a real browser, JavaScript off.
 (cd end2end && npm ci --silent --no-audit --no-fund)
-(cd end2end && TF_BASE_URL="http://127.0.0.1:$port" TF_EMAIL="$email" TF_PASSWORD="$password" npm test)
+(cd end2end && TF_BASE_URL="http://127.0.0.1:$port" TF_EMAIL="$email" TF_PASSWORD="$password" TF_API_KEY="$key" npm test)

@@ -22,6 +22,9 @@ pub enum PortalError {
     /// 400/500: the request did not reach the function body (bad encoding, missing context).
     #[error("{0}")]
     ServerFn(ServerFnErrorErr),
+    /// 403: the signed-in user may not use this function (not a tenant member, or not signed in).
+    #[error("You do not have access to this.")]
+    Forbidden,
 }
 
 impl PortalError {
@@ -32,6 +35,7 @@ impl PortalError {
             Self::Internal => "internal",
             Self::SignedOut => "signed_out",
             Self::ServerFn(_) => "server_fn",
+            Self::Forbidden => "forbidden",
         }
     }
 }

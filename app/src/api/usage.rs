@@ -1,2 +1,203 @@
 //! Server functions of the tenant's `/usage` and `/logs` pages: aggregated usage and the request
-//! log, always scoped by the session's tenant.
+//! log, always scoped by the session's tenant. Both are GETs whose parameters are the pages'
+//! query strings as typed (so a shared URL shows the same thing); anything that does not parse is
+//! ignored and said so, never an error page. Money is integer micro-units throughout.
+
+use leptos::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use crate::error::PortalError;
+
+/// Longest range the usage page shows, in days.
+pub const MAX_RANGE_DAYS: i64 = 366;
+/// Requests per page of the log.
+pub const LOG_PAGE_SIZE: i64 = 50;
+/// The statuses a usage event can have (`tf_core::usage::UsageStatus`), for the log's filter.
+pub const STATUSES: [&str; 5] = [
+    "ok",
+    "client_abort",
+    "upstream_error",
+    "interrupted",
+    "rejected",
+];
+
+/// The usage page's query string: `range` is `7`, `30`, `90` or `custom` (then `from` and `to`,
+/// `YYYY-MM-DD`, UTC, inclusive); `key` a key id, `none` (requests without a key) or empty;
+/// `model` a served model name or empty.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UsageParams {
+    pub range: Option<String>,
+    pub from: Option<String>,
+    pub to: Option<String>,
+    pub key: Option<String>,
+    pub model: Option<String>,
+}
+
+/// A choice of a filter's `<select>`: its value and label.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Choice {
+    pub value: String,
+    pub label: String,
+}
+
+/// Figures of one day and model, of one day, or of the whole range.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UsageFigures {
+    pub requests: i64,
+    pub prompt_tokens: i64,
+    pub cached_tokens: i64,
+    pub completion_tokens: i64,
+    pub cost_micros: i64,
+}
+
+impl UsageFigures {
+    /// Adds `other` (saturating: the sums are of non-negative bigints).
+    pub fn add(&mut self, other: &Self) {
+        self.requests = self.requests.saturating_add(other.requests);
+        self.prompt_tokens = self.prompt_tokens.saturating_add(other.prompt_tokens);
+        self.cached_tokens = self.cached_tokens.saturating_add(other.cached_tokens);
+        self.completion_tokens = self
+            .completion_tokens
+            .saturating_add(other.completion_tokens);
+        self.cost_micros = self.cost_micros.saturating_add(other.cost_micros);
+    }
+}
+
+/// One row of the usage table.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UsageRow {
+    /// `YYYY-MM-DD` (UTC).
+    pub day: String,
+    pub model: String,
+    pub figures: UsageFigures,
+}
+
+/// What `/usage` shows.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UsageReport {
+    /// The range shown: `7`, `30`, `90` or `custom`, and its first and last day.
+    pub range: String,
+    pub from: String,
+    pub to: String,
+    /// The filters applied (`""`: all).
+    pub key: String,
+    pub model: String,
+    pub keys: Vec<Choice>,
+    pub models: Vec<String>,
+    /// Every day of the range, oldest first (zero days included), for the chart.
+    pub days: Vec<(String, UsageFigures)>,
+    /// Per day and model, newest day first; days without usage are left out.
+    pub rows: Vec<UsageRow>,
+    pub totals: UsageFigures,
+    /// Why part of the query string was ignored.
+    pub notice: Option<String>,
+}
+
+/// The log's query string: filters `model`, `key` (an id or `none`), `status`, `since` and
+/// `until` (`YYYY-MM-DDTHH:MM[:SS]`, UTC, as `<input type=datetime-local>` sends), and `before`,
+/// the cursor of the "Older" link.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogParams {
+    pub model: Option<String>,
+    pub key: Option<String>,
+    pub status: Option<String>,
+    pub since: Option<String>,
+    pub until: Option<String>,
+    pub before: Option<String>,
+}
+
+/// One request of the log.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogEntry {
+    pub request_id: String,
+    /// `YYYY-MM-DD HH:MM:SS` UTC.
+    pub time: String,
+    pub model: String,
+    /// The key's name and prefix, or `-` for a request without a key.
+    pub key: String,
+    pub status: String,
+    pub prompt_tokens: i64,
+    pub cached_tokens: i64,
+    pub completion_tokens: i64,
+    pub cost_micros: i64,
+    pub ttft_ms: Option<i32>,
+    pub duration_ms: i32,
+}
+
+/// What `/logs` shows.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogReport {
+    /// The filters as applied (normalised), echoed into the form and the "Older" link.
+    pub filter: LogParams,
+    pub keys: Vec<Choice>,
+    pub models: Vec<String>,
+    pub entries: Vec<LogEntry>,
+    /// The cursor of the next (older) page, when there is one.
+    pub older: Option<String>,
+    pub notice: Option<String>,
+}
+
+/// Micro-units as a decimal amount with six places: `1234567` -> `1.234567`.
+pub fn money(micros: i64) -> String {
+    let sign = if micros < 0 { "-" } else { "" };
+    let abs = micros.unsigned_abs();
+    format!("{sign}{}.{:06}", group(abs / 1_000_000), abs % 1_000_000)
+}
+
+/// An integer with thousands separators: `1234567` -> `1,234,567`.
+pub fn group(value: u64) -> String {
+    let digits = value.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// Usage of the session's tenant per day and model over the chosen range and filters.
+#[server(prefix = "/api", endpoint = "usage", input = leptos::server_fn::codec::GetUrl)]
+pub async fn fetch_usage(
+    #[server(default)] params: UsageParams,
+) -> Result<UsageReport, PortalError> {
+    use crate::ssr::{internal, usage as report, Portal};
+
+    let portal = Portal::current()?;
+    let tenant = report::session_tenant(&portal).await?;
+    report::usage(&portal.deps.pool, tenant, &params, report::today())
+        .await
+        .map_err(|e| internal("loading the usage page", e))
+}
+
+/// The session's tenant's request log, newest first, one page after the cursor.
+#[server(prefix = "/api", endpoint = "logs", input = leptos::server_fn::codec::GetUrl)]
+pub async fn fetch_request_log(
+    #[server(default)] params: LogParams,
+) -> Result<LogReport, PortalError> {
+    use crate::ssr::{internal, usage as report, Portal};
+
+    let portal = Portal::current()?;
+    let tenant = report::session_tenant(&portal).await?;
+    report::log(&portal.deps.pool, tenant, &params)
+        .await
+        .map_err(|e| internal("loading the request log", e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn money_has_six_places_and_groups_units() {
+        assert_eq!(money(0), "0.000000");
+        assert_eq!(money(1), "0.000001");
+        assert_eq!(money(1_234_567), "1.234567");
+        assert_eq!(money(1_234_567_000_001), "1,234,567.000001");
+        assert_eq!(money(-5), "-0.000005");
+        assert_eq!(group(999), "999");
+        assert_eq!(group(1000), "1,000");
+        assert_eq!(group(12_345_678), "12,345,678");
+    }
+}

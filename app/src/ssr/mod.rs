@@ -12,6 +12,7 @@ pub mod reveal;
 pub mod session;
 pub mod store;
 pub mod throttle;
+pub mod usage;
 
 pub use csp::{content_security_policy, set_page_policy};
 pub(crate) use portal::internal;

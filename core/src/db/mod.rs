@@ -14,6 +14,7 @@
 //! | [`sessions`] | `portal_sessions` |
 //! | [`leader`] | advisory locks (one leader per cluster) |
 //! | [`dashboard`] | the tenant home's month totals and usable models |
+//! | [`reports`] | the usage page (`usage_daily` rollup) and the request log |
 //!
 //! This file connects to PostgreSQL and applies migrations. A missing database is created (the
 //! embedded default must work on a fresh machine); an unreachable server is an error that names
@@ -25,6 +26,7 @@ pub mod dashboard;
 pub mod keys;
 pub mod leader;
 pub mod limits;
+pub mod reports;
 pub mod sessions;
 pub mod spend;
 pub mod usage;
