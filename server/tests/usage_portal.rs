@@ -14,10 +14,10 @@ mod common;
 
 use std::collections::{BTreeMap, HashSet};
 
-use reqwest::StatusCode;
-use sqlx::PgPool;
 use common::portal::*;
 use common::TestApp;
+use reqwest::StatusCode;
+use sqlx::PgPool;
 use tf_app::api::usage::{money, UsageFigures, UsageReport};
 use tf_core::accounts::{self, Role};
 use tf_core::money::cost_micros;
@@ -36,7 +36,10 @@ struct World {
 }
 
 async fn world(pool: PgPool) -> World {
-    let portal = TestApp::builder(pool.clone()).shared_redis().start_portal().await;
+    let portal = TestApp::builder(pool.clone())
+        .shared_redis()
+        .start_portal()
+        .await;
     let acme = accounts::find_tenant(&pool, "acme").await.unwrap().id;
     let globex = accounts::create_tenant(&pool, "globex", "Globex")
         .await
