@@ -7,6 +7,7 @@ pub mod api;
 pub mod charts;
 pub mod error;
 pub mod model;
+pub mod money;
 pub mod pages;
 #[cfg(feature = "ssr")]
 pub mod ssr;

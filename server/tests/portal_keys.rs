@@ -594,7 +594,7 @@ async fn the_home_shows_this_months_usage_keys_and_models_of_the_tenant_only(poo
     assert!(html.contains("acme Inc"), "{html}");
     assert_eq!(stat(&html, "requests"), "3");
     assert_eq!(stat(&html, "cost"), "$4.089769");
-    assert_eq!(stat(&html, "cost"), tf_core::money::format_micros(cost));
+    assert_eq!(stat(&html, "cost"), tf_app::money::format_micros(cost));
     assert_eq!(stat(&html, "keys"), "1");
     assert!(html.contains("401,007"), "prompt tokens: {html}");
     assert!(html.contains("1,234,900"), "completion tokens: {html}");

@@ -37,8 +37,8 @@ pub struct HomeView {
 /// The home's figures for the session's tenant.
 #[server(prefix = "/api", endpoint = "home", input = leptos::server_fn::codec::GetUrl)]
 pub async fn load_home() -> Result<HomeView, PortalError> {
+    use crate::money::{format_micros, group_thousands};
     use tf_core::db::{dashboard, keys};
-    use tf_core::money::{format_micros, group_thousands};
 
     use crate::ssr::{internal, member, session, Portal};
 

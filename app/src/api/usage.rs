@@ -137,26 +137,6 @@ pub struct LogReport {
     pub notice: Option<String>,
 }
 
-/// Micro-units as a decimal amount with six places: `1234567` -> `1.234567`.
-pub fn money(micros: i64) -> String {
-    let sign = if micros < 0 { "-" } else { "" };
-    let abs = micros.unsigned_abs();
-    format!("{sign}{}.{:06}", group(abs / 1_000_000), abs % 1_000_000)
-}
-
-/// An integer with thousands separators: `1234567` -> `1,234,567`.
-pub fn group(value: u64) -> String {
-    let digits = value.to_string();
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
-
 /// Usage of the session's tenant per day and model over the chosen range and filters.
 #[server(prefix = "/api", endpoint = "usage", input = leptos::server_fn::codec::GetUrl)]
 pub async fn fetch_usage(
@@ -183,21 +163,4 @@ pub async fn fetch_request_log(
     report::log(&portal.deps.pool, tenant, &params)
         .await
         .map_err(|e| internal("loading the request log", e))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn money_has_six_places_and_groups_units() {
-        assert_eq!(money(0), "0.000000");
-        assert_eq!(money(1), "0.000001");
-        assert_eq!(money(1_234_567), "1.234567");
-        assert_eq!(money(1_234_567_000_001), "1,234,567.000001");
-        assert_eq!(money(-5), "-0.000005");
-        assert_eq!(group(999), "999");
-        assert_eq!(group(1000), "1,000");
-        assert_eq!(group(12_345_678), "12,345,678");
-    }
 }

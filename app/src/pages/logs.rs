@@ -8,8 +8,9 @@ use leptos_router::hooks::use_query_map;
 
 use super::usage::options;
 use super::{Flash, Guarded, TopBar};
-use crate::api::usage::{fetch_request_log, group, money, Choice, LogParams, LogReport, STATUSES};
+use crate::api::usage::{fetch_request_log, Choice, LogParams, LogReport, STATUSES};
 use crate::model::{Access, PageState};
+use crate::money::{format_micros, group_thousands};
 use crate::PRODUCT;
 
 #[component]
@@ -91,7 +92,7 @@ fn choice(value: &str, label: &str) -> Choice {
 }
 
 fn n(v: i64) -> String {
-    group(u64::try_from(v).unwrap_or(0))
+    group_thousands(u64::try_from(v).unwrap_or(0))
 }
 
 fn log_view(report: LogReport, first_page: bool) -> AnyView {
@@ -122,7 +123,7 @@ fn log_view(report: LogReport, first_page: bool) -> AnyView {
                     <td class="num">{n(e.prompt_tokens)}</td>
                     <td class="num">{n(e.cached_tokens)}</td>
                     <td class="num">{n(e.completion_tokens)}</td>
-                    <td class="num">{money(e.cost_micros)}</td>
+                    <td class="num">{format_micros(e.cost_micros)}</td>
                     <td class="num">{e.ttft_ms.map_or_else(|| "-".to_owned(), |t| n(i64::from(t)))}</td>
                     <td class="num">{n(i64::from(e.duration_ms))}</td>
                 </tr>

@@ -8,11 +8,10 @@ use leptos_meta::Title;
 use leptos_router::hooks::use_query_map;
 
 use super::{Flash, Guarded, TopBar};
-use crate::api::usage::{
-    fetch_usage, group, money, Choice, UsageFigures, UsageParams, UsageReport,
-};
+use crate::api::usage::{fetch_usage, Choice, UsageFigures, UsageParams, UsageReport};
 use crate::charts::{compact, ChartData, Column, StackedBarsWithLine};
 use crate::model::{Access, PageState};
+use crate::money::{format_micros, group_thousands};
 use crate::PRODUCT;
 
 #[component]
@@ -68,14 +67,13 @@ fn choice(value: &str, label: &str) -> Choice {
     }
 }
 
-/// A cost on the chart's scale: units with two places from 1 up, else micro-units trimmed.
+/// A cost on the chart's scale: cents from one unit up (`$1,234.56`), else every non-zero micro.
 fn cost_tick(micros: u64) -> String {
-    let shown = money(i64::try_from(micros).unwrap_or(i64::MAX));
+    let micros = i64::try_from(micros).unwrap_or(i64::MAX);
     if micros >= 1_000_000 {
-        shown[..shown.len() - 4].to_owned()
+        format_micros(micros - micros % 10_000)
     } else {
-        let trimmed = shown.trim_end_matches('0');
-        trimmed.strip_suffix('.').unwrap_or(trimmed).to_owned()
+        format_micros(micros)
     }
 }
 
@@ -108,7 +106,7 @@ fn chart(report: &UsageReport) -> ChartData {
 }
 
 fn n(v: i64) -> String {
-    group(u64::try_from(v).unwrap_or(0))
+    group_thousands(u64::try_from(v).unwrap_or(0))
 }
 
 fn figures_cells(f: &UsageFigures) -> impl IntoView {
@@ -117,7 +115,7 @@ fn figures_cells(f: &UsageFigures) -> impl IntoView {
         <td class="num prompt">{n(f.prompt_tokens)}</td>
         <td class="num cached">{n(f.cached_tokens)}</td>
         <td class="num completion">{n(f.completion_tokens)}</td>
-        <td class="num cost">{money(f.cost_micros)}</td>
+        <td class="num cost">{format_micros(f.cost_micros)}</td>
     }
 }
 
@@ -147,7 +145,7 @@ fn report_view(report: UsageReport) -> AnyView {
         n(t.prompt_tokens),
         n(t.cached_tokens),
         n(t.completion_tokens),
-        money(t.cost_micros)
+        format_micros(t.cost_micros)
     );
     let rows = report
         .rows
@@ -208,9 +206,9 @@ mod tests {
 
     #[test]
     fn cost_ticks_are_short() {
-        assert_eq!(cost_tick(0), "0");
-        assert_eq!(cost_tick(1_500), "0.0015");
-        assert_eq!(cost_tick(2_500_000), "2.50");
-        assert_eq!(cost_tick(1_234_567_890), "1,234.56");
+        assert_eq!(cost_tick(0), "$0.00");
+        assert_eq!(cost_tick(1_500), "$0.0015");
+        assert_eq!(cost_tick(2_500_000), "$2.50");
+        assert_eq!(cost_tick(1_234_567_890), "$1,234.56");
     }
 }
