@@ -92,6 +92,38 @@ pub async fn list_keys() -> Result<KeysView, PortalError> {
     })
 }
 
+/// What every `/keys` form has once its CSRF token is checked (before anything else).
+#[cfg(feature = "ssr")]
+struct KeyForm {
+    portal: crate::ssr::Portal,
+    session: tower_sessions::Session,
+    jar: tower_cookies::Cookies,
+    member: crate::ssr::member::Member,
+}
+
+/// The CSRF token, then the signed-in member; `None` when there is none (redirected to the login).
+#[cfg(feature = "ssr")]
+async fn key_form(csrf: &str) -> Result<Option<KeyForm>, PortalError> {
+    use crate::ssr::{cookies, csrf as tokens, member, session, Portal};
+
+    let portal = Portal::current()?;
+    let s = session::current().await?;
+    let jar = cookies::jar().await?;
+    if !tokens::verify(&jar, csrf) {
+        return Err(super::refuse_csrf(&jar, "/keys"));
+    }
+    let Some(member) = member::current(&portal, &s).await? else {
+        session::redirect("/login");
+        return Ok(None);
+    };
+    Ok(Some(KeyForm {
+        portal,
+        session: s,
+        jar,
+        member,
+    }))
+}
+
 /// Creates a key named `name`; its secret is shown once on the next render of `/keys`.
 #[server(prefix = "/api", endpoint = "create_key")]
 pub async fn create_key(
@@ -99,16 +131,15 @@ pub async fn create_key(
     #[server(default)] name: String,
 ) -> Result<(), PortalError> {
     use crate::ssr::cookies::Flash;
-    use crate::ssr::{cookies, csrf as tokens, internal, member, reveal, session, Portal};
+    use crate::ssr::{internal, reveal};
 
-    let portal = Portal::current()?;
-    let s = session::current().await?;
-    let jar = cookies::jar().await?;
-    if !tokens::verify(&jar, &csrf) {
-        return Err(super::refuse_csrf(&jar, "/keys"));
-    }
-    let Some(m) = member::current(&portal, &s).await? else {
-        session::redirect("/login");
+    let Some(KeyForm {
+        portal,
+        session: s,
+        jar,
+        member: m,
+    }) = key_form(&csrf).await?
+    else {
         return Ok(());
     };
     let Some(name) = tf_core::keys::clean_name(&name) else {
@@ -135,16 +166,15 @@ pub async fn revoke_key(
     #[server(default)] key: String,
 ) -> Result<(), PortalError> {
     use crate::ssr::cookies::Flash;
-    use crate::ssr::{cookies, csrf as tokens, internal, member, session, Portal};
+    use crate::ssr::internal;
 
-    let portal = Portal::current()?;
-    let s = session::current().await?;
-    let jar = cookies::jar().await?;
-    if !tokens::verify(&jar, &csrf) {
-        return Err(super::refuse_csrf(&jar, "/keys"));
-    }
-    let Some(m) = member::current(&portal, &s).await? else {
-        session::redirect("/login");
+    let Some(KeyForm {
+        portal,
+        session: _,
+        jar,
+        member: m,
+    }) = key_form(&csrf).await?
+    else {
         return Ok(());
     };
     let Ok(id) = key.parse::<uuid::Uuid>() else {
@@ -171,16 +201,15 @@ pub async fn rotate_key(
     #[server(default)] grace: String,
 ) -> Result<(), PortalError> {
     use crate::ssr::cookies::Flash;
-    use crate::ssr::{cookies, csrf as tokens, internal, member, reveal, session, Portal};
+    use crate::ssr::{internal, reveal};
 
-    let portal = Portal::current()?;
-    let s = session::current().await?;
-    let jar = cookies::jar().await?;
-    if !tokens::verify(&jar, &csrf) {
-        return Err(super::refuse_csrf(&jar, "/keys"));
-    }
-    let Some(m) = member::current(&portal, &s).await? else {
-        session::redirect("/login");
+    let Some(KeyForm {
+        portal,
+        session: s,
+        jar,
+        member: m,
+    }) = key_form(&csrf).await?
+    else {
         return Ok(());
     };
     let Some(grace) = grace
