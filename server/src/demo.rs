@@ -47,6 +47,10 @@ impl std::fmt::Debug for DemoCredentials {
 }
 
 /// A random password that meets the minimum length.
+/// The demo's placeholder price on its simulated bases: $0.20 per million tokens, so the usage
+/// pages and the home show money (until the billing issue's price book).
+pub const DEMO_MICROS_PER_1K: i64 = 200;
+
 pub fn random_password() -> String {
     Alphanumeric.sample_string(&mut rand::rngs::OsRng, 16)
 }
@@ -87,6 +91,7 @@ pub async fn ensure(
         for (served, lora) in local_sim::DEMO_ADAPTERS {
             fleet::register_adapter(pool, tenant.id, served, local_sim::DEMO_BASE, lora).await?;
         }
+        tf_core::db::catalog::price_unpriced(pool, "local-sim", DEMO_MICROS_PER_1K).await?;
     }
     let api_key = match saved.as_ref().map(|s| s.api_key.as_str()) {
         Some(key) if key_works(pool, tenant.id, key).await? => key.to_owned(),

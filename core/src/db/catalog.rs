@@ -145,3 +145,17 @@ pub async fn prices(pool: &PgPool) -> sqlx::Result<Vec<BasePrice>> {
     .fetch_all(pool)
     .await
 }
+
+/// Gives the bases of `fleet` that have no price yet `micros_per_1k_tokens` (the demo's simulated
+/// bases, so its pages show money); a price an operator set is kept.
+pub async fn price_unpriced(pool: &PgPool, fleet: &str, micros_per_1k: i64) -> sqlx::Result<u64> {
+    let done = sqlx::query!(
+        "UPDATE base_models SET micros_per_1k_tokens = $2
+         WHERE fleet = $1 AND micros_per_1k_tokens = 0",
+        fleet,
+        micros_per_1k,
+    )
+    .execute(pool)
+    .await?;
+    Ok(done.rows_affected())
+}
