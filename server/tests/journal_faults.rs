@@ -206,6 +206,11 @@ async fn sigterm_drains_in_flight_streams_and_bills_them(pool: PgPool) {
     // The final flush shipped everything before exit.
     let events = usage_store::query(&pool, None, None, None).await.unwrap();
     assert_eq!(events.len(), 16);
+    // The events are exactly those of the 16 drained requests.
+    let mut billed: Vec<String> = events.iter().map(|e| e.request_id.to_string()).collect();
+    billed.sort();
+    ids.sort();
+    assert_eq!(billed, ids, "the drained requests are the ones billed");
     let ledger = sim.ledger();
     for e in events {
         let truth = ledger
@@ -216,7 +221,6 @@ async fn sigterm_drains_in_flight_streams_and_bills_them(pool: PgPool) {
         assert_eq!(e.completion_tokens, 60);
         assert_eq!(e.completion_tokens, i64::from(truth.completion_tokens));
     }
-    let _ = ids;
 }
 
 #[sqlx::test(migrations = "../migrations")]
