@@ -92,8 +92,10 @@ pub fn layout(data: &ChartData) -> Layout {
     let plot_h = HEIGHT - TOP - BOTTOM;
     let base = TOP + plot_h;
     let n = i64::try_from(data.columns.len()).unwrap_or(i64::MAX).max(1);
-    let slot = plot_w / n;
-    let bar_w = (slot * 7 / 10).max(1);
+    // Slot edges from the exact share of the width (`plot_w * i / n`), so many days still fill the
+    // plot instead of leaving the remainder of a whole-unit slot width empty on the right.
+    let edge = |i: i64| LEFT + plot_w * i / n;
+    let bar_w = ((plot_w / n) * 7 / 10).max(1);
     let bar_max = nice_max(
         data.columns
             .iter()
@@ -109,7 +111,8 @@ pub fn layout(data: &ChartData) -> Layout {
     // At most about 12 labels, whatever the number of days.
     let every = usize::try_from((n + 11) / 12).unwrap_or(1).max(1);
     for (i, column) in data.columns.iter().enumerate() {
-        let slot_x = LEFT + slot * i64::try_from(i).unwrap_or(0);
+        let i64_i = i64::try_from(i).unwrap_or(0);
+        let (slot_x, slot) = (edge(i64_i), edge(i64_i + 1) - edge(i64_i));
         let x = slot_x + (slot - bar_w) / 2;
         let mut below = 0u64;
         for (series, value) in column.stack.iter().copied().enumerate() {
@@ -316,6 +319,21 @@ mod tests {
         let chart = layout(&data(columns));
         assert!(chart.labels.len() <= 12, "{}", chart.labels.len());
         assert_eq!(chart.labels[0].1, "0");
+    }
+
+    #[test]
+    fn many_days_fill_the_plot_width() {
+        let columns = (0..90)
+            .map(|d| column(&format!("{d}"), [1, 0, 0], 1))
+            .collect();
+        let chart = layout(&data(columns));
+        let last = chart.segments.last().map(|s| s.x + s.width).unwrap_or(0);
+        let plot_right = WIDTH - RIGHT;
+        // The last bar ends within one slot of the plot's right edge (600 / 90 = 6.67 units).
+        assert!(
+            plot_right - last <= 7,
+            "last bar ends at {last}, plot at {plot_right}"
+        );
     }
 
     #[test]
