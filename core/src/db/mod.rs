@@ -6,6 +6,7 @@
 //! | file | tables |
 //! | --- | --- |
 //! | [`accounts`] | `tenants`, `users` |
+//! | [`audit`] | `audit_log` (append-only) |
 //! | [`keys`] | `api_keys` |
 //! | [`catalog`] | `base_models`, `adapters` (routes, placeholder prices) |
 //! | [`limits`] | `tenant_limits`, `key_limits` |
@@ -21,6 +22,7 @@
 //! the URL and says what to do, never a panic.
 
 pub mod accounts;
+pub mod audit;
 pub mod catalog;
 pub mod dashboard;
 pub mod keys;

@@ -2,6 +2,7 @@
 //! the catalog (`base_models`, `adapters`); the gateway only ever reads the catalog. A Kubernetes
 //! (Dynamo) backend is to come behind the same entry point.
 
+pub mod backend;
 pub mod dynamo_render;
 pub mod local_sim;
 pub mod static_file;
