@@ -3,8 +3,8 @@
 //! `max_tokens` or the configured default), build the
 //! ordered plan and run it: on this replica's credit from Redis when it covers every check (no
 //! I/O, see [`super::credit`]), else in one atomic Redis script that also grants new credit, or on
-//! the local limiter when Redis is unreachable or slow (then Redis is skipped for
-//! [`REDIS_BACKOFF`]). A request with no limits costs one cache probe and no I/O. Admission never
+//! credit this replica grants itself from its share of the limits when Redis is unreachable or
+//! slow (then Redis is skipped for [`REDIS_BACKOFF`]). A request with no limits costs one cache probe and no I/O. Admission never
 //! blocks serving on Redis, and takes no lock across a Redis call: ACQUIREs of different tenants
 //! (and the syncer's SYNCs) are in flight together, while requests of one key whose credit ran
 //! out wait for the one ACQUIRE asking for it ([`super::flight`]).
@@ -210,7 +210,6 @@ impl Quota {
                 drop(flight);
                 return Ok(Some(Admitted::new(
                     self.0.clone(),
-                    String::new(),
                     checks,
                     buckets,
                     Backend::Redis,
@@ -220,24 +219,27 @@ impl Quota {
             }
         }
         drop(flight);
-        let member = req.request_id.to_string();
-        let a = inner
-            .local
-            .admit(&checks, &member, now, inner.cfg.fraction());
-        let headers = RateStatus::from_answer(&checks, &a.used_reset, a.failed == 0);
-        if let Some(check) = a.failed.checked_sub(1).and_then(|i| checks.get(i)) {
-            return Err(refusal(check, a.retry_ms, period_left_s, headers));
+        // Redis is unreachable or slow: this replica grants itself credit from its own share.
+        let taken = inner.credits.take_own(&checks, now, inner.cfg.fraction());
+        let used_reset = match &taken {
+            Ok(t) => &t.used_reset,
+            Err(short) => &short.used_reset,
+        };
+        let headers = RateStatus::from_answer(&checks, used_reset, taken.is_ok());
+        match taken {
+            Ok(t) => Ok(Some(Admitted::new(
+                self.0.clone(),
+                checks,
+                t.buckets,
+                Backend::Local,
+                micros_per_1k,
+                headers,
+            ))),
+            Err(short) => {
+                let check = &checks[short.failed];
+                Err(refusal(check, short.retry_ms, period_left_s, headers))
+            }
         }
-        let buckets = vec![now.div_euclid(1000); checks.len()];
-        Ok(Some(Admitted::new(
-            self.0.clone(),
-            member,
-            checks,
-            buckets,
-            Backend::Local,
-            micros_per_1k,
-            headers,
-        )))
     }
 }
 
@@ -262,7 +264,6 @@ impl Quota {
         let headers = RateStatus::from_answer(&checks, &taken.used_reset, true);
         Ok(Ok(Some(Admitted::new(
             self.0.clone(),
-            String::new(),
             checks,
             taken.buckets,
             Backend::Redis,
@@ -281,7 +282,7 @@ fn refusal(check: &Check, retry_ms: i64, period_left_s: u64, headers: RateStatus
     Refusal::new(check, retry_ms, headers)
 }
 
-/// One ACQUIRE: `(failed_index, retry_ms, per check grant)`, or `None` (use local limits).
+/// One ACQUIRE: `(failed_index, retry_ms, per check grant)`, or `None` (use own credit).
 async fn redis_acquire(
     inner: &Inner,
     checks: &[Check],
@@ -313,10 +314,6 @@ async fn redis_acquire(
             extra: g[2],
         })
         .collect();
-    for (c, g) in checks.iter().zip(&grants) {
-        if let Check::Spend { settled, .. } = c {
-            inner.local.observe_spend(settled, g.used);
-        }
-    }
+    inner.credits.observe_spend(checks, &grants);
     Some((usize::try_from(out[0]).unwrap_or(0), out[1], grants))
 }

@@ -11,8 +11,15 @@
 //! an admission. [`Credits::due`] lists what Redis must hear; the syncer sends it. Holdings
 //! change in Redis by deltas (ACQUIRE adds grants, SYNC sends what this replica gave back), so
 //! both may be in flight at once and no lock spans a Redis call.
+//!
+//! While Redis is unreachable the replica grants itself credit from its own share of each limit
+//! (`QuotaOptions::local_limit_fraction`) and spends it the same way, so there is one model of
+//! the limits in memory: rates are fail-open (each replica admits its share, so the cluster may
+//! admit up to N x share of a limit during an outage); spend allows this replica its share of
+//! what was left when Redis was last seen. Self-granted window counts are merged into Redis when
+//! it returns and kept for the rest of their minute; self-granted slots die with the process.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
 use super::answer::RateStatus;
@@ -101,6 +108,26 @@ struct Book {
     /// Until when an ACQUIRE asking credit for a key may still answer: meanwhile others ask for
     /// their own cost only, so a burst does not take a limit's room as credit many times over.
     asking: HashMap<Key, i64>,
+    /// Credit this replica granted itself while Redis was unreachable, by check key.
+    own: HashMap<Key, Own>,
+    /// Settled plus held spend as Redis last reported it, by settled key: an outage starts there.
+    known_spend: HashMap<Key, i64>,
+}
+
+/// What this replica granted itself (and spent at once) for one check while Redis was down.
+#[derive(Default)]
+struct Own {
+    /// Windows: per second of the last minute, (amount granted, part of it Redis has not had).
+    buckets: BTreeMap<i64, (i64, i64)>,
+    /// Spend and caps: micros or slots of the requests in flight.
+    in_use: i64,
+    /// Spend: micros settled on this credit during the outage.
+    settled: i64,
+}
+
+/// A replica's share of a limit (rounded down; `as` saturates, and a share of an i64 fits one).
+fn share(limit: i64, fraction: f64) -> i64 {
+    ((limit as f64 * fraction).floor() as i64).max(0)
 }
 
 impl Book {
@@ -117,6 +144,44 @@ impl Book {
                 .is_some_and(|h| h.held - h.in_use >= cost),
         }
     }
+
+    /// This replica's own standing on `c` under its share `fraction` of the limit: (used, ms
+    /// until the window's oldest bucket leaves, the share, ms until a retry may fit).
+    fn own_standing(&mut self, c: &Check, now_ms: i64, fraction: f64) -> (i64, i64, i64, i64) {
+        let sec = now_ms.div_euclid(1000);
+        let known = match c {
+            Check::Spend { settled, .. } => self.known_spend.get(settled).copied().unwrap_or(0),
+            _ => 0,
+        };
+        let own = self.own.entry(c.key().clone()).or_default();
+        match c {
+            Check::Window { limit, cost, .. } => {
+                own.buckets.retain(|s, _| *s > sec - 60);
+                let used: i64 = own.buckets.values().map(|b| b.0).sum();
+                let reset = own
+                    .buckets
+                    .keys()
+                    .next()
+                    .map_or(60_000, |s| (s + 60) * 1000 - now_ms);
+                let limit = share(*limit, fraction);
+                let mut short = used + cost - limit;
+                let retry = own
+                    .buckets
+                    .iter()
+                    .find_map(|(s, b)| {
+                        short -= b.0;
+                        (short <= 0).then_some((s + 60) * 1000 - now_ms)
+                    })
+                    .unwrap_or(60_000);
+                (used, reset, limit, retry)
+            }
+            Check::Spend { limit, .. } => {
+                let used = known + own.settled + own.in_use;
+                (used, 0, known + share(limit - known, fraction), 0)
+            }
+            Check::Cap { limit, .. } => (own.in_use, 0, share(*limit, fraction), 1000),
+        }
+    }
 }
 
 /// What a request took from credit: per check, the bucket its window cost was charged to (0 for
@@ -124,6 +189,15 @@ impl Book {
 #[derive(Debug)]
 pub struct Taken {
     pub buckets: Vec<i64>,
+    pub used_reset: Vec<(i64, i64)>,
+}
+
+/// Why this replica's own share refused a request: the index of the first check that did not
+/// fit, ms until a retry may, and every check's (used, reset_ms) for the headers.
+#[derive(Debug)]
+pub struct Short {
+    pub failed: usize,
+    pub retry_ms: i64,
     pub used_reset: Vec<(i64, i64)>,
 }
 
@@ -170,7 +244,7 @@ impl Credits {
         book.refused
             .retain(|_, r| now_ms < r.at_ms + REFUSAL_TTL_MS);
         book.refused.insert(
-            check.key().into(),
+            check.key().clone(),
             Refused {
                 used,
                 at_ms: now_ms,
@@ -183,12 +257,12 @@ impl Credits {
     /// The keys of the checks credit does not cover now (what an ACQUIRE would ask for).
     pub fn uncovered(&self, checks: &[Check], now_ms: i64) -> Vec<Key> {
         let Ok(book) = self.0.lock() else {
-            return checks.iter().map(|c| c.key().into()).collect();
+            return checks.iter().map(|c| c.key().clone()).collect();
         };
         checks
             .iter()
             .filter(|c| !book.covers(c, now_ms))
-            .map(|c| c.key().into())
+            .map(|c| c.key().clone())
             .collect()
     }
 
@@ -227,6 +301,59 @@ impl Credits {
         Some(taken)
     }
 
+    /// Grants this replica every check's cost from its own share `fraction` of the limit (Redis
+    /// is unreachable) and spends it at once, all checks or none: what Redis would answer if the
+    /// limits were that share and this replica alone.
+    pub fn take_own(&self, checks: &[Check], now_ms: i64, fraction: f64) -> Result<Taken, Short> {
+        let sec = now_ms.div_euclid(1000);
+        let mut taken = Taken {
+            buckets: vec![sec; checks.len()],
+            used_reset: Vec::with_capacity(checks.len()),
+        };
+        let Ok(mut guard) = self.0.lock() else {
+            // A poisoned lock means a panic elsewhere; admit rather than block serving.
+            taken.used_reset.resize(checks.len(), (0, 0));
+            return Ok(taken);
+        };
+        let book = &mut *guard;
+        let mut short = None;
+        for (i, c) in checks.iter().enumerate() {
+            let (used, reset, limit, retry_ms) = book.own_standing(c, now_ms, fraction);
+            taken.used_reset.push((used, reset));
+            if short.is_none() && used + c.cost() > limit {
+                short = Some((i, retry_ms));
+            }
+        }
+        if let Some((failed, retry_ms)) = short {
+            return Err(Short {
+                failed,
+                retry_ms,
+                used_reset: taken.used_reset,
+            });
+        }
+        for c in checks {
+            let own = book.own.entry(c.key().clone()).or_default();
+            match c {
+                Check::Window { cost, .. } => {
+                    let b = own.buckets.entry(sec).or_default();
+                    (b.0, b.1) = (b.0 + cost, b.1 + cost);
+                }
+                _ => own.in_use += c.cost(),
+            }
+        }
+        Ok(taken)
+    }
+
+    /// Remembers the spend Redis reported in an ACQUIRE's answer, so an outage starts from it.
+    pub fn observe_spend(&self, checks: &[Check], grants: &[Grant]) {
+        let Ok(mut book) = self.0.lock() else { return };
+        for (c, g) in checks.iter().zip(grants) {
+            if let Check::Spend { settled, .. } = c {
+                book.known_spend.insert(settled.clone(), g.used);
+            }
+        }
+    }
+
     /// The extra credit to ask Redis for, per check: nothing where credit still covers the
     /// check or another ACQUIRE is asking for it (until `answer_by_ms`); twice the last ask where
     /// credit ran out quickly.
@@ -241,7 +368,7 @@ impl Credits {
                 if book.covers(c, now_ms) {
                     return 0;
                 }
-                let asking = book.asking.entry(c.key().into()).or_insert(0);
+                let asking = book.asking.entry(c.key().clone()).or_insert(0);
                 if now_ms < *asking {
                     return 0;
                 }
@@ -345,13 +472,24 @@ impl Credits {
     }
 
     /// Corrects a window by `delta` (real tokens minus the estimate) in the bucket the request
-    /// was charged to: a refund goes straight back into live credit of that bucket, anything
-    /// else is owed to Redis.
-    pub fn correct(&self, key: &str, bucket: i64, delta: i64, now_ms: i64) {
+    /// was charged to: on `own` credit, in this replica's own count (merged into Redis with it);
+    /// else a refund goes straight back into live credit of that bucket, anything else is owed
+    /// to Redis.
+    pub fn correct(&self, key: &str, bucket: i64, delta: i64, now_ms: i64, own: bool) {
         if delta == 0 {
             return;
         }
         let Ok(mut book) = self.0.lock() else { return };
+        if own {
+            if let Some(b) = book
+                .own
+                .get_mut(key)
+                .and_then(|o| o.buckets.get_mut(&bucket))
+            {
+                (b.0, b.1) = (b.0 + delta, b.1 + delta);
+            }
+            return;
+        }
         if delta < 0 {
             book.refused.remove(key);
             if let Some(w) = book.windows.get_mut(key) {
@@ -364,13 +502,20 @@ impl Credits {
         *book.corrections.entry((key.into(), bucket)).or_default() += delta;
     }
 
-    /// Gives back what a finished or abandoned request held of the spend budgets and caps.
-    pub fn release<'a>(&self, checks: impl Iterator<Item = &'a Check>) {
-        let Ok(mut book) = self.0.lock() else { return };
+    /// Gives back what a finished or abandoned request held of the spend budgets and caps (of
+    /// this replica's `own` credit, or of its holdings in Redis).
+    pub fn release<'a>(&self, checks: impl Iterator<Item = &'a Check>, own: bool) {
+        let Ok(mut guard) = self.0.lock() else { return };
+        let book = &mut *guard;
         for c in checks {
             if let Check::Spend { leases, .. } | Check::Cap { leases, .. } = c {
-                if let Some(h) = book.holdings.get_mut(leases) {
-                    h.in_use = (h.in_use - c.cost()).max(0);
+                let in_use = if own {
+                    book.own.get_mut(c.key()).map(|o| &mut o.in_use)
+                } else {
+                    book.holdings.get_mut(leases).map(|h| &mut h.in_use)
+                };
+                if let Some(n) = in_use {
+                    *n = (*n - c.cost()).max(0);
                 }
                 // Room was made here: the last refusal no longer says what Redis would answer.
                 book.refused.remove(c.key());
@@ -379,18 +524,38 @@ impl Credits {
     }
 
     /// Settles a spend check: the request's reservation leaves `in_use`, its real spend leaves
-    /// the holding (it becomes settled spend, sent in the same SYNC as the new holding), and
-    /// what it reserved beyond that stays as credit.
-    pub fn spend(&self, check: &Check, actual: i64) {
-        let Check::Spend { leases, cost, .. } = check else {
-            return;
+    /// the holding and is returned as settled spend owed to Redis (sent in the same SYNC as the
+    /// new holding); what it reserved beyond that stays as credit.
+    pub fn spend(&self, check: &Check, actual: i64, own: bool) -> Option<(Key, i64)> {
+        let Check::Spend {
+            settled,
+            leases,
+            cost,
+            ..
+        } = check
+        else {
+            return None;
         };
-        let Ok(mut book) = self.0.lock() else { return };
+        let mut book = self.0.lock().ok()?;
+        if own {
+            // INVARIANT: spend settled on self-granted credit is never sent to Redis: it reaches
+            // PostgreSQL as usage, and the reconciler raises Redis to that when Redis returns.
+            // Sent by SYNC as well, it would count twice whenever the leader's pass (which cannot
+            // wait for other replicas' SYNCs) came first (tests: credit::tests::
+            // own_spend_is_counted_here_and_never_owed_to_redis, quota::
+            // serving_continues_on_local_limits_while_redis_is_down_and_counters_recover).
+            if let Some(o) = book.own.get_mut(settled) {
+                o.in_use = (o.in_use - cost).max(0);
+                o.settled += actual.max(0);
+            }
+            return None;
+        }
         if let Some(h) = book.holdings.get_mut(leases) {
             h.in_use = (h.in_use - cost).max(0);
             let held = (h.held - actual.max(0)).max(h.in_use);
             h.set_held(held);
         }
+        Some((settled.clone(), actual))
     }
 
     /// The holdings changed since Redis last heard of them.
@@ -406,11 +571,34 @@ impl Credits {
     }
 
     /// Drops all window credit (Redis failed: it stays counted there, which errs on the safe
-    /// side, and admission turns to the local limiter at once).
+    /// side, and admission turns to this replica's own share at once).
     pub fn forget_windows(&self) {
         if let Ok(mut book) = self.0.lock() {
             book.windows.clear();
         }
+    }
+
+    /// Redis is back: the self-granted window counts it has not had, as (key, bucket, delta),
+    /// for MERGE. The counts stay for the rest of their minute: if Redis flaps, a second outage
+    /// in the same minute continues from them instead of granting the share again. Self-granted
+    /// spend starts over (see [`Self::spend`]); slots stay until their requests end.
+    pub fn unmerged(&self, now_ms: i64) -> Vec<(Key, i64, i64)> {
+        let sec = now_ms.div_euclid(1000);
+        let Ok(mut book) = self.0.lock() else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for (key, own) in &mut book.own {
+            own.buckets.retain(|s, _| *s > sec - 60);
+            for (s, b) in &mut own.buckets {
+                if b.1 != 0 {
+                    out.push((key.clone(), *s, std::mem::take(&mut b.1)));
+                }
+            }
+        }
+        book.own
+            .retain(|_, o| !o.buckets.is_empty() || o.in_use > 0);
+        out
     }
 
     /// What Redis must hear now: corrections owed, expired window credit given back, holdings
@@ -458,6 +646,12 @@ impl Credits {
         }
         book.holdings.retain(|_, h| h.held > 0 || h.in_use > 0);
         book.asking.retain(|_, until| now_ms < *until);
+        let sec = now_ms.div_euclid(1000);
+        book.own.retain(|_, o| {
+            o.in_use > 0
+                || o.settled > 0
+                || o.buckets.keys().next_back().is_some_and(|s| *s > sec - 60)
+        });
         ops
     }
 }
@@ -512,7 +706,7 @@ mod tests {
         // Headers: the window had 100 + 10 + 25 after the grant, 25 of it unspent before this.
         assert_eq!(t.used_reset[0], (110, 59_999));
         assert!(c.try_take(&checks, now + 2).is_none(), "the cap is used up");
-        c.release([cap()].iter());
+        c.release([cap()].iter(), false);
         assert!(c.try_take(&checks, now + 3).is_some());
         assert!(c.try_take(&checks[..1], now + 4).is_none(), "5 tokens left");
     }
@@ -525,10 +719,10 @@ mod tests {
         c.deposit(&checks, &[grant(30), grant(2)], now);
         c.try_take(&checks, now + 10).expect("covered");
         // A refund in the same bucket is credit again; one for an older bucket is owed.
-        c.correct("w", 5000, -4, now + 20);
-        c.correct("w", 4999, -3, now + 20);
-        c.release(checks[1..].iter());
-        c.release(checks[1..].iter());
+        c.correct("w", 5000, -4, now + 20, false);
+        c.correct("w", 4999, -3, now + 20, false);
+        c.release(checks[1..].iter(), false);
+        c.release(checks[1..].iter(), false);
         assert!(
             c.try_take(&checks[..1], now + GRANT_TTL_MS).is_none(),
             "expired"
@@ -571,5 +765,80 @@ mod tests {
             c.try_take(&w, 7_001_020).expect("covered").buckets,
             vec![7001]
         );
+    }
+
+    #[test]
+    fn own_credit_enforces_a_share_and_releases() {
+        let c = Credits::default();
+        let w = Check::Window {
+            key: "w".into(),
+            limit: 10,
+            cost: 1,
+            dim: Dim::Requests,
+        };
+        let c4 = Check::Cap {
+            leases: "c".into(),
+            amounts: "ca".into(),
+            limit: 4,
+            kind: CapKind::InFlight,
+        };
+        let checks = [w, c4];
+        let now = 1_000_000;
+        let failed = |r: Result<Taken, Short>| r.err().map(|s| s.failed);
+        assert_eq!(failed(c.take_own(&checks, now, 0.5)), None);
+        assert_eq!(failed(c.take_own(&checks, now, 0.5)), None);
+        assert_eq!(
+            failed(c.take_own(&checks, now, 0.5)),
+            Some(1),
+            "cap share is 2"
+        );
+        c.release(checks[1..].iter(), true);
+        assert_eq!(failed(c.take_own(&checks, now, 0.5)), None);
+        assert_eq!(failed(c.take_own(&checks[..1], now, 0.5)), None);
+        assert_eq!(failed(c.take_own(&checks[..1], now, 0.5)), None);
+        assert_eq!(
+            failed(c.take_own(&checks[..1], now, 0.5)),
+            Some(0),
+            "rate share is 5 (the refused request took nothing)"
+        );
+        assert_eq!(c.unmerged(now), vec![("w".into(), 1000, 5)]);
+        assert_eq!(c.unmerged(now), vec![], "merged once");
+        assert_eq!(
+            failed(c.take_own(&checks[..1], now + 1000, 0.5)),
+            Some(0),
+            "a second outage in the same minute does not grant the share again"
+        );
+    }
+
+    #[test]
+    fn own_spend_is_counted_here_and_never_owed_to_redis() {
+        let c = Credits::default();
+        let spend_of = |cost| Check::Spend {
+            settled: "s".into(),
+            leases: "sl".into(),
+            amounts: "sa".into(),
+            limit: 1000,
+            cost,
+        };
+        let spend = spend_of(100);
+        let now = 9_000_000;
+        // Redis last saw 600 of 1000: this replica may use half of the 400 left.
+        let seen = Grant {
+            used: 600,
+            ..grant(0)
+        };
+        c.observe_spend(&[spend.clone()], &[seen]);
+        let a = c.take_own(&[spend.clone()], now, 0.5).expect("100 of 200");
+        assert_eq!(a.used_reset, vec![(600, 0)]);
+        c.take_own(&[spend.clone()], now, 0.5).expect("200 of 200");
+        assert_eq!(
+            c.take_own(&[spend.clone()], now, 0.5).unwrap_err().failed,
+            0
+        );
+        assert_eq!(c.spend(&spend, 30, true), None, "not owed to Redis");
+        // The reservation of 100 became 30 settled: 70 of the share are free again.
+        assert!(c.take_own(&[spend_of(70)], now, 0.5).is_ok());
+        assert!(c.dirty_holds(now).is_empty() && c.due(now, 0, true).is_empty());
+        assert_eq!(c.unmerged(now), vec![]);
     }
 }

@@ -8,18 +8,19 @@
 //! - [`config`], [`limits`] (limits from PostgreSQL, cached per replica), [`plan`] (the ordered
 //!   checks of one request and its estimate), [`answer`] (what a caller is told): data.
 //! - [`scripts`]: the atomic Redis Lua scripts (`lua/`: acquire, sync, reconcile, merge).
-//! - [`credit`]: this replica's credit from Redis, spent without I/O; `local`: per-replica
-//!   fallback limits while Redis is down (fail-open for rates); `queue`: what is owed to Redis.
+//! - [`credit`]: this replica's credit, spent without I/O: granted by Redis, or by the replica
+//!   itself from its share of each limit while Redis is down (fail-open for rates); `queue`: what
+//!   is owed to Redis.
 //! - `flight`: one ACQUIRE in flight per key, the others wait for its credit.
 //! - `state`: what the parts below share, and the one way they call Redis.
 //! - `sync`: the writer of what this replica owes Redis; `reconciler`: the cluster leader's
 //!   spend reset from billed usage; `settle`: the admitted request's guard.
 //! - `admission`: the entry point the request path calls after resolution.
 //!
-//! On failure: Redis down or slow -> local limits, serving continues, what is owed to Redis is
-//! kept and sent when it answers; PostgreSQL down -> cached limits keep applying; a request that
-//! dies -> its slots are freed by its guard, or expire with the replica's holding if the replica
-//! dies.
+//! On failure: Redis down or slow -> each replica's share of the limits, as credit it grants
+//! itself, serving continues, what is owed to Redis is kept and sent when it answers; PostgreSQL
+//! down -> cached limits keep applying; a request that dies -> its slots are freed by its guard,
+//! or expire with the replica's holding if the replica dies.
 
 mod admission;
 pub mod answer;
@@ -27,7 +28,6 @@ pub mod config;
 pub mod credit;
 mod flight;
 pub mod limits;
-mod local;
 pub mod plan;
 mod queue;
 mod reconciler;

@@ -1,6 +1,6 @@
 //! What one request must pass, in order, cheapest first: per-key then per-tenant requests per
 //! minute, tokens per minute, spend, then the tenant's in-flight and long-prompt caps on the target
-//! graph. A plan is pure data (Redis keys, limits, costs); the Redis scripts and the local limiter
+//! graph. A plan is pure data (Redis keys, limits, costs); the Redis scripts and the credit book
 //! both execute it, so the two paths cannot disagree about what is checked.
 
 use std::collections::HashMap;
@@ -28,7 +28,7 @@ pub enum CapKind {
     LongPrompts,
 }
 
-/// One check; its Redis keys double as the local limiter's keys.
+/// One check; its Redis keys double as the credit book's keys.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Check {
     /// A sliding 60 s window of one-second buckets (a hash: second -> amount, plus the running
@@ -59,8 +59,8 @@ pub enum Check {
 }
 
 impl Check {
-    /// The Redis key that names this check (also the local limiter's key).
-    pub fn key(&self) -> &str {
+    /// The Redis key that names this check (also the key of this replica's credit for it).
+    pub fn key(&self) -> &Key {
         match self {
             Self::Window { key, .. } | Self::Cap { leases: key, .. } => key,
             Self::Spend { settled, .. } => settled,

@@ -64,17 +64,22 @@ impl Default for SpendQueue {
 }
 
 impl SpendQueue {
-    /// Adds settled spend to the next batch; `apply` changes the holdings to match under the
-    /// same lock as [`Self::snapshot`], so a batch carries both or neither.
-    pub fn push(&self, spend: Vec<(Key, i64)>, apply: impl FnOnce()) {
+    /// Adds the settled spend `settle` returns to the next batch; `settle` changes the holdings
+    /// to match under the same lock as [`Self::snapshot`], so a batch carries both or neither.
+    /// Returns whether anything was queued.
+    pub fn push(&self, settle: impl FnOnce() -> Vec<(Key, i64)>) -> bool {
         let Ok(mut p) = self.pending.lock() else {
-            return;
+            return false;
         };
-        apply();
+        let spend = settle();
+        if spend.is_empty() {
+            return false;
+        }
         for (key, micros) in spend {
             *p.spend.entry(key).or_default() += micros;
         }
         p.spend_batch = p.batch;
+        true
     }
 
     /// The batch that carries the latest queued spend.

@@ -2,7 +2,7 @@
 //! reconcile, merge; the sources are in `lua/`), loaded at start-up and called with EVALSHA (re-loaded by the client if Redis
 //! lost them). Each script is atomic, so replicas never race each other; nothing is ever read in
 //! Rust and written back. Every key written gets a TTL. A failed call changes nothing the caller
-//! relies on: admission then falls back to the local limiter.
+//! relies on: admission then falls back to credit the replica grants itself.
 
 use redis::{Script, ScriptInvocation};
 
@@ -29,7 +29,8 @@ const SYNC: &str = include_str!("lua/sync.lua");
 /// settle reaches Redis before PostgreSQL, so a lower billed sum only means events in transit).
 const RECONCILE: &str = include_str!("lua/reconcile.lua");
 
-/// Adds window buckets counted locally (while Redis was unreachable) into the shared windows.
+/// Adds window credit a replica granted itself (while Redis was unreachable) into the shared
+/// windows.
 const MERGE: &str = include_str!("lua/merge.lua");
 
 /// The loaded scripts.

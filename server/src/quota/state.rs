@@ -1,7 +1,7 @@
 //! The state one replica's quota parts share (admission, settling, the syncer, the reconciler),
 //! and the one way they call Redis: [`Inner::call`], which gives up at once while Redis is absent,
-//! halted or in back-off, and turns a failure or a slow answer into [`REDIS_BACKOFF`] of local
-//! limits. It imports only data types of its siblings, never their logic, so the files of this
+//! halted or in back-off, and turns a failure or a slow answer into [`REDIS_BACKOFF`] of credit
+//! the replica grants itself. It imports only data types of its siblings, never their logic, so the files of this
 //! module depend on each other one way.
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
@@ -17,7 +17,6 @@ use super::config::QuotaOptions;
 use super::credit::Credits;
 use super::flight::Flights;
 use super::limits::LimitCache;
-use super::local::LocalLimiter;
 use super::plan::{self, Key};
 use super::queue::SpendQueue;
 use super::scripts::Scripts;
@@ -36,7 +35,6 @@ pub(super) struct Inner {
     /// Empty until Redis was reached once (possibly long after start-up).
     pub redis: RedisSlot,
     pub scripts: Scripts,
-    pub local: LocalLimiter,
     pub prefix: String,
     /// The Redis keys of each (tenant, key, graph), formatted once.
     pub names: plan::NameCache,
@@ -49,7 +47,7 @@ pub(super) struct Inner {
     pub rid: String,
     /// Where Redis remembers which of this replica's SYNC batches it applied.
     pub seq_key: Key,
-    /// Credit granted by Redis, spent locally.
+    /// Credit granted by Redis (or by this replica while Redis is down), spent locally.
     pub credits: Credits,
     /// The ACQUIREs in flight, by key, so a burst of one key sends one.
     pub flights: Flights,
@@ -66,15 +64,14 @@ pub(super) struct Inner {
 
 impl Inner {
     pub fn new(limits: LimitCache, redis: RedisSlot, prefix: String, cfg: QuotaOptions) -> Self {
-        // Not connected yet: the first answer once the slot is filled counts as a recovery (local
-        // counts merged, the reconciler woken).
+        // Not connected yet: the first answer once the slot is filled counts as a recovery
+        // (self-granted counts merged, the reconciler woken).
         let not_connected = !redis.is_filled();
         let rid = uuid::Uuid::new_v4().simple().to_string();
         Self {
             limits: Arc::new(limits),
             redis,
             scripts: Scripts::default(),
-            local: LocalLimiter::default(),
             seq_key: format!("{prefix}q:sync:{rid}").into(),
             prefix,
             names: plan::NameCache::default(),
@@ -100,7 +97,7 @@ impl Inner {
             && now >= self.down_until_ms.load(Ordering::Relaxed)
     }
 
-    /// Runs a script unless Redis is absent, halted or in back-off; `None` means "use local".
+    /// Runs a script unless Redis is absent, halted or in back-off; `None` means "use own credit".
     pub async fn call<T: FromRedisValue>(&self, inv: &ScriptInvocation<'_>) -> Option<T> {
         if !self.redis_ready(now_ms()) {
             return None;
@@ -132,11 +129,12 @@ impl Inner {
         }
     }
 
-    /// Redis answered again after failing: merge what was counted locally, wake the reconciler.
+    /// Redis answered again after failing: merge the window credit this replica granted itself,
+    /// wake the reconciler (which brings spend up to what PostgreSQL billed meanwhile).
     async fn on_recovered(&self) {
         tracing::info!("Redis reachable again: merging local counts, reconciling spend");
         self.recovered.notify_one();
-        let buckets = self.local.drain_windows(now_ms());
+        let buckets = self.credits.unmerged(now_ms());
         if buckets.is_empty() {
             return;
         }

@@ -25,15 +25,14 @@ use super::state::{now_ms, Inner};
 /// How often credit is given back and leases renewed.
 const TICK: Duration = Duration::from_millis(50);
 
-/// Adds settled spend (settled-spend key, micros) to the next SYNC; `apply` changes the holdings
-/// to match (see `SpendQueue::push`). Without a running syncer (shutdown) it is sent at once.
+/// Adds the settled spend `settle` returns (settled-spend key, micros), having changed the
+/// holdings to match, to the next SYNC (see `SpendQueue::push`). Without a running syncer
+/// (shutdown) it is sent at once.
 pub(super) async fn settle_spend(
     inner: &Inner,
-    spend: Vec<(super::plan::Key, i64)>,
-    apply: impl FnOnce(),
+    settle: impl FnOnce() -> Vec<(super::plan::Key, i64)>,
 ) {
-    inner.queue.push(spend, apply);
-    if !inner.queue.running.load(Ordering::Acquire) {
+    if inner.queue.push(settle) && !inner.queue.running.load(Ordering::Acquire) {
         attempt(inner, None).await;
     }
 }
