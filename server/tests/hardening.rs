@@ -117,13 +117,13 @@ async fn slow_headers_and_idle_connections_are_closed(pool: PgPool) {
     let (answer, closed) = read_until_closed(&mut tcp, Duration::from_secs(5)).await;
     assert!(String::from_utf8_lossy(&answer).starts_with("HTTP/1.1 200"));
     assert!(closed, "an idle keep-alive connection stayed open");
-    for _ in 0..100 {
-        if metrics.open() == 0 {
-            break;
+    let open = || async {
+        match metrics.open() {
+            0 => Ok(()),
+            n => Err(n),
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert_eq!(metrics.open(), 0);
+    };
+    eventually(Duration::from_secs(2), "every connection closed", open).await;
 }
 
 #[sqlx::test(migrations = "../migrations")]
@@ -135,13 +135,13 @@ async fn connections_past_the_cap_wait_for_a_slot(pool: PgPool) {
     };
     let (addr, metrics) = serve_with(&t, options).await;
     let held: Vec<_> = futures::future::join_all((0..2).map(|_| TcpStream::connect(addr))).await;
-    for _ in 0..100 {
-        if metrics.open() == 2 {
-            break;
+    let open = || async {
+        match metrics.open() {
+            2 => Ok(()),
+            n => Err(n),
         }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert_eq!(metrics.open(), 2);
+    };
+    eventually(Duration::from_secs(1), "two connections open", open).await;
     // The third is not served while the two are open.
     let mut third = TcpStream::connect(addr).await.unwrap();
     third

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::chaos::ChaosProxy;
+use common::eventually::eventually;
 use sqlx::PgPool;
 use tokenfactory::journal::{segment, Durability, Journal, JournalMetrics, Shipper};
 use tokenfactory::usage::{Provenance, UsageEvent, UsageStatus};
@@ -193,13 +194,16 @@ async fn postgres_outage_grows_the_backlog_then_drains_once(pool: PgPool) {
     assert_eq!(sums(&pool).await.0, 0);
 
     proxy.restore();
-    for _ in 0..1000 {
-        if sums(&pool).await.0 == 200 {
-            break;
+    let shipped = || async {
+        let s = sums(&pool).await;
+        if s.0 == 200 {
+            Ok(s)
+        } else {
+            Err(s)
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert_eq!(sums(&pool).await, (200, 2 * (200 * 201 / 2)));
+    };
+    let shipped = eventually(Duration::from_secs(20), "every event shipped", shipped).await;
+    assert_eq!(shipped, (200, 2 * (200 * 201 / 2)));
     cancel.cancel();
     task.await.unwrap();
     // Every shipped event is the tenant's own.

@@ -6,10 +6,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use clap::Parser;
 use common::chaos::ChaosProxy;
+use common::eventually::eventually_every;
 use common::*;
 use sqlx::PgPool;
 use tokenfactory::cli::{Cli, Command};
@@ -32,8 +33,8 @@ async fn admin(pool: &PgPool, args: &[&str]) -> Result<String, String> {
 /// Polls `/v1/models` with `key` until it answers `status` (at most 3 s: NOTIFY plus the 1 s
 /// cache freshness bound).
 async fn wait_for_status(t: &TestApp, key: &str, status: u16) {
-    let since = Instant::now();
-    loop {
+    let what = format!("/v1/models to answer {status}");
+    eventually(Duration::from_secs(3), &what, || async {
         let s = t
             .http
             .get(t.url("/v1/models"))
@@ -43,14 +44,12 @@ async fn wait_for_status(t: &TestApp, key: &str, status: u16) {
             .unwrap()
             .status();
         if s == status {
-            return;
+            Ok(())
+        } else {
+            Err(s)
         }
-        assert!(
-            since.elapsed() < Duration::from_secs(3),
-            "still {s} after 3 s, expected {status}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    })
+    .await;
 }
 
 #[sqlx::test(migrations = "../migrations")]
@@ -244,35 +243,38 @@ async fn a_replica_started_before_redis_switches_to_shared_limits_when_it_comes_
     assert_eq!(t.app.gateway.quota.admissions(), (0, 0), "decided locally");
 
     proxy.restore();
-    let up = Instant::now();
-    let mut redis = redis::Client::open("redis://127.0.0.1:6379")
+    let redis = redis::Client::open("redis://127.0.0.1:6379")
         .unwrap()
         .get_multiplexed_async_connection()
         .await
         .unwrap();
+    let redis = &tokio::sync::Mutex::new(redis);
     let period = tokenfactory::quota::plan::period(time::OffsetDateTime::now_utc()).0;
     let spend_key = format!("{prefix}q:s:t:{}:{period}", acme.id);
-    loop {
-        assert_eq!(send().await, 200);
-        let (_, via_redis) = t.app.gateway.quota.admissions();
-        // The reconciler runs only once there is Redis: it writes the billed spend.
-        let reconciled: Option<i64> = redis::cmd("GET")
-            .arg(&spend_key)
-            .query_async(&mut redis)
-            .await
-            .unwrap();
-        if slot.is_filled() && via_redis > 0 && reconciled.is_some() {
-            break;
-        }
-        assert!(
-            up.elapsed() < Duration::from_secs(20),
-            "still local {:?} after Redis came up (filled {}, admissions {:?}, spend {reconciled:?})",
-            up.elapsed(),
-            slot.is_filled(),
-            t.app.gateway.quota.admissions(),
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    eventually_every(
+        Duration::from_millis(100),
+        Duration::from_secs(20),
+        "shared limits and reconciled spend after Redis came up",
+        || async {
+            assert_eq!(send().await, 200);
+            let (_, via_redis) = t.app.gateway.quota.admissions();
+            // The reconciler runs only once there is Redis: it writes the billed spend.
+            let reconciled: Option<i64> = redis::cmd("GET")
+                .arg(&spend_key)
+                .query_async(&mut *redis.lock().await)
+                .await
+                .unwrap();
+            if slot.is_filled() && via_redis > 0 && reconciled.is_some() {
+                return Ok(());
+            }
+            Err(format!(
+                "still local (filled {}, admissions {:?}, spend {reconciled:?})",
+                slot.is_filled(),
+                t.app.gateway.quota.admissions(),
+            ))
+        },
+    )
+    .await;
     cancel.cancel();
     tracker.close();
     tracker.wait().await;

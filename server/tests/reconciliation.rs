@@ -100,11 +100,9 @@ async fn every_event_matches_the_engine_ledger(pool: PgPool) {
         .await;
 
     // Wait (bounded) until every request the engine saw has its event.
-    let mut events = Vec::new();
-    let mut ledger = Vec::new();
-    for _ in 0..1000 {
-        ledger = t.sim.ledger();
-        events = t.events().await;
+    let settled = || async {
+        let ledger = t.sim.ledger();
+        let events = t.events().await;
         let ids: std::collections::HashSet<_> =
             events.iter().map(|e| e.request_id.to_string()).collect();
         let truth: std::collections::HashSet<_> =
@@ -115,11 +113,15 @@ async fn every_event_matches_the_engine_ledger(pool: PgPool) {
             && events
                 .iter()
                 .all(|e| e.prompt_tokens == 0 || truth.contains(&e.request_id.to_string()));
-        if settled {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        let counts = format!("{} engine requests, {} events", ledger.len(), events.len());
+        settled.then_some((ledger, events)).ok_or(counts)
+    };
+    let (ledger, events) = eventually(
+        Duration::from_secs(20),
+        "an event for every request",
+        settled,
+    )
+    .await;
     // Non-streamed aborts may hang up before the gateway forwards anything: those never reach
     // the engine. Everything else does.
     assert!(

@@ -20,7 +20,7 @@ const LOOKUP_TIMEOUT: Duration = Duration::from_millis(250);
 const MAX_ENTRIES: usize = 100_000;
 
 /// Rate and spend limits of one subject (a tenant or a key); `None`: unlimited.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, sqlx::FromRow)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RateLimits {
     pub requests_per_minute: Option<i64>,
     pub tokens_per_minute: Option<i64>,
