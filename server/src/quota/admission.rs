@@ -27,7 +27,7 @@ use super::flight::Turn;
 use super::limits::LimitCache;
 use super::plan::{self, Check, Estimate, Target};
 use super::scripts;
-use super::settle::{Admitted, Backend};
+use super::settle::Admitted;
 pub use super::state::REDIS_BACKOFF;
 use super::state::{now_ms, Inner};
 
@@ -212,7 +212,7 @@ impl Quota {
                     self.0.clone(),
                     checks,
                     buckets,
-                    Backend::Redis,
+                    false,
                     micros_per_1k,
                     headers,
                 )));
@@ -231,7 +231,7 @@ impl Quota {
                 self.0.clone(),
                 checks,
                 t.buckets,
-                Backend::Local,
+                true,
                 micros_per_1k,
                 headers,
             ))),
@@ -266,7 +266,7 @@ impl Quota {
             self.0.clone(),
             checks,
             taken.buckets,
-            Backend::Redis,
+            false,
             micros_per_1k,
             headers,
         ))))

@@ -13,22 +13,14 @@ use super::limits::cost_micros;
 use super::plan::{Check, Dim};
 use super::state::{now_ms, Inner};
 
-/// Whose credit a request was admitted on, so it is settled against the same.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Backend {
-    /// Credit Redis granted (in the ACQUIRE that admitted it, or earlier).
-    Redis,
-    /// Credit this replica granted itself from its share while Redis was unreachable.
-    Local,
-}
-
 /// An admitted request's hold on its limits; settle it with the final usage event.
 pub struct Admitted {
     inner: Arc<Inner>,
     checks: Vec<Check>,
     /// Per check: the window bucket its cost was charged to.
     buckets: Vec<i64>,
-    backend: Backend,
+    /// Admitted on credit this replica granted itself (Redis down), so settled against it.
+    own: bool,
     micros_per_1k: i64,
     status: RateStatus,
     open: bool,
@@ -39,7 +31,7 @@ impl Admitted {
         inner: Arc<Inner>,
         checks: Vec<Check>,
         buckets: Vec<i64>,
-        backend: Backend,
+        own: bool,
         micros_per_1k: i64,
         status: RateStatus,
     ) -> Self {
@@ -47,7 +39,7 @@ impl Admitted {
             inner,
             checks,
             buckets,
-            backend,
+            own,
             micros_per_1k,
             status,
             open: true,
@@ -64,7 +56,7 @@ impl Admitted {
     /// Never waits for Redis.
     pub async fn settle(mut self, tokens: u64) {
         self.open = false;
-        let (inner, own) = (&self.inner, self.backend == Backend::Local);
+        let (inner, own) = (&self.inner, self.own);
         let now = now_ms();
         let used = i64::try_from(tokens).unwrap_or(i64::MAX);
         for (c, bucket) in self.checks.iter().zip(&self.buckets) {
@@ -104,8 +96,7 @@ impl Drop for Admitted {
         if self.open {
             // INVARIANT: a request that never settles still frees its slots (test:
             // quota::slots_are_freed_on_every_path). Tokens are not refunded: usage is unknown.
-            let own = self.backend == Backend::Local;
-            self.inner.credits.release(self.checks.iter(), own);
+            self.inner.credits.release(self.checks.iter(), self.own);
         }
     }
 }
