@@ -12,6 +12,7 @@ pub mod resolve;
 pub(crate) mod state;
 pub mod upstream;
 pub mod upstream_conn;
+pub mod upstream_wire;
 pub(crate) mod upstream_error;
 
 use axum::routing::{get, post};
