@@ -273,13 +273,16 @@ async fn large_answers_arrive_intact_in_both_framings() {
                     .await
                     .unwrap();
                 for part in big.chunks(100_000) {
-                    let framed = [format!("{:X}\r\n", part.len()).as_bytes(), part, b"\r\n"].concat();
+                    let framed =
+                        [format!("{:X}\r\n", part.len()).as_bytes(), part, b"\r\n"].concat();
                     tcp.write_all(&framed).await.unwrap();
                 }
                 tcp.write_all(b"0\r\n\r\n").await.unwrap();
             } else {
                 let head = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n", big.len());
-                tcp.write_all(&[head.as_bytes(), &big].concat()).await.unwrap();
+                tcp.write_all(&[head.as_bytes(), &big].concat())
+                    .await
+                    .unwrap();
             }
             chunked = !chunked;
         }
@@ -389,7 +392,9 @@ async fn a_half_close_reaches_the_engine_and_what_it_sent_after_is_still_read() 
                 }
             }
         }
-        wr.write_all(b"c\r\ndata: last\n\n\r\n0\r\n\r\n").await.unwrap();
+        wr.write_all(b"c\r\ndata: last\n\n\r\n0\r\n\r\n")
+            .await
+            .unwrap();
         // The gateway does not reuse a half-closed connection: it closes, we read nothing more.
         assert_eq!(rd.read(&mut byte).await.unwrap(), 0);
     })
@@ -400,7 +405,12 @@ async fn a_half_close_reaches_the_engine_and_what_it_sent_after_is_still_read() 
         .await
         .unwrap();
     let mut body = r.body;
-    assert!(body.next().await.unwrap().unwrap().starts_with(b"data: x\n\n"));
+    assert!(body
+        .next()
+        .await
+        .unwrap()
+        .unwrap()
+        .starts_with(b"data: x\n\n"));
     body.half_close();
     let mut rest = Vec::new();
     let read = async {

@@ -12,8 +12,8 @@ pub mod resolve;
 pub(crate) mod state;
 pub mod upstream;
 pub mod upstream_conn;
-pub mod upstream_wire;
 pub(crate) mod upstream_error;
+pub mod upstream_wire;
 
 use axum::routing::{get, post};
 use axum::Router;

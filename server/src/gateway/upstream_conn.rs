@@ -210,9 +210,7 @@ fn poll_read_into(
 
 /// Reads up to the end of the response head (skipping interim 1xx answers); returns it and the
 /// bytes read after it.
-async fn read_head(
-    tcp: &mut TcpStream,
-) -> Result<(upstream_wire::Head, Vec<u8>), UpstreamFailure> {
+async fn read_head(tcp: &mut TcpStream) -> Result<(upstream_wire::Head, Vec<u8>), UpstreamFailure> {
     let mut buf = Vec::new();
     loop {
         let n = std::future::poll_fn(|cx| poll_read_into(tcp, cx, &mut buf)).await?;

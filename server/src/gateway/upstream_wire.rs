@@ -101,7 +101,8 @@ pub fn parse_head(buf: &[u8]) -> Result<Parsed, WireError> {
         httparse::Status::Complete(len) => len,
     };
     let code = response.code.unwrap_or(0);
-    let status = StatusCode::from_u16(code).map_err(|_| WireError::Head(httparse::Error::Status))?;
+    let status =
+        StatusCode::from_u16(code).map_err(|_| WireError::Head(httparse::Error::Status))?;
     if status == StatusCode::SWITCHING_PROTOCOLS {
         return Err(WireError::SwitchedProtocols);
     }
@@ -374,8 +375,13 @@ mod tests {
         assert!(h.keep_alive);
         assert_eq!(h.headers["content-type"], "text/event-stream");
 
-        let h = head("HTTP/1.1 404 Not Found\r\ncontent-length: 7\r\nconnection: keep-alive, Close\r\n\r\n");
-        assert_eq!((h.status.as_u16(), h.framing, h.keep_alive), (404, Framing::Length(7), false));
+        let h = head(
+            "HTTP/1.1 404 Not Found\r\ncontent-length: 7\r\nconnection: keep-alive, Close\r\n\r\n",
+        );
+        assert_eq!(
+            (h.status.as_u16(), h.framing, h.keep_alive),
+            (404, Framing::Length(7), false)
+        );
 
         let h = head("HTTP/1.1 200 OK\r\ncontent-length: 3, 3\r\ncontent-length: 3\r\n\r\n");
         assert_eq!((h.framing, h.keep_alive), (Framing::Length(3), true));
@@ -402,14 +408,23 @@ mod tests {
             parse("HTTP/1.1 200 OK\r\ncontent-length: 3\r\ncontent-length: 4\r\n\r\n"),
             WireError::ContentLength
         );
-        assert_eq!(parse("HTTP/1.1 200 OK\r\ncontent-length: -1\r\n\r\n"), WireError::ContentLength);
-        assert_eq!(parse("HTTP/1.1 200 OK\r\ncontent-length: +1\r\n\r\n"), WireError::ContentLength);
+        assert_eq!(
+            parse("HTTP/1.1 200 OK\r\ncontent-length: -1\r\n\r\n"),
+            WireError::ContentLength
+        );
+        assert_eq!(
+            parse("HTTP/1.1 200 OK\r\ncontent-length: +1\r\n\r\n"),
+            WireError::ContentLength
+        );
         assert_eq!(
             parse("HTTP/1.1 101 Switching Protocols\r\n\r\n"),
             WireError::SwitchedProtocols
         );
         assert!(matches!(parse("HTTP/2 200\r\n\r\n"), WireError::Head(_)));
-        assert!(matches!(parse("HTTP/1.1 200 OK\r\nbad header\r\n\r\n"), WireError::Head(_)));
+        assert!(matches!(
+            parse("HTTP/1.1 200 OK\r\nbad header\r\n\r\n"),
+            WireError::Head(_)
+        ));
         let big = format!("HTTP/1.1 200 OK\r\nx: {}", "a".repeat(MAX_HEAD_BYTES));
         assert_eq!(parse(&big), WireError::HeadTooLarge);
     }
@@ -418,7 +433,10 @@ mod tests {
     fn partial_and_interim_heads() {
         let raw = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n";
         for cut in 0..25 {
-            assert!(matches!(parse_head(&raw[..cut]).unwrap(), Parsed::Partial), "{cut}");
+            assert!(
+                matches!(parse_head(&raw[..cut]).unwrap(), Parsed::Partial),
+                "{cut}"
+            );
         }
         let Parsed::Interim(skip) = parse_head(raw).unwrap() else {
             panic!("not interim")
@@ -437,7 +455,10 @@ mod tests {
     fn chunked_bodies_decode_in_any_split() {
         for step in 1..=CHUNKED.len() {
             let (out, done, kept) = decode_in_steps(Framing::Chunked, CHUNKED, step);
-            assert_eq!(out, b"data: adata: {\"choices\":[]}\n\nxxxxxx", "step {step}");
+            assert_eq!(
+                out, b"data: adata: {\"choices\":[]}\n\nxxxxxx",
+                "step {step}"
+            );
             assert!(done, "step {step}");
             assert_eq!(kept, 0);
         }
@@ -480,11 +501,11 @@ mod tests {
     #[test]
     fn broken_chunked_bodies_are_errors() {
         let bad: [&[u8]; 6] = [
-            b"\r\n",            // no size (httparse alone would read the last chunk)
-            b"zz\r\n",          // not hex
-            b"3\r\nabcXY",      // no CRLF after the data
-            b"3\nabc\r\n",      // bare LF after the size
-            b"0\r\nx: 1\n\r\n", // bare LF in a trailer
+            b"\r\n",                  // no size (httparse alone would read the last chunk)
+            b"zz\r\n",                // not hex
+            b"3\r\nabcXY",            // no CRLF after the data
+            b"3\nabc\r\n",            // bare LF after the size
+            b"0\r\nx: 1\n\r\n",       // bare LF in a trailer
             b"11111111111111111\r\n", // size overflows
         ];
         for wire in bad {
