@@ -14,7 +14,7 @@ use bytes::Bytes;
 
 use super::error::GatewayError;
 use super::upstream::Upstream;
-use super::upstream_conn::{UpstreamBody, UpstreamResponse};
+use super::upstream_conn::{UpstreamBody, UpstreamFailure, UpstreamResponse};
 use super::upstream_error;
 use crate::endpoint::Endpoint;
 use crate::metering::context::{settle, MeterContext, Pending};
@@ -160,7 +160,7 @@ pub async fn run(x: Exchange, ctx: MeterContext) -> Reply {
 }
 
 impl EngineBody for UpstreamBody {
-    type Error = hyper::Error;
+    type Error = UpstreamFailure;
     fn half_close(&mut self) {
         UpstreamBody::half_close(self);
     }

@@ -13,6 +13,7 @@ pub(crate) mod state;
 pub mod upstream;
 pub mod upstream_conn;
 pub(crate) mod upstream_error;
+pub mod upstream_wire;
 
 use axum::routing::{get, post};
 use axum::Router;

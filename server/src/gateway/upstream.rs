@@ -6,8 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{header, HeaderValue, Method, Request, Uri};
-use http_body_util::Full;
+use http::{HeaderValue, Uri};
 use uuid::Uuid;
 
 use super::upstream_conn::{ConnPool, UpstreamFailure, UpstreamResponse};
@@ -30,9 +29,9 @@ pub struct Upstream {
     /// See [`UpstreamOptions::chunk_timeout`].
     pub chunk_timeout: Duration,
     pool: Arc<ConnPool>,
-    /// Parsed once, not per request.
-    chat_path: Uri,
-    completions_path: Uri,
+    /// Request targets, checked once (as URIs) when the upstream is configured.
+    chat_path: String,
+    completions_path: String,
 }
 
 impl std::fmt::Debug for Upstream {
@@ -61,10 +60,10 @@ impl Upstream {
         );
         let host =
             HeaderValue::from_str(authority.as_str()).map_err(|e| invalid(&e.to_string()))?;
-        let path = |endpoint: Endpoint| -> anyhow::Result<Uri> {
-            format!("{}{}", uri.path().trim_end_matches('/'), endpoint.path())
-                .parse()
-                .map_err(|e| invalid(&format!("{e}")))
+        let path = |endpoint: Endpoint| -> anyhow::Result<String> {
+            let path = format!("{}{}", uri.path().trim_end_matches('/'), endpoint.path());
+            path.parse::<Uri>().map_err(|e| invalid(&format!("{e}")))?;
+            Ok(path)
         };
         Ok(Self {
             chat_path: path(Endpoint::Chat)?,
@@ -88,22 +87,10 @@ impl Upstream {
         request_id: Uuid,
         body: Bytes,
     ) -> Result<UpstreamResponse, UpstreamFailure> {
-        let mut request = Request::new(Full::new(body));
-        *request.method_mut() = Method::POST;
-        *request.uri_mut() = match endpoint {
-            Endpoint::Chat => self.chat_path.clone(),
-            Endpoint::Completions => self.completions_path.clone(),
+        let path = match endpoint {
+            Endpoint::Chat => &self.chat_path,
+            Endpoint::Completions => &self.completions_path,
         };
-        let headers = request.headers_mut();
-        headers.insert(header::HOST, self.pool.host().clone());
-        headers.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        );
-        let mut id = Uuid::encode_buffer();
-        if let Ok(v) = HeaderValue::from_str(request_id.hyphenated().encode_lower(&mut id)) {
-            headers.insert("x-request-id", v);
-        }
-        self.pool.send(request).await
+        self.pool.send(path, request_id, body).await
     }
 }
