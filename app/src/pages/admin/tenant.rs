@@ -84,13 +84,19 @@ fn body(t: TenantDetail, csrf: String) -> AnyView {
         </section>
         <section class="panel">
             <h2>{format!("Usage in {}", t.month)}</h2>
-            {no_usage.then(|| view! { <p class="muted">"No usage this month."</p> })}
-            <table class="list">
-                <thead><tr><th>"Model"</th><th class="num">"Requests"</th>
-                    <th class="num">"Prompt tokens"</th><th class="num">"Completion tokens"</th>
-                    <th class="num">"Cost"</th></tr></thead>
-                <tbody>{models}</tbody>
-            </table>
+            {if no_usage {
+                view! { <p class="muted">"No usage this month."</p> }.into_any()
+            } else {
+                view! {
+                    <table class="list">
+                        <thead><tr><th>"Model"</th><th class="num">"Requests"</th>
+                            <th class="num">"Prompt tokens"</th><th class="num">"Completion tokens"</th>
+                            <th class="num">"Cost"</th></tr></thead>
+                        <tbody>{models}</tbody>
+                    </table>
+                }
+                .into_any()
+            }}
             <table class="facts">
                 <tr><th>"Requests, last minute"</th><td>{count(t.requests_last_minute)}</td></tr>
                 <tr><th>"Tokens, last minute"</th><td>{count(t.tokens_last_minute)}</td></tr>
