@@ -8,7 +8,7 @@ use tower_cookies::Cookies;
 use tower_sessions::Session;
 
 use super::portal::Portal;
-use super::{cookies, csrf, session};
+use super::{cookies, session};
 use crate::error::PortalError;
 
 /// The admin of a read (a page's data): 403 for anybody else.
@@ -53,15 +53,13 @@ impl AdminForm {
     }
 }
 
-/// The CSRF token (refused: back to `back`), then the admin (signed out: to the login; anybody
-/// else: 403, [`PortalError::Forbidden`]).
-pub async fn form(token: &str, back: &str) -> Result<Option<AdminForm>, PortalError> {
-    let portal = Portal::current()?;
-    let s = session::current().await?;
-    let jar = cookies::jar().await?;
-    if !csrf::verify(&jar, token) {
-        return Err(crate::api::refuse_csrf(&jar, back));
-    }
+/// The admin behind a form whose CSRF token the caller has already checked (signed out: to the
+/// login, `None`; anybody else: 403, [`PortalError::Forbidden`]).
+pub async fn form_after_csrf(
+    portal: Portal,
+    s: Session,
+    jar: Cookies,
+) -> Result<Option<AdminForm>, PortalError> {
     let Some(si) = session::signed_in(&portal, &s).await? else {
         session::redirect("/login");
         return Ok(None);

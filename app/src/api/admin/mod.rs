@@ -16,3 +16,20 @@ pub const PAGE_SIZE: i64 = 50;
 pub fn count(n: i64) -> String {
     crate::money::group_thousands(u64::try_from(n).unwrap_or(0))
 }
+
+/// What every admin form does first: the CSRF token (refused: back to `back`), then the admin.
+#[cfg(feature = "ssr")]
+pub(crate) async fn form(
+    token: &str,
+    back: &str,
+) -> Result<Option<crate::ssr::admin::AdminForm>, crate::error::PortalError> {
+    use crate::ssr::{cookies, csrf, session, Portal};
+
+    let portal = Portal::current()?;
+    let s = session::current().await?;
+    let jar = cookies::jar().await?;
+    if !csrf::verify(&jar, token) {
+        return Err(super::refuse_csrf(&jar, back));
+    }
+    crate::ssr::admin::form_after_csrf(portal, s, jar).await
+}

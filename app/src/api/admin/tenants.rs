@@ -241,12 +241,12 @@ pub async fn admin_create_tenant(
     #[server(default)] display_name: String,
     #[server(default)] email: String,
 ) -> Result<(), PortalError> {
-    use crate::ssr::admin::{self, AdminFlash};
+    use crate::ssr::admin::AdminFlash;
     use crate::ssr::{internal, reveal};
     use tf_core::accounts::AccountError;
     use tf_core::operator::{self, FirstUser};
 
-    let Some(f) = admin::form(&csrf, "/admin/tenants").await? else {
+    let Some(f) = super::form(&csrf, "/admin/tenants").await? else {
         return Ok(());
     };
     let name = name.trim().to_lowercase();
@@ -296,11 +296,11 @@ pub async fn admin_suspend_tenant(
     #[server(default)] tenant: String,
     #[server(default)] from: String,
 ) -> Result<(), PortalError> {
-    use crate::ssr::admin::{self, AdminFlash};
+    use crate::ssr::admin::AdminFlash;
     use crate::ssr::internal;
 
     let back = back_to(&from, &tenant);
-    let Some(f) = admin::form(&csrf, &back).await? else {
+    let Some(f) = super::form(&csrf, &back).await? else {
         return Ok(());
     };
     let pool = &f.portal.deps.pool;
@@ -324,11 +324,11 @@ pub async fn admin_reactivate_tenant(
     #[server(default)] tenant: String,
     #[server(default)] from: String,
 ) -> Result<(), PortalError> {
-    use crate::ssr::admin::{self, AdminFlash};
+    use crate::ssr::admin::AdminFlash;
     use crate::ssr::internal;
 
     let back = back_to(&from, &tenant);
-    let Some(f) = admin::form(&csrf, &back).await? else {
+    let Some(f) = super::form(&csrf, &back).await? else {
         return Ok(());
     };
     let pool = &f.portal.deps.pool;
@@ -358,13 +358,13 @@ pub async fn admin_tenant_limits(
     #[server(default)] max_long_prompts: String,
     #[server(default)] long_prompt_tokens: String,
 ) -> Result<(), PortalError> {
-    use crate::ssr::admin::{self, AdminFlash};
+    use crate::ssr::admin::AdminFlash;
     use crate::ssr::internal;
     use tf_core::db::limits::{CapsChange, RateChange};
     use tf_core::operator::{self, parse_limit};
 
     let back = back_to("detail", &tenant);
-    let Some(f) = admin::form(&csrf, &back).await? else {
+    let Some(f) = super::form(&csrf, &back).await? else {
         return Ok(());
     };
     let pool = &f.portal.deps.pool;
@@ -415,14 +415,14 @@ pub async fn admin_key_limits(
     #[server(default)] tpm: String,
     #[server(default)] spend_limit: String,
 ) -> Result<(), PortalError> {
-    use crate::ssr::admin::{self, AdminFlash};
+    use crate::ssr::admin::AdminFlash;
     use crate::ssr::internal;
     use tf_core::accounts::AccountError;
     use tf_core::db::limits::RateChange;
     use tf_core::operator::{self, parse_limit};
 
     let back = back_to("detail", &tenant);
-    let Some(f) = admin::form(&csrf, &back).await? else {
+    let Some(f) = super::form(&csrf, &back).await? else {
         return Ok(());
     };
     let pool = &f.portal.deps.pool;

@@ -101,10 +101,10 @@ pub async fn admin_reset_password(
     #[server(default)] csrf: String,
     #[server(default)] user: String,
 ) -> Result<(), PortalError> {
-    use crate::ssr::admin::{self, AdminFlash};
+    use crate::ssr::admin::AdminFlash;
     use crate::ssr::{internal, reveal};
 
-    let Some(f) = admin::form(&csrf, "/admin/users").await? else {
+    let Some(f) = super::form(&csrf, "/admin/users").await? else {
         return Ok(());
     };
     let Some(u) = named_user(&f, &user).await? else {
@@ -134,10 +134,10 @@ pub async fn admin_end_sessions(
     #[server(default)] csrf: String,
     #[server(default)] user: String,
 ) -> Result<(), PortalError> {
-    use crate::ssr::admin::{self, AdminFlash};
+    use crate::ssr::admin::AdminFlash;
     use crate::ssr::internal;
 
-    let Some(f) = admin::form(&csrf, "/admin/users").await? else {
+    let Some(f) = super::form(&csrf, "/admin/users").await? else {
         return Ok(());
     };
     let Some(u) = named_user(&f, &user).await? else {
