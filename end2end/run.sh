@@ -33,6 +33,8 @@ grep -q "API key:" "$work/serve.log" || { cat "$work/serve.err" >&2; exit 1; }
 key=$(sed -n 's/^ *API key: *//p' "$work/serve.log")
 email=$(sed -n 's/^ *Tenant login: *\([^ ]*\) \/ .*/\1/p' "$work/serve.log")
 password=$(sed -n 's/^ *Tenant login: *[^ ]* \/ *//p' "$work/serve.log")
+admin_email=$(sed -n 's/^ *Admin login: *\([^ ]*\) \/ .*/\1/p' "$work/serve.log")
+admin_password=$(sed -n 's/^ *Admin login: *[^ ]* \/ *//p' "$work/serve.log")
 
 # The curl line the banner prints must work as printed.
 curl_line=$(grep -E '^ *curl ' "$work/serve.log" | sed 's/^ *//')
@@ -47,4 +49,5 @@ PYTHONPATH="$work/py" TF_BASE_URL="http://127.0.0.1:$port" TF_API_KEY="$key" pyt
 
 # The portal in a real browser, JavaScript off.
 (cd end2end && npm ci --silent --no-audit --no-fund)
-(cd end2end && TF_BASE_URL="http://127.0.0.1:$port" TF_EMAIL="$email" TF_PASSWORD="$password" TF_API_KEY="$key" npm test)
+(cd end2end && TF_BASE_URL="http://127.0.0.1:$port" TF_EMAIL="$email" TF_PASSWORD="$password" TF_API_KEY="$key" \
+  TF_ADMIN_EMAIL="$admin_email" TF_ADMIN_PASSWORD="$admin_password" npm test)

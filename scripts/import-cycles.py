@@ -232,7 +232,7 @@ LAYERS = [
     ("domain", ["secret", "fd_limit", "endpoint", "engine_policy", "usage"]),
     ("stores", ["redis_conn", "usage_store", "journal"]),
     ("logic", ["quota", "metering", "adapter_check", "fleet"]),
-    ("edges", ["gateway", "http_server", "portal", "notify"]),
+    ("edges", ["gateway", "http_server", "portal", "notify", "replica_report"]),
     ("assembly", ["app", "demo", "sim", "cli", "admin", "serve"]),
 ]
 LAYERED = "server/src"

@@ -61,6 +61,12 @@ pub fn App() -> impl IntoView {
                 <Route path=path!("/usage") view=pages::usage::UsagePage ssr=SsrMode::Async/>
                 <Route path=path!("/logs") view=pages::logs::LogsPage ssr=SsrMode::Async/>
                 <Route path=path!("/admin") view=pages::admin::AdminPage ssr=SsrMode::Async/>
+                <Route path=path!("/admin/tenants") view=pages::admin::tenants::TenantsPage ssr=SsrMode::Async/>
+                <Route path=path!("/admin/tenants/:name") view=pages::admin::tenant::TenantPage ssr=SsrMode::Async/>
+                <Route path=path!("/admin/users") view=pages::admin::users::UsersPage ssr=SsrMode::Async/>
+                <Route path=path!("/admin/audit") view=pages::admin::audit::AuditPage ssr=SsrMode::Async/>
+                <Route path=path!("/admin/ops") view=pages::admin::ops::OpsPage ssr=SsrMode::Async/>
+                <Route path=path!("/admin/*any") view=pages::admin::AdminNotFound ssr=SsrMode::Async/>
             </Routes>
         </Router>
     }

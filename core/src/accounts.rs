@@ -82,7 +82,7 @@ async fn dummy_hash() -> &'static str {
 }
 
 pub async fn create_tenant(
-    pool: &PgPool,
+    pool: impl sqlx::PgExecutor<'_>,
     name: &str,
     display_name: &str,
 ) -> Result<Tenant, AccountError> {
@@ -135,7 +135,7 @@ fn check_password(password: &str) -> Result<(), AccountError> {
 
 /// Creates a portal user. `tenant_id` must be set for members and absent for admins.
 pub async fn create_user(
-    pool: &PgPool,
+    pool: impl sqlx::PgExecutor<'_>,
     email: &str,
     password: &str,
     role: Role,
@@ -171,7 +171,7 @@ pub async fn create_user(
 
 /// Sets a user's password; returns the user's id (so the caller can end their sessions).
 pub async fn reset_password(
-    pool: &PgPool,
+    pool: impl sqlx::PgExecutor<'_>,
     email: &str,
     password: &str,
 ) -> Result<Uuid, AccountError> {
@@ -230,4 +230,11 @@ pub async fn user_by_id(
         None => None,
     };
     Ok(Some((user, tenant)))
+}
+
+/// A password made for someone (a new tenant's first user, a reset): 16 random alphanumerics
+/// (95 bits), shown once to the operator who asked for it.
+pub fn generate_password() -> String {
+    use rand::distributions::{Alphanumeric, DistString};
+    Alphanumeric.sample_string(&mut rand::rngs::OsRng, 16)
 }

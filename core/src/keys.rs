@@ -51,7 +51,11 @@ pub fn generate() -> NewKey {
 }
 
 /// Issues a key for `tenant_id`; returns the stored row and the secret to show once.
-pub async fn issue(pool: &PgPool, tenant_id: Uuid, name: &str) -> sqlx::Result<(ApiKey, String)> {
+pub async fn issue(
+    pool: impl sqlx::PgExecutor<'_>,
+    tenant_id: Uuid,
+    name: &str,
+) -> sqlx::Result<(ApiKey, String)> {
     let key = generate();
     let new = db::keys::NewKey {
         tenant_id,

@@ -5,12 +5,13 @@
 //! `tokenfactory` binary both use it.
 //!
 //! Inside, imports point one way: `tenancy`, `usage`, `money` (records) <- `db` (statements) <-
-//! `accounts`, `keys` (rules).
+//! `accounts`, `keys` (rules) <- `operator` (audited operator actions).
 
 pub mod accounts;
 pub mod db;
 pub mod keys;
 pub mod money;
+pub mod operator;
 pub mod redis_slot;
 pub mod tenancy;
 pub mod usage;

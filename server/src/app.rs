@@ -40,6 +40,8 @@ pub struct AppOptions {
     pub journal: Option<Arc<Journal>>,
     /// Admission settings (lease time, local fallback share, reconciler period).
     pub quota: crate::quota::QuotaOptions,
+    /// How often this replica reports its figures for `/admin/ops`.
+    pub replica_report_every: Duration,
 }
 
 impl Default for AppOptions {
@@ -52,6 +54,7 @@ impl Default for AppOptions {
             gateway: GatewayOptions::default(),
             journal: None,
             quota: crate::quota::QuotaOptions::default(),
+            replica_report_every: crate::replica_report::REPORT_EVERY,
         }
     }
 }
@@ -70,6 +73,8 @@ pub struct App {
     pub shipper: Option<Arc<Shipper>>,
     /// Client connection counters, filled by `http_server::serve`.
     pub http_metrics: Arc<ServerMetrics>,
+    /// This process among the replicas (`/admin/ops`, `replica_reports`).
+    pub replica_id: uuid::Uuid,
 }
 
 /// Builds state, loads the resolution table and starts the background workers.
@@ -139,6 +144,17 @@ pub async fn build(pool: PgPool, options: AppOptions) -> anyhow::Result<App> {
     ));
     tracker.spawn(flush_last_used(keys, cancel.clone()));
     tracker.spawn(purge_sessions(pool.clone(), cancel.clone()));
+    let http_metrics = Arc::new(ServerMetrics::default());
+    let replica_id = uuid::Uuid::now_v7();
+    let reporter = crate::replica_report::Reporter {
+        pool: pool.clone(),
+        replica_id,
+        hostname: crate::replica_report::hostname(),
+        started_at: time::OffsetDateTime::now_utc(),
+        journal: options.journal.as_ref().map(|j| j.metrics.clone()),
+        http: http_metrics.clone(),
+    };
+    tracker.spawn(reporter.run(options.replica_report_every, cancel.clone()));
 
     let portal = crate::portal::router(tf_app::ssr::PortalDeps {
         pool,
@@ -155,7 +171,6 @@ pub async fn build(pool: PgPool, options: AppOptions) -> anyhow::Result<App> {
     })
     .await?;
     let metrics = options.journal.as_ref().map(|j| j.metrics.clone());
-    let http_metrics = Arc::new(ServerMetrics::default());
     let http = http_metrics.clone();
     let router = gateway::router(gateway.clone()).merge(portal).route(
         "/metrics",
@@ -169,6 +184,7 @@ pub async fn build(pool: PgPool, options: AppOptions) -> anyhow::Result<App> {
         cut,
         shipper,
         http_metrics,
+        replica_id,
     })
 }
 

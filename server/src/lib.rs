@@ -27,6 +27,8 @@
 //!    - [`http_server`]: client connections with head deadlines and a connection cap.
 //!    - [`portal`]: the portal's routes and session layer (components in `tf_app`).
 //!    - `notify`: PostgreSQL notifications that refresh this replica's caches.
+//!    - [`replica_report`]: this replica's journal and connection figures, reported to
+//!      PostgreSQL for `/admin/ops`.
 //! 5. **Assembly**: putting it together and starting it.
 //!    - [`app`]: state, routes and background workers (what tests start).
 //!    - [`demo`]: the demo tenant of `serve --demo`.
@@ -61,6 +63,7 @@ pub mod gateway;
 pub mod http_server;
 pub(crate) mod notify;
 pub mod portal;
+pub mod replica_report;
 // Assembly.
 pub mod admin;
 pub mod app;

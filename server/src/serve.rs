@@ -63,6 +63,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             gateway: (&args.gateway).into(),
             journal: journal.clone(),
             quota: (&args.quota).into(),
+            ..AppOptions::default()
         },
     )
     .await?;

@@ -3,6 +3,7 @@
 //! tenant, stale form — is a redirect to a page with a one-shot flash message, never an error
 //! page. State-changing functions check the CSRF token before anything else.
 
+pub mod admin;
 pub mod home;
 pub mod keys;
 pub mod usage;
@@ -155,7 +156,7 @@ fn back_to_login(
 /// token cookie (a cross-site post: SameSite=Lax withholds cookies) gets no cookie either, so a
 /// forged post cannot touch a victim's cookies.
 #[cfg(feature = "ssr")]
-fn refuse_csrf(jar: &tower_cookies::Cookies, back: &str) -> PortalError {
+pub(crate) fn refuse_csrf(jar: &tower_cookies::Cookies, back: &str) -> PortalError {
     use crate::ssr::{cookies, csrf, session};
 
     tracing::warn!("refused a form with a missing or wrong CSRF token");

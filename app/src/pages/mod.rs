@@ -42,8 +42,9 @@ fn forbidden(state: PageState) -> AnyView {
         <TopBar viewer=state.viewer csrf=state.csrf/>
         <main class="content">
             <h1>"Forbidden"</h1>
-            <p>"You do not have access to this page."</p>
-            <p><a href="/">"Go to your home page"</a></p>
+            <p class="status-code">"403: you do not have access to this page."</p>
+            <p>"Your account may not open it. Nothing was shown or changed."</p>
+            <p><a class="button" href="/">"Go to your home page"</a></p>
         </main>
     }
     .into_any()
@@ -62,24 +63,46 @@ fn failed(message: String) -> AnyView {
     .into_any()
 }
 
-/// The bar at the top of every signed-in page: product name, who is signed in, logout.
+/// What an admin may reach, in the top bar's order (Fleet, Prices and Economics join as their
+/// pages land).
+pub const ADMIN_NAV: &[(&str, &str)] = &[
+    ("/admin/tenants", "Tenants"),
+    ("/admin/users", "Users"),
+    ("/admin/audit", "Audit"),
+    ("/admin/ops", "Ops"),
+];
+
+/// What a tenant user may reach, in the top bar's order.
+pub const TENANT_NAV: &[(&str, &str)] = &[
+    ("/", "Home"),
+    ("/keys", "Keys"),
+    ("/usage", "Usage"),
+    ("/logs", "Logs"),
+];
+
+/// The links the signed-in role may follow: a page it cannot open is never offered.
+pub fn nav_links(viewer: Option<&Viewer>) -> &'static [(&'static str, &'static str)] {
+    match viewer {
+        Some(v) if v.admin => ADMIN_NAV,
+        Some(_) => TENANT_NAV,
+        None => &[],
+    }
+}
+
+/// The bar at the top of every signed-in page: product name, the role's links, who is signed
+/// in, logout.
 #[component]
 pub fn TopBar(viewer: Option<Viewer>, csrf: String) -> impl IntoView {
-    let admin = viewer.as_ref().is_some_and(|v| v.admin);
-    let email = viewer.map(|v| v.email);
-    let links: &[(&str, &str)] = if admin {
-        &[("/admin", "Operations")]
+    let links = nav_links(viewer.as_ref());
+    let home = if viewer.as_ref().is_some_and(|v| v.admin) {
+        "/admin"
     } else {
-        &[
-            ("/", "Home"),
-            ("/keys", "Keys"),
-            ("/usage", "Usage"),
-            ("/logs", "Logs"),
-        ]
+        "/"
     };
+    let email = viewer.map(|v| v.email);
     view! {
         <header class="topbar">
-            <a class="brand" href="/">{PRODUCT}</a>
+            <a class="brand" href=home>{PRODUCT}</a>
             <nav class="nav">
                 {links
                     .iter()

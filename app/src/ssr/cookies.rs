@@ -102,6 +102,8 @@ pub enum Flash {
     KeyNameInvalid,
     /// A key form carried a value no form of the page offers.
     KeyFormInvalid,
+    /// What an admin form did (see [`super::admin::AdminFlash`]).
+    Admin(super::admin::AdminFlash),
 }
 
 impl Flash {
@@ -117,6 +119,7 @@ impl Flash {
             Self::NoSuchKey => "no-such-key".to_owned(),
             Self::KeyNameInvalid => "key-name".to_owned(),
             Self::KeyFormInvalid => "key-form".to_owned(),
+            Self::Admin(f) => format!("admin-{}", f.code()),
         }
     }
 
@@ -131,6 +134,10 @@ impl Flash {
             "no-such-key" => Some(Self::NoSuchKey),
             "key-name" => Some(Self::KeyNameInvalid),
             "key-form" => Some(Self::KeyFormInvalid),
+            other if other.starts_with("admin-") => other
+                .strip_prefix("admin-")
+                .and_then(super::admin::AdminFlash::parse)
+                .map(Self::Admin),
             other => other
                 .strip_prefix("throttled-")
                 .and_then(|s| s.parse().ok())
@@ -169,6 +176,7 @@ impl Flash {
                 tf_core::keys::MAX_NAME_CHARS
             ),
             Self::KeyFormInvalid => "That form was not understood: nothing was changed.".to_owned(),
+            Self::Admin(f) => f.message().to_owned(),
         }
     }
 }
@@ -201,6 +209,7 @@ mod tests {
             Flash::NoSuchKey,
             Flash::KeyNameInvalid,
             Flash::KeyFormInvalid,
+            Flash::Admin(super::super::admin::AdminFlash::LimitsSaved),
         ] {
             assert_eq!(Flash::parse(&f.code()), Some(f));
         }

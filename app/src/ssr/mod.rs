@@ -3,6 +3,7 @@
 //! the redirect rules.
 //! Nothing here is compiled into a browser bundle.
 
+pub mod admin;
 pub mod cookies;
 pub mod csp;
 pub mod csrf;

@@ -6,7 +6,11 @@ use uuid::Uuid;
 
 use crate::tenancy::{Role, Tenant, TenantStatus, User};
 
-pub async fn insert_tenant(pool: &PgPool, name: &str, display_name: &str) -> sqlx::Result<Tenant> {
+pub async fn insert_tenant(
+    pool: impl sqlx::PgExecutor<'_>,
+    name: &str,
+    display_name: &str,
+) -> sqlx::Result<Tenant> {
     sqlx::query_as!(
         Tenant,
         r#"INSERT INTO tenants (id, name, display_name) VALUES ($1, $2, $3)
@@ -65,7 +69,10 @@ pub struct NewUser<'a> {
     pub tenant_id: Option<Uuid>,
 }
 
-pub async fn insert_user(pool: &PgPool, user: &NewUser<'_>) -> sqlx::Result<User> {
+pub async fn insert_user(
+    pool: impl sqlx::PgExecutor<'_>,
+    user: &NewUser<'_>,
+) -> sqlx::Result<User> {
     sqlx::query_as!(
         User,
         r#"INSERT INTO users (id, email, password_hash, role, tenant_id) VALUES ($1, $2, $3, $4, $5)
@@ -82,7 +89,7 @@ pub async fn insert_user(pool: &PgPool, user: &NewUser<'_>) -> sqlx::Result<User
 
 /// Sets the password hash of the user with this (normalised) email; returns the user's id.
 pub async fn set_password_hash(
-    pool: &PgPool,
+    pool: impl sqlx::PgExecutor<'_>,
     email: &str,
     password_hash: &str,
 ) -> sqlx::Result<Option<Uuid>> {

@@ -70,3 +70,46 @@ pub async fn page(
     .fetch_all(db)
     .await
 }
+
+/// A recorded action with its tenant's handle, as `/admin/audit` lists it.
+#[derive(Debug, Clone)]
+pub struct Found {
+    pub id: i64,
+    pub at: OffsetDateTime,
+    pub actor: String,
+    /// The tenant's handle (`None`: platform-wide, or the tenant is gone).
+    pub tenant_name: Option<String>,
+    pub action: String,
+    pub target: String,
+    pub detail: Value,
+    pub source_ip: Option<String>,
+}
+
+/// Newest first, keyset-paginated by id (`before`: the last id of the previous page), filtered by
+/// tenant and by action: `action` is a whole action (`tenant.suspend`) or a family (`tenant`,
+/// every `tenant.*`). For `/admin/audit`.
+pub async fn search(
+    db: impl PgExecutor<'_>,
+    tenant: Option<Uuid>,
+    action: Option<&str>,
+    before: Option<i64>,
+    limit: i64,
+) -> sqlx::Result<Vec<Found>> {
+    sqlx::query_as!(
+        Found,
+        r#"SELECT a.id, a.at, a.actor, t.name AS "tenant_name?", a.action, a.target, a.detail,
+                  a.source_ip
+           FROM audit_log a LEFT JOIN tenants t ON t.id = a.tenant_id
+          WHERE ($1::uuid IS NULL OR a.tenant_id = $1)
+            AND ($2::text IS NULL OR a.action = $2
+                 OR (a.action >= $2 || '.' AND a.action < $2 || '/'))
+            AND ($3::bigint IS NULL OR a.id < $3)
+          ORDER BY a.id DESC LIMIT $4"#,
+        tenant,
+        action,
+        before,
+        limit,
+    )
+    .fetch_all(db)
+    .await
+}

@@ -15,7 +15,7 @@ pub struct NewKey<'a> {
     pub sha256: &'a [u8; 32],
 }
 
-pub async fn insert(pool: &PgPool, key: &NewKey<'_>) -> sqlx::Result<ApiKey> {
+pub async fn insert(pool: impl sqlx::PgExecutor<'_>, key: &NewKey<'_>) -> sqlx::Result<ApiKey> {
     sqlx::query_as!(
         ApiKey,
         "INSERT INTO api_keys (id, tenant_id, name, prefix, secret_sha256)
@@ -49,7 +49,10 @@ pub async fn revoke_prefix_of(
     Ok(done.rows_affected() > 0)
 }
 
-pub async fn revoke_by_id(pool: &PgPool, id: Uuid) -> sqlx::Result<Option<ApiKey>> {
+pub async fn revoke_by_id(
+    pool: impl sqlx::PgExecutor<'_>,
+    id: Uuid,
+) -> sqlx::Result<Option<ApiKey>> {
     sqlx::query_as!(
         ApiKey,
         "UPDATE api_keys SET revoked_at = now() WHERE id = $1 AND revoked_at IS NULL
@@ -60,7 +63,10 @@ pub async fn revoke_by_id(pool: &PgPool, id: Uuid) -> sqlx::Result<Option<ApiKey
     .await
 }
 
-pub async fn revoke_by_prefix(pool: &PgPool, prefix: &str) -> sqlx::Result<Option<ApiKey>> {
+pub async fn revoke_by_prefix(
+    pool: impl sqlx::PgExecutor<'_>,
+    prefix: &str,
+) -> sqlx::Result<Option<ApiKey>> {
     sqlx::query_as!(
         ApiKey,
         "UPDATE api_keys SET revoked_at = now() WHERE prefix = $1 AND revoked_at IS NULL
@@ -135,7 +141,10 @@ pub struct KeyRef {
     pub tenant_id: Uuid,
 }
 
-pub async fn by_prefix(pool: &PgPool, prefix: &str) -> sqlx::Result<Option<KeyRef>> {
+pub async fn by_prefix(
+    pool: impl sqlx::PgExecutor<'_>,
+    prefix: &str,
+) -> sqlx::Result<Option<KeyRef>> {
     sqlx::query_as!(
         KeyRef,
         "SELECT id, tenant_id FROM api_keys WHERE prefix = $1",

@@ -47,7 +47,7 @@ pub struct CapsChange {
 
 /// Writes the given limits of a tenant (creating its row; limits not given stay as they were).
 pub async fn update_tenant(
-    pool: &PgPool,
+    pool: impl sqlx::PgExecutor<'_>,
     tenant_id: Uuid,
     rates: &RateChange,
     caps: &CapsChange,
@@ -86,7 +86,7 @@ pub async fn update_tenant(
 
 /// Writes the given limits of a key of `tenant_id` (a key of another tenant is left untouched).
 pub async fn update_key(
-    pool: &PgPool,
+    pool: impl sqlx::PgExecutor<'_>,
     key_id: Uuid,
     tenant_id: Uuid,
     rates: &RateChange,

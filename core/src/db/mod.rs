@@ -16,6 +16,8 @@
 //! | [`leader`] | advisory locks (one leader per cluster) |
 //! | [`dashboard`] | the tenant home's month totals and usable models |
 //! | [`reports`] | the usage page (`usage_daily` rollup) and the request log |
+//! | [`overview`] | the admin pages' tenant and user lists, tenant status by id |
+//! | [`replicas`] | `replica_reports` (each replica's journal and shipping, for `/admin/ops`) |
 //!
 //! This file connects to PostgreSQL and applies migrations. A missing database is created (the
 //! embedded default must work on a fresh machine); an unreachable server is an error that names
@@ -28,6 +30,8 @@ pub mod dashboard;
 pub mod keys;
 pub mod leader;
 pub mod limits;
+pub mod overview;
+pub mod replicas;
 pub mod reports;
 pub mod sessions;
 pub mod spend;

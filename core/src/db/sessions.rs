@@ -79,7 +79,7 @@ pub async fn delete_expired(pool: &PgPool) -> sqlx::Result<u64> {
 }
 
 /// Ends every session of one user; returns how many ended.
-pub async fn delete_of_user(pool: &PgPool, user_id: Uuid) -> sqlx::Result<u64> {
+pub async fn delete_of_user(pool: impl sqlx::PgExecutor<'_>, user_id: Uuid) -> sqlx::Result<u64> {
     let done = sqlx::query!("DELETE FROM portal_sessions WHERE user_id = $1", user_id)
         .execute(pool)
         .await?;
@@ -87,7 +87,10 @@ pub async fn delete_of_user(pool: &PgPool, user_id: Uuid) -> sqlx::Result<u64> {
 }
 
 /// Ends every session of a tenant's users; returns how many ended.
-pub async fn delete_of_tenant(pool: &PgPool, tenant_id: Uuid) -> sqlx::Result<u64> {
+pub async fn delete_of_tenant(
+    pool: impl sqlx::PgExecutor<'_>,
+    tenant_id: Uuid,
+) -> sqlx::Result<u64> {
     let done = sqlx::query!(
         "DELETE FROM portal_sessions
          WHERE user_id IN (SELECT id FROM users WHERE tenant_id = $1)",

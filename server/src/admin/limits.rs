@@ -1,6 +1,7 @@
 //! `tokenfactory admin limits`: set and show the limits of a tenant or a key, with this period's
 //! consumption from PostgreSQL (the billed truth, not Redis's approximate counters). Every write
-//! fires `tf_limits_changed`, so replicas apply it within a second. Errors name what was wrong
+//! fires `tf_limits_changed`, so replicas apply it within a second, and is audit-logged (actor
+//! `cli`) through `tf_core::operator`, the code path the admin pages use too. Errors name what was wrong
 //! (unknown tenant, unknown key, a cap given for a key) and change nothing.
 
 use std::fmt::Write as _;
@@ -9,6 +10,7 @@ use anyhow::{bail, Context};
 use sqlx::PgPool;
 use tf_core::db::limits::{self, CapsChange, Change, RateChange};
 use tf_core::db::spend;
+use tf_core::operator::{self, Actor};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
@@ -48,7 +50,7 @@ pub async fn run(pool: &PgPool, a: &LimitsArgs) -> anyhow::Result<String> {
     if let Some(tenant) = &a.tenant {
         let t = tf_core::accounts::find_tenant(pool, tenant).await?;
         if any_rate || any_cap {
-            limits::update_tenant(pool, t.id, &rates, &caps).await?;
+            operator::set_tenant_limits(pool, &Actor::CLI, &t, &rates, &caps).await?;
         }
         return show_tenant(pool, t.id, &t.name).await;
     }
@@ -61,7 +63,7 @@ pub async fn run(pool: &PgPool, a: &LimitsArgs) -> anyhow::Result<String> {
         .await?
         .with_context(|| format!("no key with prefix {prefix:?}"))?;
     if any_rate {
-        limits::update_key(pool, key.id, key.tenant_id, &rates).await?;
+        operator::set_key_limits(pool, &Actor::CLI, key.tenant_id, prefix, &rates).await?;
     }
     show_key(pool, key.id, key.tenant_id, prefix).await
 }

@@ -1,7 +1,9 @@
 //! The `migrate` and `admin` commands: what an operator does from a shell (`admin limits` is in
 //! [`limits`]). Secrets (generated passwords, new API keys) are printed once to stdout and never
 //! logged. Changes to keys and tenants reach every replica through the `tf_auth_changed` trigger (within a second); the
-//! commands that end portal sessions delete their rows, so the next request is signed out.
+//! commands that end portal sessions delete their rows, so the next request is signed out. The
+//! operator actions on tenants, keys and limits go through `tf_core::operator`, the code path
+//! the admin pages use, which writes their audit rows (actor `cli`) in the same transaction.
 
 pub mod limits;
 
@@ -10,14 +12,13 @@ use std::io::Write;
 use anyhow::Context;
 use sqlx::PgPool;
 use tf_app::ssr::store;
-use tf_core::accounts::{self, Role, TenantStatus};
+use tf_core::accounts::{self, Role};
 use tf_core::keys;
+use tf_core::operator::{self, Actor, FirstUser};
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
-use uuid::Uuid;
 
 use crate::cli::{AdminCommand, DbArgs};
-use crate::demo::random_password;
 use crate::secret::Secret;
 use crate::usage_store;
 
@@ -48,7 +49,7 @@ fn say(out: &mut impl Write, line: &str) -> anyhow::Result<()> {
 fn password_or_generated(p: Option<Secret>) -> (String, bool) {
     match p {
         Some(p) => (p.expose().to_owned(), false),
-        None => (random_password(), true),
+        None => (accounts::generate_password(), true),
     }
 }
 
@@ -89,25 +90,25 @@ pub async fn run_on(pool: &PgPool, cmd: AdminCommand, out: &mut impl Write) -> a
             member_email,
             member_password,
         } => {
-            let tenant =
-                accounts::create_tenant(pool, &name, display_name.as_deref().unwrap_or(&name))
-                    .await?;
+            let member = member_email.map(|e| (e, password_or_generated(member_password)));
+            let first = member
+                .as_ref()
+                .map(|(email, (password, _))| FirstUser { email, password });
+            let (tenant, user) = operator::create_tenant(
+                pool,
+                &Actor::CLI,
+                &name,
+                display_name.as_deref().unwrap_or(&name),
+                first,
+            )
+            .await?;
             say(
                 out,
                 &format!("created tenant {} ({})", tenant.name, tenant.id),
             )?;
-            if let Some(email) = member_email {
-                let (password, generated) = password_or_generated(member_password);
-                let user = accounts::create_user(
-                    pool,
-                    &email,
-                    &password,
-                    Role::TenantMember,
-                    Some(tenant.id),
-                )
-                .await?;
+            if let (Some(user), Some((_, (password, generated)))) = (user, &member) {
                 say(out, &format!("created member {}", user.email))?;
-                if generated {
+                if *generated {
                     say(out, &format!("password: {password}"))?;
                 }
             }
@@ -118,7 +119,7 @@ pub async fn run_on(pool: &PgPool, cmd: AdminCommand, out: &mut impl Write) -> a
             name,
         } => {
             let tenant = accounts::find_tenant(pool, &tenant).await?;
-            let (key, secret) = tf_core::keys::issue(pool, tenant.id, &name).await?;
+            let (key, secret) = operator::issue_key(pool, &Actor::CLI, &tenant, &name).await?;
             say(
                 out,
                 &format!(
@@ -146,10 +147,7 @@ pub async fn run_on(pool: &PgPool, cmd: AdminCommand, out: &mut impl Write) -> a
             }
         }
         AdminCommand::RevokeKey { db: _, key } => {
-            let revoked = match Uuid::parse_str(&key) {
-                Ok(id) => keys::revoke_by_id(pool, id).await?,
-                Err(_) => keys::revoke_by_prefix(pool, &key).await?,
-            };
+            let revoked = operator::revoke_key(pool, &Actor::CLI, &key).await?;
             let key = revoked.with_context(|| {
                 format!(
                     "no unrevoked key {:?} (give its id, its prefix or the whole key)",
@@ -167,9 +165,10 @@ pub async fn run_on(pool: &PgPool, cmd: AdminCommand, out: &mut impl Write) -> a
             )?;
         }
         AdminCommand::SuspendTenant { db: _, tenant } => {
-            accounts::set_tenant_status(pool, &tenant, TenantStatus::Suspended).await?;
             let t = accounts::find_tenant(pool, &tenant).await?;
-            let ended = store::end_sessions_of_tenant(pool, t.id).await?;
+            let (_, ended) = operator::suspend_tenant(pool, &Actor::CLI, t.id)
+                .await?
+                .with_context(|| format!("tenant {tenant} not found"))?;
             say(
                 out,
                 &format!(
@@ -178,7 +177,10 @@ pub async fn run_on(pool: &PgPool, cmd: AdminCommand, out: &mut impl Write) -> a
             )?;
         }
         AdminCommand::ReactivateTenant { db: _, tenant } => {
-            accounts::set_tenant_status(pool, &tenant, TenantStatus::Active).await?;
+            let t = accounts::find_tenant(pool, &tenant).await?;
+            operator::reactivate_tenant(pool, &Actor::CLI, t.id)
+                .await?
+                .with_context(|| format!("tenant {tenant} not found"))?;
             say(
                 out,
                 &format!("reactivated tenant {tenant}: its keys work again within a second"),

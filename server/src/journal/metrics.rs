@@ -18,9 +18,26 @@ pub struct JournalMetrics {
     pub corrupt_records: AtomicU64,
     /// fsync calls made by the group committer.
     pub fsyncs: AtomicU64,
+    /// When the shipper last moved events to PostgreSQL, in unix milliseconds (0: never); the
+    /// replica's report to `/admin/ops` carries it.
+    pub last_shipped_unix_ms: AtomicU64,
 }
 
 impl JournalMetrics {
+    /// Records a shipment acknowledged by PostgreSQL at `at`.
+    pub fn mark_shipped(&self, at: time::OffsetDateTime) {
+        let ms = u64::try_from(at.unix_timestamp_nanos() / 1_000_000).unwrap_or(0);
+        self.last_shipped_unix_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// When the shipper last shipped (`None`: not since start-up).
+    pub fn last_shipped(&self) -> Option<time::OffsetDateTime> {
+        match self.last_shipped_unix_ms.load(Ordering::Relaxed) {
+            0 => None,
+            ms => time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000).ok(),
+        }
+    }
+
     /// The figures the admin home shows.
     pub fn snapshot(&self) -> tf_app::model::OpsSnapshot {
         let g = |a: &AtomicU64| a.load(Ordering::Relaxed);

@@ -130,6 +130,7 @@ impl Shipper {
         if n > 0 {
             usage_store::store(&self.pool, self.spend.as_ref(), &batch.events).await?;
             self.metrics.shipped.fetch_add(n as u64, Ordering::Relaxed);
+            self.metrics.mark_shipped(OffsetDateTime::now_utc());
             let oldest_end = batch
                 .events
                 .iter()

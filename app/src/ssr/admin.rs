@@ -1,0 +1,175 @@
+//! The signed-in admin behind an admin page or form, and the messages admin forms leave. Every
+//! admin server function starts here: a form checks its CSRF token first, then that the session
+//! is an admin's; a tenant user gets 403 and nothing is read or changed.
+
+use tf_core::accounts::{Role, User};
+use tf_core::operator::Actor;
+use tower_cookies::Cookies;
+use tower_sessions::Session;
+
+use super::portal::Portal;
+use super::{cookies, session};
+use crate::error::PortalError;
+
+/// The admin of a read (a page's data): 403 for anybody else.
+pub async fn required(portal: &Portal) -> Result<User, PortalError> {
+    let s = session::current().await?;
+    match session::signed_in(portal, &s).await? {
+        Some(si) if si.user.role == Role::Admin => Ok(si.user),
+        _ => {
+            session::set_status(http::StatusCode::FORBIDDEN);
+            Err(PortalError::Forbidden)
+        }
+    }
+}
+
+/// What every admin form has once its CSRF token and its admin are checked.
+pub struct AdminForm {
+    pub portal: Portal,
+    pub session: Session,
+    pub jar: Cookies,
+    pub user: User,
+    /// The client's address, for the audit log.
+    pub ip: String,
+}
+
+impl AdminForm {
+    /// Who acts, for `tf_core::operator`.
+    pub fn actor(&self) -> Actor<'_> {
+        Actor {
+            user_id: Some(self.user.id),
+            name: &self.user.email,
+            source_ip: Some(&self.ip),
+        }
+    }
+
+    /// Back to `path` with a message.
+    pub fn back(&self, path: &str, flash: Option<AdminFlash>) -> Result<(), PortalError> {
+        if let Some(f) = flash {
+            cookies::set_flash(&self.jar, cookies::Flash::Admin(f));
+        }
+        session::redirect(path);
+        Ok(())
+    }
+}
+
+/// The admin behind a form whose CSRF token the caller has already checked (signed out: to the
+/// login, `None`; anybody else: 403, [`PortalError::Forbidden`]).
+pub async fn form_after_csrf(
+    portal: Portal,
+    s: Session,
+    jar: Cookies,
+) -> Result<Option<AdminForm>, PortalError> {
+    let Some(si) = session::signed_in(&portal, &s).await? else {
+        session::redirect("/login");
+        return Ok(None);
+    };
+    if si.user.role != Role::Admin {
+        session::set_status(http::StatusCode::FORBIDDEN);
+        return Err(PortalError::Forbidden);
+    }
+    Ok(Some(AdminForm {
+        portal,
+        session: s,
+        jar,
+        user: si.user,
+        ip: session::client_ip().await,
+    }))
+}
+
+/// A message an admin form leaves for the next page (a code in the flash cookie, never text).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AdminFlash {
+    TenantCreated,
+    TenantExists,
+    TenantNameInvalid,
+    /// The first user's email is not an address or is taken.
+    UserInvalid,
+    TenantSuspended,
+    TenantReactivated,
+    NoSuchTenant,
+    LimitsSaved,
+    /// A limit was neither empty, `none`, nor a non-negative integer: nothing was changed.
+    LimitsInvalid,
+    NoSuchKey,
+    NoSuchUser,
+    PasswordReset,
+    SessionsEnded,
+    /// An admin's own password is not reset from the users list (it would end this session).
+    NotYourself,
+}
+
+const CODES: &[(AdminFlash, &str)] = &[
+    (AdminFlash::TenantCreated, "tenant-created"),
+    (AdminFlash::TenantExists, "tenant-exists"),
+    (AdminFlash::TenantNameInvalid, "tenant-name"),
+    (AdminFlash::UserInvalid, "user-invalid"),
+    (AdminFlash::TenantSuspended, "tenant-suspended"),
+    (AdminFlash::TenantReactivated, "tenant-reactivated"),
+    (AdminFlash::NoSuchTenant, "no-such-tenant"),
+    (AdminFlash::LimitsSaved, "limits-saved"),
+    (AdminFlash::LimitsInvalid, "limits-invalid"),
+    (AdminFlash::NoSuchKey, "no-such-key"),
+    (AdminFlash::NoSuchUser, "no-such-user"),
+    (AdminFlash::PasswordReset, "password-reset"),
+    (AdminFlash::SessionsEnded, "sessions-ended"),
+    (AdminFlash::NotYourself, "not-yourself"),
+];
+
+impl AdminFlash {
+    /// The cookie's value (after `admin-`).
+    pub fn code(self) -> &'static str {
+        CODES
+            .iter()
+            .find(|(f, _)| *f == self)
+            .map_or("", |(_, c)| c)
+    }
+
+    pub fn parse(code: &str) -> Option<Self> {
+        CODES.iter().find(|(_, c)| *c == code).map(|(f, _)| *f)
+    }
+
+    /// What the page shows.
+    pub fn message(self) -> &'static str {
+        match self {
+            Self::TenantCreated => "Tenant created.",
+            Self::TenantExists => "A tenant with that handle already exists: nothing was created.",
+            Self::TenantNameInvalid => {
+                "A handle is 1 to 63 of a-z, 0-9, '-' and '_', starting with a letter or digit."
+            }
+            Self::UserInvalid => {
+                "The first user's email is not an address or is taken: nothing was created."
+            }
+            Self::TenantSuspended => {
+                "Tenant suspended: its keys are refused within a second and its users signed out."
+            }
+            Self::TenantReactivated => "Tenant reactivated: its keys work again.",
+            Self::NoSuchTenant => "No such tenant: nothing was changed.",
+            Self::LimitsSaved => "Limits saved: every server applies them within a second.",
+            Self::LimitsInvalid => {
+                "A limit must be empty (no limit) or a whole number of 0 or more: nothing was changed."
+            }
+            Self::NoSuchKey => "No such key of this tenant: nothing was changed.",
+            Self::NoSuchUser => "No such user: nothing was changed.",
+            Self::PasswordReset => {
+                "Password reset and the user's sessions ended. Copy the new password below."
+            }
+            Self::SessionsEnded => "The user's portal sessions were ended.",
+            Self::NotYourself => "Change your own password from your settings, not here.",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_are_unique_and_round_trip() {
+        for (f, c) in CODES {
+            assert_eq!(AdminFlash::parse(c), Some(*f));
+            assert_eq!(f.code(), *c);
+        }
+        assert_eq!(AdminFlash::parse("nonsense"), None);
+    }
+}

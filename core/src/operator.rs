@@ -1,0 +1,375 @@
+//! What operators do to tenants, users, keys and limits: the one code path behind both
+//! `tokenfactory admin` (the CLI, actor `cli`) and the admin pages (actor: the signed-in admin's
+//! email and address). Each action and its `audit_log` row commit in one transaction, so there is
+//! no action without its record and no record of an action that rolled back.
+//!
+//! Changes reach every replica through the tables' triggers (`tf_auth_changed` for keys and
+//! tenant status, `tf_limits_changed` for limits), within a second; suspension also deletes the
+//! tenant's users' portal sessions in the same transaction.
+
+use serde_json::{json, Value};
+use sqlx::{PgConnection, PgPool};
+use uuid::Uuid;
+
+use crate::accounts::{self, AccountError};
+use crate::db::{self, audit, limits};
+use crate::tenancy::{ApiKey, Role, Tenant, TenantStatus, User};
+
+/// Who acts, for the audit log.
+#[derive(Debug, Clone, Copy)]
+pub struct Actor<'a> {
+    /// The signed-in user (`None` for the CLI).
+    pub user_id: Option<Uuid>,
+    /// An email, or `cli`.
+    pub name: &'a str,
+    /// The client address of the request, when there was one.
+    pub source_ip: Option<&'a str>,
+}
+
+impl Actor<'static> {
+    /// The operator at a shell (`tokenfactory admin …`).
+    pub const CLI: Self = Self {
+        user_id: None,
+        name: "cli",
+        source_ip: None,
+    };
+}
+
+async fn record(
+    conn: &mut PgConnection,
+    actor: &Actor<'_>,
+    tenant_id: Option<Uuid>,
+    action: &str,
+    target: &str,
+    detail: Value,
+) -> sqlx::Result<()> {
+    audit::record(
+        conn,
+        &audit::Entry {
+            actor_user_id: actor.user_id,
+            actor: actor.name,
+            tenant_id,
+            action,
+            target,
+            detail,
+            source_ip: actor.source_ip,
+        },
+    )
+    .await
+}
+
+/// The first portal user of a new tenant.
+pub struct FirstUser<'a> {
+    pub email: &'a str,
+    pub password: &'a str,
+}
+
+/// Creates a tenant and, when given, its first user (a tenant member), audited as
+/// `tenant.create`.
+pub async fn create_tenant(
+    pool: &PgPool,
+    actor: &Actor<'_>,
+    name: &str,
+    display_name: &str,
+    first_user: Option<FirstUser<'_>>,
+) -> Result<(Tenant, Option<User>), AccountError> {
+    let mut tx = pool.begin().await?;
+    let tenant = accounts::create_tenant(&mut *tx, name, display_name).await?;
+    let user = match &first_user {
+        Some(u) => Some(
+            accounts::create_user(
+                &mut *tx,
+                u.email,
+                u.password,
+                Role::TenantMember,
+                Some(tenant.id),
+            )
+            .await?,
+        ),
+        None => None,
+    };
+    let detail = json!({
+        "display_name": tenant.display_name,
+        "first_user": user.as_ref().map(|u| u.email.clone()),
+    });
+    record(
+        &mut tx,
+        actor,
+        Some(tenant.id),
+        "tenant.create",
+        &tenant.name,
+        detail,
+    )
+    .await?;
+    tx.commit().await?;
+    Ok((tenant, user))
+}
+
+/// Suspends a tenant: its keys get 403 on every replica within a second and its users' portal
+/// sessions end (deleted in the same transaction). Returns the tenant and the sessions ended;
+/// `None` when there is no such tenant.
+pub async fn suspend_tenant(
+    pool: &PgPool,
+    actor: &Actor<'_>,
+    tenant_id: Uuid,
+) -> Result<Option<(Tenant, u64)>, AccountError> {
+    let mut tx = pool.begin().await?;
+    let Some(tenant) =
+        db::overview::set_status(&mut *tx, tenant_id, TenantStatus::Suspended).await?
+    else {
+        return Ok(None);
+    };
+    let ended = db::sessions::delete_of_tenant(&mut *tx, tenant_id).await?;
+    record(
+        &mut tx,
+        actor,
+        Some(tenant_id),
+        "tenant.suspend",
+        &tenant.name,
+        json!({ "sessions_ended": ended }),
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(Some((tenant, ended)))
+}
+
+/// Reactivates a tenant: its keys work again within a second and its users may sign in.
+pub async fn reactivate_tenant(
+    pool: &PgPool,
+    actor: &Actor<'_>,
+    tenant_id: Uuid,
+) -> Result<Option<Tenant>, AccountError> {
+    let mut tx = pool.begin().await?;
+    let Some(tenant) = db::overview::set_status(&mut *tx, tenant_id, TenantStatus::Active).await?
+    else {
+        return Ok(None);
+    };
+    record(
+        &mut tx,
+        actor,
+        Some(tenant_id),
+        "tenant.reactivate",
+        &tenant.name,
+        json!({}),
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(Some(tenant))
+}
+
+fn change_json(c: limits::Change) -> Value {
+    if c.given {
+        c.value.map_or(Value::String("none".into()), Value::from)
+    } else {
+        Value::Null
+    }
+}
+
+fn rates_json(r: &limits::RateChange) -> serde_json::Map<String, Value> {
+    let mut m = serde_json::Map::new();
+    for (k, c) in [
+        ("rpm", r.requests_per_minute),
+        ("tpm", r.tokens_per_minute),
+        ("spend_limit_micros", r.spend_limit_micros),
+    ] {
+        if c.given {
+            m.insert(k.into(), change_json(c));
+        }
+    }
+    m
+}
+
+/// Writes the given limits of a tenant (limits not given stay; a given `None` removes one),
+/// audited as `limits.tenant` with the values written.
+pub async fn set_tenant_limits(
+    pool: &PgPool,
+    actor: &Actor<'_>,
+    tenant: &Tenant,
+    rates: &limits::RateChange,
+    caps: &limits::CapsChange,
+) -> Result<(), AccountError> {
+    let mut tx = pool.begin().await?;
+    limits::update_tenant(&mut *tx, tenant.id, rates, caps).await?;
+    let mut detail = rates_json(rates);
+    for (k, c) in [
+        ("max_in_flight", caps.max_in_flight),
+        ("max_long_prompts", caps.max_long_prompts),
+        ("long_prompt_tokens", caps.long_prompt_tokens),
+    ] {
+        if c.given {
+            detail.insert(k.into(), change_json(c));
+        }
+    }
+    record(
+        &mut tx,
+        actor,
+        Some(tenant.id),
+        "limits.tenant",
+        &tenant.name,
+        Value::Object(detail),
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// Writes the given limits of one key of `tenant_id`, audited as `limits.key` (target: the key's
+/// prefix). A key of another tenant is left untouched and reported as not found.
+pub async fn set_key_limits(
+    pool: &PgPool,
+    actor: &Actor<'_>,
+    tenant_id: Uuid,
+    key_prefix: &str,
+    rates: &limits::RateChange,
+) -> Result<(), AccountError> {
+    let mut tx = pool.begin().await?;
+    let key = db::keys::by_prefix(&mut *tx, key_prefix)
+        .await?
+        .filter(|k| k.tenant_id == tenant_id)
+        .ok_or_else(|| AccountError::NotFound(format!("key {key_prefix}")))?;
+    limits::update_key(&mut *tx, key.id, tenant_id, rates).await?;
+    record(
+        &mut tx,
+        actor,
+        Some(tenant_id),
+        "limits.key",
+        key_prefix,
+        Value::Object(rates_json(rates)),
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// Issues a key for a tenant, audited as `key.issue`; returns the key and its secret (to show
+/// once).
+pub async fn issue_key(
+    pool: &PgPool,
+    actor: &Actor<'_>,
+    tenant: &Tenant,
+    name: &str,
+) -> Result<(ApiKey, String), AccountError> {
+    let mut tx = pool.begin().await?;
+    let (key, secret) = crate::keys::issue(&mut *tx, tenant.id, name).await?;
+    record(
+        &mut tx,
+        actor,
+        Some(tenant.id),
+        "key.issue",
+        &key.prefix,
+        json!({ "name": key.name }),
+    )
+    .await?;
+    tx.commit().await?;
+    Ok((key, secret))
+}
+
+/// Revokes a key of any tenant, given by id or by visible prefix (or whole key), audited as
+/// `key.revoke`. `None`: no unrevoked key matched.
+pub async fn revoke_key(
+    pool: &PgPool,
+    actor: &Actor<'_>,
+    id_or_prefix: &str,
+) -> Result<Option<ApiKey>, AccountError> {
+    let mut tx = pool.begin().await?;
+    let revoked = match Uuid::parse_str(id_or_prefix) {
+        Ok(id) => db::keys::revoke_by_id(&mut *tx, id).await?,
+        Err(_) => {
+            db::keys::revoke_by_prefix(&mut *tx, crate::keys::visible_prefix(id_or_prefix)).await?
+        }
+    };
+    let Some(key) = revoked else {
+        return Ok(None);
+    };
+    record(
+        &mut tx,
+        actor,
+        Some(key.tenant_id),
+        "key.revoke",
+        &key.prefix,
+        json!({ "name": key.name }),
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(Some(key))
+}
+
+/// Sets a user's password and ends every portal session they have (the old password may be what
+/// leaked), audited as `user.reset_password`. Returns the sessions ended.
+pub async fn reset_password(
+    pool: &PgPool,
+    actor: &Actor<'_>,
+    user: &User,
+    password: &str,
+) -> Result<u64, AccountError> {
+    let mut tx = pool.begin().await?;
+    accounts::reset_password(&mut *tx, &user.email, password).await?;
+    let ended = db::sessions::delete_of_user(&mut *tx, user.id).await?;
+    record(
+        &mut tx,
+        actor,
+        user.tenant_id,
+        "user.reset_password",
+        &user.email,
+        json!({ "sessions_ended": ended }),
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(ended)
+}
+
+/// Ends every portal session of a user, audited as `user.end_sessions`. Returns how many ended.
+pub async fn end_sessions(
+    pool: &PgPool,
+    actor: &Actor<'_>,
+    user: &User,
+) -> Result<u64, AccountError> {
+    let mut tx = pool.begin().await?;
+    let ended = db::sessions::delete_of_user(&mut *tx, user.id).await?;
+    record(
+        &mut tx,
+        actor,
+        user.tenant_id,
+        "user.end_sessions",
+        &user.email,
+        json!({ "sessions_ended": ended }),
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(ended)
+}
+
+/// A limit as typed into a form or on the command line: empty or `none` removes the limit, a
+/// whole number of 0 or more sets it; anything else is `None` (refused, nothing changed).
+pub fn parse_limit(typed: &str) -> Option<limits::Change> {
+    let t = typed.trim();
+    if t.is_empty() || t.eq_ignore_ascii_case("none") {
+        return Some(limits::Change {
+            given: true,
+            value: None,
+        });
+    }
+    match t.parse::<i64>() {
+        Ok(n) if n >= 0 => Some(limits::Change {
+            given: true,
+            value: Some(n),
+        }),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_limit;
+
+    #[test]
+    fn limits_parse_like_the_cli() {
+        assert_eq!(parse_limit("").map(|c| c.value), Some(None));
+        assert_eq!(parse_limit(" None ").map(|c| c.value), Some(None));
+        assert_eq!(parse_limit("120").map(|c| c.value), Some(Some(120)));
+        assert_eq!(parse_limit("0").map(|c| c.value), Some(Some(0)));
+        assert!(parse_limit("-1").is_none());
+        assert!(parse_limit("1.5").is_none());
+        assert!(parse_limit("lots").is_none());
+    }
+}
