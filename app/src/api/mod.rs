@@ -5,6 +5,7 @@
 
 pub mod home;
 pub mod keys;
+pub mod members;
 pub mod usage;
 
 use leptos::prelude::*;
@@ -155,7 +156,7 @@ fn back_to_login(
 /// token cookie (a cross-site post: SameSite=Lax withholds cookies) gets no cookie either, so a
 /// forged post cannot touch a victim's cookies.
 #[cfg(feature = "ssr")]
-fn refuse_csrf(jar: &tower_cookies::Cookies, back: &str) -> PortalError {
+pub(crate) fn refuse_csrf(jar: &tower_cookies::Cookies, back: &str) -> PortalError {
     use crate::ssr::{cookies, csrf, session};
 
     tracing::warn!("refused a form with a missing or wrong CSRF token");

@@ -10,6 +10,7 @@
 //! | [`keys`] | `api_keys` |
 //! | [`catalog`] | `base_models`, `adapters` (routes, placeholder prices) |
 //! | [`limits`] | `tenant_limits`, `key_limits` |
+//! | [`members`] | a tenant's users and roles, `invitations` |
 //! | [`usage`] | `usage_events` (insert, list) |
 //! | [`spend`] | billed spend from `usage_events` priced by `base_models` |
 //! | [`sessions`] | `portal_sessions` |
@@ -28,6 +29,7 @@ pub mod dashboard;
 pub mod keys;
 pub mod leader;
 pub mod limits;
+pub mod members;
 pub mod reports;
 pub mod sessions;
 pub mod spend;
