@@ -6,6 +6,7 @@
 pub mod home;
 pub mod keys;
 pub mod members;
+pub mod settings;
 pub mod usage;
 
 use leptos::prelude::*;

@@ -8,6 +8,7 @@ pub mod keys;
 pub mod login;
 pub mod logs;
 pub mod members;
+pub mod settings;
 pub mod usage;
 
 use leptos::prelude::*;
@@ -78,6 +79,7 @@ pub fn TopBar(viewer: Option<Viewer>, csrf: String) -> impl IntoView {
             ("/usage", "Usage"),
             ("/logs", "Logs"),
             ("/members", "Members"),
+            ("/settings", "Settings"),
         ]
     };
     view! {

@@ -14,6 +14,7 @@
 //! | [`usage`] | `usage_events` (insert, list) |
 //! | [`spend`] | billed spend from `usage_events` priced by `base_models` |
 //! | [`sessions`] | `portal_sessions` |
+//! | [`settings`] | a tenant's settings (`tenants`: display name, body logging) |
 //! | [`leader`] | advisory locks (one leader per cluster) |
 //! | [`dashboard`] | the tenant home's month totals and usable models |
 //! | [`reports`] | the usage page (`usage_daily` rollup) and the request log |
@@ -32,6 +33,7 @@ pub mod limits;
 pub mod members;
 pub mod reports;
 pub mod sessions;
+pub mod settings;
 pub mod spend;
 pub mod usage;
 
