@@ -5,6 +5,7 @@
 
 pub mod home;
 pub mod keys;
+pub mod limits;
 pub mod members;
 pub mod settings;
 pub mod usage;

@@ -5,6 +5,7 @@ pub mod admin;
 pub mod home;
 pub mod invite;
 pub mod keys;
+pub mod limits;
 pub mod login;
 pub mod logs;
 pub mod members;
@@ -78,6 +79,7 @@ pub fn TopBar(viewer: Option<Viewer>, csrf: String) -> impl IntoView {
             ("/keys", "Keys"),
             ("/usage", "Usage"),
             ("/logs", "Logs"),
+            ("/limits", "Limits"),
             ("/members", "Members"),
             ("/settings", "Settings"),
         ]
