@@ -178,14 +178,10 @@ pub async fn invite_member(
     let (Some(role), true) = (role, valid) else {
         return back(&jar, "/members", Some(Flash::InviteInvalid));
     };
+    // Whether the email already has an account is not looked up here: that would let an owner
+    // probe which emails are registered anywhere on the platform. Accepting such an invitation
+    // is refused instead (the unique email), and only the email's owner sees that.
     let pool = &portal.deps.pool;
-    let taken = tf_core::db::accounts::login_row(pool, &email)
-        .await
-        .map_err(|e| internal("checking an invited email", e))?
-        .is_some();
-    if taken {
-        return back(&jar, "/members", Some(Flash::AlreadyMember));
-    }
     let mut raw = [0u8; 32];
     rand::RngCore::fill_bytes(&mut rand::rngs::OsRng, &mut raw);
     let token = hex::encode(raw);

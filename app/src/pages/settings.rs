@@ -62,7 +62,7 @@ fn body(v: SettingsView, csrf: String) -> AnyView {
         </section>
         <section class="panel">
             <h2>"Password"</h2>
-            <ActionForm action=password>
+            <ActionForm action=password attr:class="stack">
                 <CsrfField token=c2/>
                 <label for="current">"Current password"</label>
                 <input id="current" type="password" name="current"
@@ -102,7 +102,7 @@ fn tenant_panel(v: SettingsView, csrf: String) -> AnyView {
     view! {
         <section class="panel">
             <h2>"Tenant"</h2>
-            <ActionForm action=save>
+            <ActionForm action=save attr:class="stack">
                 <CsrfField token=csrf/>
                 <label for="tenant-name">"Tenant name"</label>
                 <input id="tenant-name" type="text" name="display_name" required
@@ -118,7 +118,8 @@ fn tenant_panel(v: SettingsView, csrf: String) -> AnyView {
                     value=v.body_retention_days.to_string() required/>
                 <p class="muted">
                     "Off by default. Turning it on or off and the retention period are recorded \
-                     in the audit log."
+                     in the audit log. This release keeps the setting; capturing the bodies \
+                     comes with the next one, so nothing is stored yet."
                 </p>
                 <button type="submit">"Save tenant settings"</button>
             </ActionForm>
