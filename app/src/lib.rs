@@ -60,6 +60,10 @@ pub fn App() -> impl IntoView {
                 <Route path=path!("/keys") view=pages::keys::KeysPage ssr=SsrMode::Async/>
                 <Route path=path!("/usage") view=pages::usage::UsagePage ssr=SsrMode::Async/>
                 <Route path=path!("/logs") view=pages::logs::LogsPage ssr=SsrMode::Async/>
+                <Route path=path!("/limits") view=pages::limits::LimitsPage ssr=SsrMode::Async/>
+                <Route path=path!("/members") view=pages::members::MembersPage ssr=SsrMode::Async/>
+                <Route path=path!("/settings") view=pages::settings::SettingsPage ssr=SsrMode::Async/>
+                <Route path=path!("/invite/:token") view=pages::invite::InvitePage ssr=SsrMode::Async/>
                 <Route path=path!("/admin") view=pages::admin::AdminPage ssr=SsrMode::Async/>
                 <Route path=path!("/admin/tenants") view=pages::admin::tenants::TenantsPage ssr=SsrMode::Async/>
                 <Route path=path!("/admin/tenants/:name") view=pages::admin::tenant::TenantPage ssr=SsrMode::Async/>

@@ -59,13 +59,22 @@ pub struct OpsSnapshot {
     pub ship_failures: u64,
 }
 
+/// A one-shot message left by a form post.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Notice {
+    /// What the page shows.
+    pub text: String,
+    /// Reports something done (shown in the success style), rather than a refusal or an error.
+    pub ok: bool,
+}
+
 /// Everything a page needs from the session, fetched once per render.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PageState {
     /// Goes into the hidden `csrf` field of every form on the page.
     pub csrf: String,
     /// A message left by the previous form post, shown once.
-    pub flash: Option<String>,
+    pub flash: Option<Notice>,
     /// The signed-in user, if any.
     pub viewer: Option<Viewer>,
     /// Whether to render.

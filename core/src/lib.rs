@@ -16,4 +16,4 @@ pub mod redis_slot;
 pub mod tenancy;
 pub mod usage;
 
-pub use tenancy::{Role, TenantStatus};
+pub use tenancy::{Role, TenantRole, TenantStatus};

@@ -25,6 +25,58 @@ pub enum Role {
     Admin,
 }
 
+/// What a tenant's user may do inside their tenant (`users.tenant_role`). Checked by the server
+/// functions themselves, not only by which buttons a page shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, sqlx::Type)]
+#[sqlx(type_name = "text", rename_all = "snake_case")]
+#[serde(rename_all = "snake_case")]
+pub enum TenantRole {
+    /// Everything a member may, plus members, tenant settings and body logging.
+    Owner,
+    /// Manages API keys and uses models.
+    Member,
+    /// Reads the tenant's pages; changes nothing.
+    ReadOnly,
+}
+
+impl TenantRole {
+    /// Every role, most rights first (the order forms offer them in).
+    pub const ALL: [Self; 3] = [Self::Owner, Self::Member, Self::ReadOnly];
+
+    /// Create, rotate and revoke API keys.
+    pub fn manages_keys(self) -> bool {
+        matches!(self, Self::Owner | Self::Member)
+    }
+
+    /// Invite, re-role and remove members; tenant settings; request-body logging.
+    pub fn manages_tenant(self) -> bool {
+        self == Self::Owner
+    }
+
+    /// The stored (and form) spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Owner => "owner",
+            Self::Member => "member",
+            Self::ReadOnly => "read_only",
+        }
+    }
+
+    /// Parses the stored (and form) spelling.
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|r| r.as_str() == s)
+    }
+
+    /// How pages name it.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Owner => "Owner",
+            Self::Member => "Member",
+            Self::ReadOnly => "Read-only",
+        }
+    }
+}
+
 #[derive(Debug, Clone, sqlx::FromRow, Serialize)]
 pub struct Tenant {
     pub id: Uuid,

@@ -238,7 +238,7 @@ pub enum AdminCommand {
         /// Name shown in the portal (defaults to the handle).
         #[arg(long)]
         display_name: Option<String>,
-        /// Email of a first member to create.
+        /// Email of a first member to create (the tenant's owner).
         #[arg(long)]
         member_email: Option<String>,
         /// That member's password; generated and printed when absent.

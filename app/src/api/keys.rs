@@ -71,6 +71,8 @@ pub struct KeysView {
     pub keys: Vec<KeyView>,
     /// A key created or rotated by the previous form post, shown this once.
     pub fresh: Option<FreshKey>,
+    /// Whether the viewer's role may create, rotate and revoke keys (the forms are shown).
+    pub can_manage: bool,
 }
 
 /// The tenant's keys, and the new key waiting to be shown (taken: it is shown once).
@@ -81,7 +83,7 @@ pub async fn list_keys() -> Result<KeysView, PortalError> {
     let portal = Portal::current()?;
     let s = session::current().await?;
     let m = member::required(&portal, &s).await?;
-    let fresh = reveal::take(&s, &cookies::jar().await?).await?;
+    let fresh = reveal::take(reveal::Slot::NewKey, &s, &cookies::jar().await?).await?;
     let rows = tf_core::db::keys::list_of_tenant(&portal.deps.pool, m.tenant.id)
         .await
         .map_err(|e| internal("listing keys", e))?;
@@ -89,6 +91,7 @@ pub async fn list_keys() -> Result<KeysView, PortalError> {
     Ok(KeysView {
         keys: rows.into_iter().map(|k| view_of(k, now)).collect(),
         fresh,
+        can_manage: m.role.manages_keys(),
     })
 }
 
@@ -101,7 +104,8 @@ struct KeyForm {
     member: crate::ssr::member::Member,
 }
 
-/// The CSRF token, then the signed-in member; `None` when there is none (redirected to the login).
+/// The CSRF token, then the signed-in member, who must be allowed to manage keys; `None` when
+/// nobody is signed in (redirected to the login).
 #[cfg(feature = "ssr")]
 async fn key_form(csrf: &str) -> Result<Option<KeyForm>, PortalError> {
     use crate::ssr::{cookies, csrf as tokens, member, session, Portal};
@@ -116,6 +120,8 @@ async fn key_form(csrf: &str) -> Result<Option<KeyForm>, PortalError> {
         session::redirect("/login");
         return Ok(None);
     };
+    // INVARIANT: a read-only user changes no key (test: roles::read_only_changes_nothing).
+    let member = member::permitted(member, tf_core::TenantRole::manages_keys, &jar, "/keys")?;
     Ok(Some(KeyForm {
         portal,
         session: s,
@@ -155,7 +161,7 @@ pub async fn create_key(
         secret,
         note: None,
     };
-    reveal::stash(&s, &jar, &fresh).await?;
+    reveal::stash(reveal::Slot::NewKey, &s, &jar, &fresh).await?;
     back(&jar, None)
 }
 
@@ -240,7 +246,7 @@ pub async fn rotate_key(
         secret: r.secret,
         note: Some(note),
     };
-    reveal::stash(&s, &jar, &fresh).await?;
+    reveal::stash(reveal::Slot::NewKey, &s, &jar, &fresh).await?;
     back(&jar, Some(Flash::KeyRotated))
 }
 

@@ -6,6 +6,9 @@
 pub mod admin;
 pub mod home;
 pub mod keys;
+pub mod limits;
+pub mod members;
+pub mod settings;
 pub mod usage;
 
 use leptos::prelude::*;

@@ -57,6 +57,7 @@ fn page(state: PageState) -> AnyView {
 
 fn body(v: KeysView, csrf: String) -> AnyView {
     let create = ServerAction::<CreateKey>::new();
+    let manage = v.can_manage;
     let rows = if v.keys.is_empty() {
         view! { <p class="muted">"No keys yet. Create one to call the API."</p> }.into_any()
     } else {
@@ -74,24 +75,35 @@ fn body(v: KeysView, csrf: String) -> AnyView {
                     </tr>
                 </thead>
                 <tbody>
-                    {v.keys.into_iter().map(|k| row(k, csrf.clone())).collect_view()}
+                    {v.keys.into_iter().map(|k| row(k, manage, csrf.clone())).collect_view()}
                 </tbody>
             </table>
         }
         .into_any()
     };
+    let create_panel = if manage {
+        view! {
+            <section class="panel">
+                <h2>"Create a key"</h2>
+                <ActionForm action=create attr:class="inline">
+                    <CsrfField token=csrf/>
+                    <label for="key-name">"Name"</label>
+                    <input id="key-name" type="text" name="name" maxlength="100" required
+                        placeholder="e.g. production backend"/>
+                    <button type="submit">"Create key"</button>
+                </ActionForm>
+            </section>
+        }
+        .into_any()
+    } else {
+        view! {
+            <p class="muted">"Your role is read-only: you can see the keys but not change them."</p>
+        }
+        .into_any()
+    };
     view! {
         {v.fresh.map(fresh_panel)}
-        <section class="panel">
-            <h2>"Create a key"</h2>
-            <ActionForm action=create attr:class="inline">
-                <CsrfField token=csrf/>
-                <label for="key-name">"Name"</label>
-                <input id="key-name" type="text" name="name" maxlength="100" required
-                    placeholder="e.g. production backend"/>
-                <button type="submit">"Create key"</button>
-            </ActionForm>
-        </section>
+        {create_panel}
         <section class="panel">
             <h2>"Your keys"</h2>
             {rows}
@@ -126,8 +138,8 @@ fn fresh_panel(k: FreshKey) -> AnyView {
     .into_any()
 }
 
-fn row(k: KeyView, csrf: String) -> AnyView {
-    let working = k.state != KeyState::Refused;
+fn row(k: KeyView, manage: bool, csrf: String) -> AnyView {
+    let working = manage && k.state != KeyState::Refused;
     let state_class = match k.state {
         KeyState::Active => "status ok",
         KeyState::Ending => "status ending",

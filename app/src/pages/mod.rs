@@ -3,16 +3,20 @@
 
 pub mod admin;
 pub mod home;
+pub mod invite;
 pub mod keys;
+pub mod limits;
 pub mod login;
 pub mod logs;
+pub mod members;
+pub mod settings;
 pub mod usage;
 
 use leptos::prelude::*;
 use leptos_meta::Title;
 
 use crate::api::{load_page, Logout};
-use crate::model::{Access, PageState, PageStatus, Viewer};
+use crate::model::{Access, Notice, PageState, PageStatus, Viewer};
 use crate::PRODUCT;
 
 /// Loads the page's session state under `access` and renders `content` only when the page may be
@@ -78,6 +82,9 @@ pub const TENANT_NAV: &[(&str, &str)] = &[
     ("/keys", "Keys"),
     ("/usage", "Usage"),
     ("/logs", "Logs"),
+    ("/limits", "Limits"),
+    ("/members", "Members"),
+    ("/settings", "Settings"),
 ];
 
 /// The links the signed-in role may follow: a page it cannot open is never offered.
@@ -135,10 +142,17 @@ pub fn CsrfField(token: String) -> impl IntoView {
     view! { <input type="hidden" name="csrf" value=token/> }
 }
 
-/// A message left by the previous form post (shown once).
+/// A message left by the previous form post (shown once): green for something done, red for a
+/// refusal.
 #[component]
-pub fn Flash(message: Option<String>) -> impl IntoView {
-    message.map(|m| view! { <p class="flash" role="alert">{m}</p> })
+pub fn Flash(message: Option<Notice>) -> impl IntoView {
+    message.map(|m| {
+        if m.ok {
+            view! { <p class="flash ok" role="status">{m.text}</p> }.into_any()
+        } else {
+            view! { <p class="flash" role="alert">{m.text}</p> }.into_any()
+        }
+    })
 }
 
 /// Unknown paths under the portal's routes.

@@ -99,6 +99,21 @@ pub enum AdminFlash {
     NotYourself,
 }
 
+impl AdminFlash {
+    /// Whether it reports something done (the success style) rather than a refusal.
+    pub fn ok(self) -> bool {
+        matches!(
+            self,
+            Self::TenantCreated
+                | Self::TenantSuspended
+                | Self::TenantReactivated
+                | Self::LimitsSaved
+                | Self::PasswordReset
+                | Self::SessionsEnded
+        )
+    }
+}
+
 const CODES: &[(AdminFlash, &str)] = &[
     (AdminFlash::TenantCreated, "tenant-created"),
     (AdminFlash::TenantExists, "tenant-exists"),

@@ -104,6 +104,38 @@ pub enum Flash {
     KeyFormInvalid,
     /// What an admin form did (see [`super::admin::AdminFlash`]).
     Admin(super::admin::AdminFlash),
+    /// The signed-in user's role may not use that form.
+    RoleRefused,
+    /// An invitation was made (its link is shown on `/members`).
+    Invited,
+    /// An invitation form had no usable email or role.
+    InviteInvalid,
+    /// The invited email already has an account.
+    AlreadyMember,
+    /// A pending invitation was withdrawn.
+    InvitationCancelled,
+    /// An invitation link that is unknown, used, withdrawn or expired.
+    InvitationUnusable,
+    /// A member's role was changed.
+    RoleChanged,
+    /// A member was removed.
+    MemberRemoved,
+    /// A member form named a user who is not in the tenant.
+    NoSuchMember,
+    /// The change would leave the tenant without an owner.
+    LastOwner,
+    /// A settings form was saved.
+    SettingsSaved,
+    /// A settings form carried a value out of bounds.
+    SettingsInvalid,
+    /// The password was changed.
+    PasswordChanged,
+    /// A password change was refused.
+    PasswordRefused,
+    /// The tenant's stored request bodies were deleted.
+    BodiesDeleted,
+    /// An invitation was accepted and its user signed in.
+    Joined,
 }
 
 impl Flash {
@@ -120,6 +152,22 @@ impl Flash {
             Self::KeyNameInvalid => "key-name".to_owned(),
             Self::KeyFormInvalid => "key-form".to_owned(),
             Self::Admin(f) => format!("admin-{}", f.code()),
+            Self::RoleRefused => "role".to_owned(),
+            Self::Invited => "invited".to_owned(),
+            Self::InviteInvalid => "invite-form".to_owned(),
+            Self::AlreadyMember => "member-exists".to_owned(),
+            Self::InvitationCancelled => "invite-cancelled".to_owned(),
+            Self::InvitationUnusable => "invite-unusable".to_owned(),
+            Self::RoleChanged => "role-changed".to_owned(),
+            Self::MemberRemoved => "member-removed".to_owned(),
+            Self::NoSuchMember => "no-such-member".to_owned(),
+            Self::LastOwner => "last-owner".to_owned(),
+            Self::SettingsSaved => "settings-saved".to_owned(),
+            Self::SettingsInvalid => "settings-invalid".to_owned(),
+            Self::PasswordChanged => "password-changed".to_owned(),
+            Self::PasswordRefused => "password-refused".to_owned(),
+            Self::BodiesDeleted => "bodies-deleted".to_owned(),
+            Self::Joined => "joined".to_owned(),
         }
     }
 
@@ -138,6 +186,22 @@ impl Flash {
                 .strip_prefix("admin-")
                 .and_then(super::admin::AdminFlash::parse)
                 .map(Self::Admin),
+            "role" => Some(Self::RoleRefused),
+            "invited" => Some(Self::Invited),
+            "invite-form" => Some(Self::InviteInvalid),
+            "member-exists" => Some(Self::AlreadyMember),
+            "invite-cancelled" => Some(Self::InvitationCancelled),
+            "invite-unusable" => Some(Self::InvitationUnusable),
+            "role-changed" => Some(Self::RoleChanged),
+            "member-removed" => Some(Self::MemberRemoved),
+            "no-such-member" => Some(Self::NoSuchMember),
+            "last-owner" => Some(Self::LastOwner),
+            "settings-saved" => Some(Self::SettingsSaved),
+            "settings-invalid" => Some(Self::SettingsInvalid),
+            "password-changed" => Some(Self::PasswordChanged),
+            "password-refused" => Some(Self::PasswordRefused),
+            "bodies-deleted" => Some(Self::BodiesDeleted),
+            "joined" => Some(Self::Joined),
             other => other
                 .strip_prefix("throttled-")
                 .and_then(|s| s.parse().ok())
@@ -177,7 +241,43 @@ impl Flash {
             ),
             Self::KeyFormInvalid => "That form was not understood: nothing was changed.".to_owned(),
             Self::Admin(f) => f.message().to_owned(),
+            Self::RoleRefused => "Your role does not allow that: nothing was changed.".to_owned(),
+            Self::Invited => "Invitation made. Send the link below to the person you invited.".to_owned(),
+            Self::InviteInvalid => "Give an email address and a role to invite someone.".to_owned(),
+            Self::AlreadyMember => "Somebody with that email already has an account.".to_owned(),
+            Self::InvitationCancelled => "Invitation withdrawn: its link no longer works.".to_owned(),
+            Self::InvitationUnusable => "This invitation link is not valid: it was used, withdrawn or has expired.".to_owned(),
+            Self::RoleChanged => "Role changed.".to_owned(),
+            Self::MemberRemoved => "Member removed. Their sessions have ended.".to_owned(),
+            Self::NoSuchMember => "No such member: nothing was changed.".to_owned(),
+            Self::LastOwner => "A tenant keeps at least one owner: make someone else owner first.".to_owned(),
+            Self::SettingsSaved => "Settings saved.".to_owned(),
+            Self::SettingsInvalid => "That value was not accepted: nothing was changed.".to_owned(),
+            Self::PasswordChanged => "Password changed. Your other sessions have ended.".to_owned(),
+            Self::PasswordRefused => "The current password is wrong, or the new ones differ or are shorter than 10 characters.".to_owned(),
+            Self::BodiesDeleted => "Every stored request body was deleted.".to_owned(),
+            Self::Joined => "Welcome! You have joined the tenant.".to_owned(),
         }
+    }
+
+    /// Whether it reports something done (the success style) rather than a refusal.
+    pub fn ok(self) -> bool {
+        if let Self::Admin(f) = self {
+            return f.ok();
+        }
+        matches!(
+            self,
+            Self::KeyRevoked
+                | Self::KeyRotated
+                | Self::Invited
+                | Self::InvitationCancelled
+                | Self::RoleChanged
+                | Self::MemberRemoved
+                | Self::SettingsSaved
+                | Self::PasswordChanged
+                | Self::BodiesDeleted
+                | Self::Joined
+        )
     }
 }
 
@@ -187,10 +287,13 @@ pub fn set_flash(jar: &Cookies, flash: Flash) {
 }
 
 /// Takes the pending message, if any (shown once: the cookie is removed).
-pub fn take_flash(jar: &Cookies) -> Option<String> {
+pub fn take_flash(jar: &Cookies) -> Option<crate::model::Notice> {
     let code = get(jar, FLASH_COOKIE)?;
     jar.remove(build(FLASH_COOKIE, String::new(), None));
-    Flash::parse(&code).map(Flash::message)
+    Flash::parse(&code).map(|f| crate::model::Notice {
+        text: f.message(),
+        ok: f.ok(),
+    })
 }
 
 #[cfg(test)]
@@ -210,10 +313,27 @@ mod tests {
             Flash::KeyNameInvalid,
             Flash::KeyFormInvalid,
             Flash::Admin(super::super::admin::AdminFlash::LimitsSaved),
+            Flash::RoleRefused,
+            Flash::Invited,
+            Flash::InviteInvalid,
+            Flash::AlreadyMember,
+            Flash::InvitationCancelled,
+            Flash::InvitationUnusable,
+            Flash::RoleChanged,
+            Flash::MemberRemoved,
+            Flash::NoSuchMember,
+            Flash::LastOwner,
+            Flash::SettingsSaved,
+            Flash::SettingsInvalid,
+            Flash::PasswordChanged,
+            Flash::PasswordRefused,
+            Flash::BodiesDeleted,
+            Flash::Joined,
         ] {
             assert_eq!(Flash::parse(&f.code()), Some(f));
         }
         assert_eq!(Flash::parse("Call +1 555 to unlock"), None);
+        assert!(Flash::KeyRevoked.ok() && !Flash::NoSuchKey.ok() && !Flash::Csrf.ok());
         assert_eq!(Flash::parse("throttled-x"), None);
     }
 

@@ -1,10 +1,11 @@
-//! The one-shot slot that carries a new API key's secret from the form post that made it to the
-//! page that shows it, once. The secret never goes into a URL, a log or a flash message.
+//! The one-shot slots that carry a secret (a new API key, an invitation link) from the form post
+//! that made it to the page that shows it, once. The secret never goes into a URL, a log or a
+//! flash message.
 //!
 //! It is split in two with a one-time pad: a random pad as long as the secret goes to the browser
 //! in an HttpOnly cookie, and the secret XOR the pad goes into the signed-in session (stored in
 //! PostgreSQL, so the page may be rendered by any replica). Either half alone is uniformly random:
-//! a copy of the sessions table or of the cookie reveals nothing. The next render of `/keys`
+//! a copy of the sessions table or of the cookie reveals nothing. The next render of the page
 //! takes both (removing them) and shows the secret; a slot not taken within [`KEEP`] is dropped.
 
 use rand::RngCore;
@@ -17,10 +18,32 @@ use super::portal::internal;
 use crate::api::keys::FreshKey;
 use crate::error::PortalError;
 
-/// Session key of the sealed half.
-const SLOT: &str = "revealed_key";
-/// Base name of the pad cookie.
-const PAD_COOKIE: &str = "tf_reveal";
+/// Which secret a slot carries; each page takes only its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Slot {
+    /// A new API key, shown on `/keys`.
+    NewKey,
+    /// A new invitation link, shown on `/members`.
+    Invitation,
+}
+
+impl Slot {
+    /// Session key of the sealed half.
+    fn key(self) -> &'static str {
+        match self {
+            Self::NewKey => "revealed_key",
+            Self::Invitation => "revealed_invitation",
+        }
+    }
+
+    /// Base name of the pad cookie.
+    fn cookie(self) -> &'static str {
+        match self {
+            Self::NewKey => "tf_reveal",
+            Self::Invitation => "tf_reveal_invite",
+        }
+    }
+}
 /// How long a new key waits to be shown.
 const KEEP: time::Duration = time::Duration::minutes(10);
 
@@ -40,8 +63,13 @@ fn now() -> i64 {
     time::OffsetDateTime::now_utc().unix_timestamp()
 }
 
-/// Keeps `fresh` for the next render of `/keys` (replacing one not shown yet).
-pub async fn stash(session: &Session, jar: &Cookies, fresh: &FreshKey) -> Result<(), PortalError> {
+/// Keeps `fresh` for the next render of its page (replacing one not shown yet).
+pub async fn stash(
+    slot_of: Slot,
+    session: &Session,
+    jar: &Cookies,
+    fresh: &FreshKey,
+) -> Result<(), PortalError> {
     let secret = fresh.secret.as_bytes();
     let mut pad = vec![0u8; secret.len()];
     rand::rngs::OsRng.fill_bytes(&mut pad);
@@ -54,23 +82,27 @@ pub async fn stash(session: &Session, jar: &Cookies, fresh: &FreshKey) -> Result
         at: now(),
     };
     session
-        .insert(SLOT, slot)
+        .insert(slot_of.key(), slot)
         .await
         .map_err(|e| internal("stashing a new key", e))?;
-    cookies::set_for(jar, PAD_COOKIE, hex::encode(pad), KEEP);
+    cookies::set_for(jar, slot_of.cookie(), hex::encode(pad), KEEP);
     Ok(())
 }
 
 /// Takes the new key waiting to be shown, if both halves are there and it is recent. Both halves
 /// are removed whatever happens, so it is shown at most once.
-pub async fn take(session: &Session, jar: &Cookies) -> Result<Option<FreshKey>, PortalError> {
+pub async fn take(
+    slot_of: Slot,
+    session: &Session,
+    jar: &Cookies,
+) -> Result<Option<FreshKey>, PortalError> {
     let stored = session
-        .remove_value(SLOT)
+        .remove_value(slot_of.key())
         .await
         .map_err(|e| internal("reading a new key", e))?;
-    let pad = cookies::get(jar, PAD_COOKIE);
+    let pad = cookies::get(jar, slot_of.cookie());
     if pad.is_some() {
-        cookies::remove(jar, PAD_COOKIE);
+        cookies::remove(jar, slot_of.cookie());
     }
     let slot = stored.and_then(|v| serde_json::from_value::<Sealed>(v).ok());
     let (Some(slot), Some(pad)) = (slot, pad) else {

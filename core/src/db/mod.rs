@@ -10,9 +10,11 @@
 //! | [`keys`] | `api_keys` |
 //! | [`catalog`] | `base_models`, `adapters` (routes, placeholder prices) |
 //! | [`limits`] | `tenant_limits`, `key_limits` |
+//! | [`members`] | a tenant's users and roles, `invitations` |
 //! | [`usage`] | `usage_events` (insert, list) |
 //! | [`spend`] | billed spend from `usage_events` priced by `base_models` |
 //! | [`sessions`] | `portal_sessions` |
+//! | [`settings`] | a tenant's settings (`tenants`: display name, body logging) |
 //! | [`leader`] | advisory locks (one leader per cluster) |
 //! | [`dashboard`] | the tenant home's month totals and usable models |
 //! | [`reports`] | the usage page (`usage_daily` rollup) and the request log |
@@ -32,8 +34,10 @@ pub mod leader;
 pub mod limits;
 pub mod overview;
 pub mod replicas;
+pub mod members;
 pub mod reports;
 pub mod sessions;
+pub mod settings;
 pub mod spend;
 pub mod usage;
 

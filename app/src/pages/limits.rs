@@ -1,0 +1,117 @@
+//! `/limits`: the tenant's and each working key's limits beside what was used: requests and
+//! tokens in the last minute, spend billed this month. Read-only; admins set limits.
+
+use leptos::prelude::*;
+use leptos_meta::Title;
+
+use super::{Flash, Guarded, TopBar};
+use crate::api::limits::{load_limits, LimitsView, SubjectLimits};
+use crate::model::{Access, PageState};
+use crate::money::{format_micros, group_thousands};
+use crate::PRODUCT;
+
+#[component]
+pub fn LimitsPage() -> impl IntoView {
+    view! {
+        <Title text=format!("Limits · {PRODUCT}")/>
+        <Guarded access=Access::Tenant content=page/>
+    }
+}
+
+fn page(state: PageState) -> AnyView {
+    view! {
+        <TopBar viewer=state.viewer csrf=state.csrf/>
+        <main class="content">
+            <Flash message=state.flash/>
+            <h1>"Limits"</h1>
+            <Suspense fallback=|| ()>
+                {Suspend::new(async move {
+                    match load_limits().await {
+                        Ok(v) => body(v),
+                        Err(e) => view! { <p class="flash" role="alert">{e.to_string()}</p> }
+                            .into_any(),
+                    }
+                })}
+            </Suspense>
+        </main>
+    }
+    .into_any()
+}
+
+fn count(n: Option<i64>) -> String {
+    n.map_or_else(
+        || "unlimited".to_owned(),
+        |n| group_thousands(u64::try_from(n).unwrap_or(0)),
+    )
+}
+
+fn used(n: i64) -> String {
+    group_thousands(u64::try_from(n).unwrap_or(0))
+}
+
+fn money(n: Option<i64>) -> String {
+    n.map_or_else(|| "unlimited".to_owned(), format_micros)
+}
+
+fn row(s: SubjectLimits) -> AnyView {
+    view! {
+        <tr>
+            <td>{s.label}</td>
+            <td class="num">{format!("{} / {}", used(s.requests_last_minute), count(s.requests_per_minute))}</td>
+            <td class="num">{format!("{} / {}", used(s.tokens_last_minute), count(s.tokens_per_minute))}</td>
+            <td class="num">{format!("{} / {}", format_micros(s.spend_micros), money(s.spend_limit_micros))}</td>
+        </tr>
+    }
+    .into_any()
+}
+
+fn body(v: LimitsView) -> AnyView {
+    let keys = if v.keys.is_empty() {
+        view! { <p class="muted">"No working keys."</p> }.into_any()
+    } else {
+        view! {
+            <table class="list">
+                <thead>
+                    <tr>
+                        <th>"Key"</th>
+                        <th class="num">"Requests, last minute / per minute"</th>
+                        <th class="num">"Tokens, last minute / per minute"</th>
+                        <th class="num">"Spend this month / limit"</th>
+                    </tr>
+                </thead>
+                <tbody>{v.keys.into_iter().map(row).collect_view()}</tbody>
+            </table>
+        }
+        .into_any()
+    };
+    view! {
+        <section class="panel">
+            <h2>"Tenant"</h2>
+            <table class="list">
+                <thead>
+                    <tr>
+                        <th></th>
+                        <th class="num">"Requests, last minute / per minute"</th>
+                        <th class="num">"Tokens, last minute / per minute"</th>
+                        <th class="num">"Spend this month / limit"</th>
+                    </tr>
+                </thead>
+                <tbody>{row(v.tenant)}</tbody>
+            </table>
+            <dl class="facts">
+                <dt>"Requests in flight per model"</dt><dd>{count(v.max_in_flight)}</dd>
+                <dt>"Long prompts at once per model"</dt><dd>{count(v.max_long_prompts)}</dd>
+                <dt>"A prompt is long from (tokens)"</dt><dd>{count(v.long_prompt_tokens)}</dd>
+            </dl>
+        </section>
+        <section class="panel">
+            <h2>"Keys"</h2>
+            {keys}
+        </section>
+        <p class="muted">
+            "Spend counts from " {v.month} " (UTC), as billed. A request over a limit is refused \
+             with 429. Limits are set by the platform's administrators."
+        </p>
+    }
+    .into_any()
+}

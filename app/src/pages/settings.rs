@@ -1,0 +1,129 @@
+//! `/settings`: the user's own display name and password (every role), and the tenant's
+//! settings, editable by owners and shown read-only to others: display name, request-body
+//! logging and its retention.
+
+use leptos::prelude::*;
+use leptos_meta::Title;
+
+use super::{CsrfField, Flash, Guarded, TopBar};
+use crate::api::settings::{
+    load_settings, ChangePassword, SaveProfile, SaveTenantSettings, SettingsView, MAX_DISPLAY_NAME,
+    RETENTION_DAYS,
+};
+use crate::model::{Access, PageState};
+use crate::PRODUCT;
+
+#[component]
+pub fn SettingsPage() -> impl IntoView {
+    view! {
+        <Title text=format!("Settings · {PRODUCT}")/>
+        <Guarded access=Access::Tenant content=page/>
+    }
+}
+
+fn page(state: PageState) -> AnyView {
+    let csrf = state.csrf.clone();
+    view! {
+        <TopBar viewer=state.viewer csrf=state.csrf/>
+        <main class="content">
+            <Flash message=state.flash/>
+            <h1>"Settings"</h1>
+            <Suspense fallback=|| ()>
+                {Suspend::new(async move {
+                    match load_settings().await {
+                        Ok(v) => body(v, csrf),
+                        Err(e) => view! { <p class="flash" role="alert">{e.to_string()}</p> }
+                            .into_any(),
+                    }
+                })}
+            </Suspense>
+        </main>
+    }
+    .into_any()
+}
+
+fn body(v: SettingsView, csrf: String) -> AnyView {
+    let profile = ServerAction::<SaveProfile>::new();
+    let password = ServerAction::<ChangePassword>::new();
+    let (c1, c2) = (csrf.clone(), csrf.clone());
+    let (email, role, name) = (v.email.clone(), v.role.clone(), v.display_name.clone());
+    let tenant = tenant_panel(v, csrf);
+    view! {
+        <section class="panel">
+            <h2>"You"</h2>
+            <p class="muted">{email} " · " {role}</p>
+            <ActionForm action=profile attr:class="inline">
+                <CsrfField token=c1/>
+                <label for="display-name">"Your name"</label>
+                <input id="display-name" type="text" name="display_name"
+                    maxlength=MAX_DISPLAY_NAME.to_string() value=name/>
+                <button type="submit">"Save name"</button>
+            </ActionForm>
+        </section>
+        <section class="panel">
+            <h2>"Password"</h2>
+            <ActionForm action=password attr:class="stack">
+                <CsrfField token=c2/>
+                <label for="current">"Current password"</label>
+                <input id="current" type="password" name="current"
+                    autocomplete="current-password" required/>
+                <label for="password">"New password (10 characters or more)"</label>
+                <input id="password" type="password" name="password" minlength="10"
+                    autocomplete="new-password" required/>
+                <label for="confirm">"Repeat the new password"</label>
+                <input id="confirm" type="password" name="confirm" minlength="10"
+                    autocomplete="new-password" required/>
+                <p class="muted">"Changing it signs you out everywhere else."</p>
+                <button type="submit">"Change password"</button>
+            </ActionForm>
+        </section>
+        {tenant}
+    }
+    .into_any()
+}
+
+fn tenant_panel(v: SettingsView, csrf: String) -> AnyView {
+    if !v.can_manage {
+        let logging = if v.body_logging { "on" } else { "off" };
+        return view! {
+            <section class="panel">
+                <h2>"Tenant"</h2>
+                <dl class="facts">
+                    <dt>"Name"</dt><dd>{v.tenant_display_name}</dd>
+                    <dt>"Request-body logging"</dt><dd>{logging}</dd>
+                    <dt>"Bodies kept for"</dt><dd>{v.body_retention_days} " days"</dd>
+                </dl>
+                <p class="muted">"Only the tenant's owners change these."</p>
+            </section>
+        }
+        .into_any();
+    }
+    let save = ServerAction::<SaveTenantSettings>::new();
+    view! {
+        <section class="panel">
+            <h2>"Tenant"</h2>
+            <ActionForm action=save attr:class="stack">
+                <CsrfField token=csrf/>
+                <label for="tenant-name">"Tenant name"</label>
+                <input id="tenant-name" type="text" name="display_name" required
+                    maxlength=MAX_DISPLAY_NAME.to_string() value=v.tenant_display_name/>
+                <label class="check">
+                    <input type="checkbox" name="body_logging" checked=v.body_logging/>
+                    " Store request bodies (prompt and completion, up to 64 KiB each) so they \
+                     can be read on the request log"
+                </label>
+                <label for="retention">"Keep stored bodies for (days)"</label>
+                <input id="retention" type="number" name="retention_days"
+                    min=RETENTION_DAYS.0.to_string() max=RETENTION_DAYS.1.to_string()
+                    value=v.body_retention_days.to_string() required/>
+                <p class="muted">
+                    "Off by default. Turning it on or off and the retention period are recorded \
+                     in the audit log. This release keeps the setting; capturing the bodies \
+                     comes with the next one, so nothing is stored yet."
+                </p>
+                <button type="submit">"Save tenant settings"</button>
+            </ActionForm>
+        </section>
+    }
+    .into_any()
+}

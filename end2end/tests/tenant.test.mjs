@@ -1,0 +1,101 @@
+// The tenant console's people and settings pages in headless Chromium with JavaScript off: the
+// owner sees /members, makes an invitation link (shown once) and withdraws it; /settings saves
+// the tenant's body-logging choice (and turns it back off); /limits shows the tenant's limits.
+// Screenshots of the three pages go to TF_SCREENSHOT_DIR (default end2end/screenshots).
+//
+// Needs a running portal and a tenant owner: TF_BASE_URL, TF_EMAIL, TF_PASSWORD (as login.test.mjs).
+
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import { mkdirSync } from "node:fs";
+import { join } from "node:path";
+import { chromium } from "playwright-core";
+
+const baseURL = (process.env.TF_BASE_URL ?? "http://127.0.0.1:8080").replace(/\/$/, "");
+const email = process.env.TF_EMAIL;
+const password = process.env.TF_PASSWORD;
+const shots = process.env.TF_SCREENSHOT_DIR ?? new URL("../screenshots", import.meta.url).pathname;
+
+let browser;
+
+before(async () => {
+  assert.ok(email && password, "set TF_EMAIL and TF_PASSWORD to a tenant owner's credentials");
+  mkdirSync(shots, { recursive: true });
+  browser = await chromium.launch({
+    executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium",
+    args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+      "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+  });
+});
+
+after(async () => {
+  await browser?.close();
+});
+
+async function signedIn() {
+  const context = await browser.newContext({ baseURL, javaScriptEnabled: false });
+  const page = await context.newPage();
+  await page.setViewportSize({ width: 1280, height: 900 });
+  await page.goto("/login");
+  await page.fill('input[name="email"]', email);
+  await page.fill('input[name="password"]', password);
+  await Promise.all([page.waitForURL((u) => u.pathname === "/"), page.click('button[type="submit"]')]);
+  return { context, page };
+}
+
+test("an owner invites someone and withdraws the invitation (JavaScript off)", async () => {
+  const { context, page } = await signedIn();
+  await page.goto("/members");
+  assert.match(await page.textContent("main"), new RegExp(email.replace(/[.@]/g, "\\$&")));
+  const invitee = `e2e-${Date.now()}@example.com`;
+  await page.fill('input[name="email"]', invitee);
+  await page.selectOption("#invite-role", "read_only");
+  await Promise.all([
+    page.waitForURL((u) => u.pathname === "/members"),
+    page.click('form[action="/api/invite_member"] button[type="submit"]'),
+  ]);
+  const link = (await page.textContent("#invite-link")).trim();
+  assert.match(link, /\/invite\/[0-9a-f]{64}$/);
+  assert.equal(await page.getAttribute(".flash", "class"), "flash ok");
+  await page.screenshot({ path: join(shots, "members.png"), fullPage: true });
+
+  // The invitee's page shows the tenant and role.
+  const other = await browser.newContext({ javaScriptEnabled: false });
+  const invitePage = await other.newPage();
+  await invitePage.goto(link);
+  assert.match(await invitePage.textContent("main"), /Read-only/);
+  await invitePage.screenshot({ path: join(shots, "invite.png"), fullPage: true });
+
+  await Promise.all([
+    page.waitForURL((u) => u.pathname === "/members"),
+    page.click('form[action="/api/cancel_invitation"] button[type="submit"]'),
+  ]);
+  await invitePage.goto(link);
+  assert.match(await invitePage.textContent("main"), /not valid/);
+  await other.close();
+  await context.close();
+});
+
+test("settings and limits (JavaScript off)", async () => {
+  const { context, page } = await signedIn();
+  await page.goto("/settings");
+  await page.check('input[name="body_logging"]');
+  await Promise.all([
+    page.waitForURL((u) => u.pathname === "/settings"),
+    page.click('form[action="/api/save_tenant_settings"] button[type="submit"]'),
+  ]);
+  assert.match(await page.textContent(".flash"), /Settings saved/);
+  assert.equal(await page.isChecked('input[name="body_logging"]'), true);
+  await page.screenshot({ path: join(shots, "settings.png"), fullPage: true });
+  await page.uncheck('input[name="body_logging"]');
+  await Promise.all([
+    page.waitForURL((u) => u.pathname === "/settings"),
+    page.click('form[action="/api/save_tenant_settings"] button[type="submit"]'),
+  ]);
+  assert.equal(await page.isChecked('input[name="body_logging"]'), false);
+
+  await page.goto("/limits");
+  assert.match(await page.textContent("main"), /Whole tenant/);
+  await page.screenshot({ path: join(shots, "limits.png"), fullPage: true });
+  await context.close();
+});
