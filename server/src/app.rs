@@ -40,6 +40,8 @@ pub struct AppOptions {
     pub journal: Option<Arc<Journal>>,
     /// Admission settings (lease time, local fallback share, reconciler period).
     pub quota: crate::quota::QuotaOptions,
+    /// Adapter storage, upload limits and the fleet backend the controller drives.
+    pub lifecycle: crate::lifecycle::LifecycleOptions,
 }
 
 impl Default for AppOptions {
@@ -52,6 +54,7 @@ impl Default for AppOptions {
             gateway: GatewayOptions::default(),
             journal: None,
             quota: crate::quota::QuotaOptions::default(),
+            lifecycle: crate::lifecycle::LifecycleOptions::default(),
         }
     }
 }
@@ -70,6 +73,10 @@ pub struct App {
     pub shipper: Option<Arc<Shipper>>,
     /// Client connection counters, filled by `http_server::serve`.
     pub http_metrics: Arc<ServerMetrics>,
+    /// The model lifecycle service (API and portal share it).
+    pub lifecycle: crate::lifecycle::Lifecycle,
+    /// The fleet controller's counters (`tf_fleet_*`).
+    pub fleet_metrics: Arc<crate::lifecycle::FleetMetrics>,
 }
 
 /// Builds state, loads the resolution table and starts the background workers.
@@ -137,6 +144,25 @@ pub async fn build(pool: PgPool, options: AppOptions) -> anyhow::Result<App> {
         limits,
         cancel.clone(),
     ));
+    let lifecycle = crate::lifecycle::Lifecycle::new(
+        pool.clone(),
+        crate::lifecycle::AdapterStore::new(options.lifecycle.adapter_dir.clone()),
+        options.lifecycle.limits,
+    );
+    let fleet_metrics = Arc::new(crate::lifecycle::FleetMetrics::default());
+    if let Some(backend) = &options.lifecycle.backend {
+        let controller = crate::lifecycle::Controller::new(
+            pool.clone(),
+            backend.clone(),
+            fleet_metrics.clone(),
+            options.lifecycle.controller,
+        );
+        tracker.spawn(controller.run(cancel.clone()));
+    }
+    let api = crate::api::router(crate::api::ApiState {
+        keys: keys.clone(),
+        lifecycle: lifecycle.clone(),
+    });
     tracker.spawn(flush_last_used(keys, cancel.clone()));
     tracker.spawn(purge_sessions(pool.clone(), cancel.clone()));
 
@@ -157,10 +183,14 @@ pub async fn build(pool: PgPool, options: AppOptions) -> anyhow::Result<App> {
     let metrics = options.journal.as_ref().map(|j| j.metrics.clone());
     let http_metrics = Arc::new(ServerMetrics::default());
     let http = http_metrics.clone();
-    let router = gateway::router(gateway.clone()).merge(portal).route(
-        "/metrics",
-        axum::routing::get(move || render_metrics(metrics.clone(), http.clone())),
-    );
+    let fleet = fleet_metrics.clone();
+    let router = gateway::router(gateway.clone())
+        .merge(api)
+        .merge(portal)
+        .route(
+            "/metrics",
+            axum::routing::get(move || render_metrics(metrics.clone(), http.clone(), fleet.clone())),
+        );
     Ok(App {
         router,
         gateway,
@@ -169,6 +199,8 @@ pub async fn build(pool: PgPool, options: AppOptions) -> anyhow::Result<App> {
         cut,
         shipper,
         http_metrics,
+        lifecycle,
+        fleet_metrics,
     })
 }
 
@@ -203,9 +235,11 @@ async fn purge_sessions(pool: PgPool, cancel: CancellationToken) {
 async fn render_metrics(
     journal: Option<Arc<JournalMetrics>>,
     http: Arc<ServerMetrics>,
+    fleet: Arc<crate::lifecycle::FleetMetrics>,
 ) -> impl axum::response::IntoResponse {
     let mut out = String::new();
     http.render(&mut out);
+    fleet.render(&mut out);
     if let Some(j) = journal {
         j.render(&mut out);
     }

@@ -13,6 +13,7 @@
 //! | [`usage`] | `usage_events` (insert, list) |
 //! | [`spend`] | billed spend from `usage_events` priced by `base_models` |
 //! | [`sessions`] | `portal_sessions` |
+//! | [`lifecycle`] | `base_templates`, `graphs`, managed `adapters`, `lifecycle_history` |
 //! | [`leader`] | advisory locks (one leader per cluster) |
 //! | [`dashboard`] | the tenant home's month totals and usable models |
 //! | [`reports`] | the usage page (`usage_daily` rollup) and the request log |
@@ -27,6 +28,7 @@ pub mod catalog;
 pub mod dashboard;
 pub mod keys;
 pub mod leader;
+pub mod lifecycle;
 pub mod limits;
 pub mod reports;
 pub mod sessions;
