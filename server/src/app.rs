@@ -189,7 +189,9 @@ pub async fn build(pool: PgPool, options: AppOptions) -> anyhow::Result<App> {
         .merge(portal)
         .route(
             "/metrics",
-            axum::routing::get(move || render_metrics(metrics.clone(), http.clone(), fleet.clone())),
+            axum::routing::get(move || {
+                render_metrics(metrics.clone(), http.clone(), fleet.clone())
+            }),
         );
     Ok(App {
         router,

@@ -146,7 +146,9 @@ async fn demo_adapter(
         Err(e) => return Err(e.into()),
     };
     if view.state == "stopped" && view.desired == "stopped" {
-        lifecycle.command(tenant, served, Command::Start, &actor).await?;
+        lifecycle
+            .command(tenant, served, Command::Start, &actor)
+            .await?;
     }
     Ok(())
 }

@@ -60,8 +60,8 @@ pub mod lifecycle;
 pub(crate) mod metering;
 pub mod quota;
 // Edges.
-pub mod gateway;
 pub mod api;
+pub mod gateway;
 pub mod http_server;
 pub(crate) mod notify;
 pub mod portal;

@@ -47,7 +47,9 @@ fn mutate(rng: &mut StdRng, seed: &[u8]) -> Vec<u8> {
             // A new length prefix: small, near the real one, or enormous.
             let len: u64 = match rng.gen_range(0..3) {
                 0 => rng.gen_range(0..64),
-                1 => u64::from_le_bytes(out[..8].try_into().unwrap()).wrapping_add(rng.gen_range(0..16)).wrapping_sub(8),
+                1 => u64::from_le_bytes(out[..8].try_into().unwrap())
+                    .wrapping_add(rng.gen_range(0..16))
+                    .wrapping_sub(8),
                 _ => rng.r#gen(),
             };
             out[..8].copy_from_slice(&len.to_le_bytes());
@@ -55,7 +57,9 @@ fn mutate(rng: &mut StdRng, seed: &[u8]) -> Vec<u8> {
         4 => {
             // Overwrite a digit inside the JSON header (shapes, offsets).
             let header_end = out.len().min(8 + 4096);
-            let digits: Vec<usize> = (8..header_end).filter(|i| out[*i].is_ascii_digit()).collect();
+            let digits: Vec<usize> = (8..header_end)
+                .filter(|i| out[*i].is_ascii_digit())
+                .collect();
             if let Some(i) = digits.get(rng.gen_range(0..digits.len().max(1))) {
                 out[*i] = b'0' + rng.gen_range(0..10);
             }
@@ -102,8 +106,15 @@ fn the_header_reader_survives_random_and_mutated_files() {
                 refused += 1;
             }
         }
-        assert!(reader.taken <= 8 + MAX_HEADER_BYTES, "took {} bytes", reader.taken);
+        assert!(
+            reader.taken <= 8 + MAX_HEADER_BYTES,
+            "took {} bytes",
+            reader.taken
+        );
     }
     assert_eq!(accepted + refused, iters);
-    assert!(refused > iters / 2, "mutations are mostly refused ({refused}/{iters})");
+    assert!(
+        refused > iters / 2,
+        "mutations are mostly refused ({refused}/{iters})"
+    );
 }

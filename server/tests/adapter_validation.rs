@@ -49,7 +49,14 @@ impl Bench {
     async fn verdict(&self, name: &str, config: &[u8], weights: Vec<u8>) -> (String, String) {
         let v = self
             .service
-            .upload_bytes(self.tenant, name, LORA_BASE, config.to_vec(), weights, &actor())
+            .upload_bytes(
+                self.tenant,
+                name,
+                LORA_BASE,
+                config.to_vec(),
+                weights,
+                &actor(),
+            )
             .await
             .unwrap();
         (v.state, v.reason.unwrap_or_default())
@@ -58,7 +65,10 @@ impl Bench {
     async fn rejected(&self, name: &str, config: &[u8], weights: Vec<u8>, needle: &str) {
         let (state, reason) = self.verdict(name, config, weights).await;
         assert_eq!(state, "rejected", "{name}: {reason}");
-        assert!(reason.contains(needle), "{name}: {reason:?} should mention {needle:?}");
+        assert!(
+            reason.contains(needle),
+            "{name}: {reason:?} should mention {needle:?}"
+        );
     }
 }
 
@@ -82,31 +92,44 @@ async fn generated_adapters_are_judged_with_precise_reasons(pool: PgPool) {
 
     // Right shapes: accepted, ready to start.
     let (good_config, good) = valid_adapter(LORA_BASE);
-    assert_eq!(b.verdict("good", &good_config, good.clone()).await.0, "stopped");
+    assert_eq!(
+        b.verdict("good", &good_config, good.clone()).await.0,
+        "stopped"
+    );
 
     // Wrong rank: 128 is above the template's max-lora-rank 64.
     let c128 = fixture::config(&model_id(LORA_BASE), 128, &modules());
     let w128 = fixture::weights(&fixture::tensors(&base, 128, &modules(), Dtype::BF16));
-    b.rejected("rank", c128.as_bytes(), w128, "maximum LoRA rank 64").await;
+    b.rejected("rank", c128.as_bytes(), w128, "maximum LoRA rank 64")
+        .await;
 
     // Wrong base: made for another model.
     let other = fixture::config("meta-llama/Llama-3.1-70B", 8, &modules());
-    b.rejected("base", other.as_bytes(), good.clone(), "not for").await;
+    b.rejected("base", other.as_bytes(), good.clone(), "not for")
+        .await;
 
     // Wrong dtype: integer weights.
     let ints = fixture::weights(&fixture::tensors(&base, 8, &modules(), Dtype::I8));
-    b.rejected("dtype", config.as_bytes(), ints, "dtype I8").await;
+    b.rejected("dtype", config.as_bytes(), ints, "dtype I8")
+        .await;
 
     // Wrong shapes: tensors of a bigger base (hidden 128).
     let mut big = base;
     big.hidden_size = 128;
     let wrong = fixture::weights(&fixture::tensors(&big, 8, &modules(), Dtype::BF16));
-    b.rejected("shape", config.as_bytes(), wrong, "weights do not fit").await;
+    b.rejected("shape", config.as_bytes(), wrong, "weights do not fit")
+        .await;
 
     // Truncated file: the data ends early.
     let mut cut = good.clone();
     cut.truncate(cut.len() - 10);
-    b.rejected("truncated", config.as_bytes(), cut, "not a valid safetensors").await;
+    b.rejected(
+        "truncated",
+        config.as_bytes(),
+        cut,
+        "not a valid safetensors",
+    )
+    .await;
 
     // Overlapping offsets.
     let a = fixture::tensor_name(0, "q_proj", 'A');
@@ -114,47 +137,73 @@ async fn generated_adapters_are_judged_with_precise_reasons(pool: PgPool) {
     let overlap = format!(
         r#"{{"{a}":{{"dtype":"BF16","shape":[8,64],"data_offsets":[0,1024]}},"{bb}":{{"dtype":"BF16","shape":[64,8],"data_offsets":[512,1536]}}}}"#
     );
-    b.rejected("overlap", config.as_bytes(), raw(&overlap, 1536), "gap or overlap").await;
+    b.rejected(
+        "overlap",
+        config.as_bytes(),
+        raw(&overlap, 1536),
+        "gap or overlap",
+    )
+    .await;
 
     // Offsets past the end of the data.
     let past = format!(r#"{{"{a}":{{"dtype":"BF16","shape":[8,64],"data_offsets":[0,1024]}}}}"#);
-    b.rejected("out-of-range", config.as_bytes(), raw(&past, 100), "data buffer").await;
+    b.rejected(
+        "out-of-range",
+        config.as_bytes(),
+        raw(&past, 100),
+        "data buffer",
+    )
+    .await;
 
     // A header length far beyond the file (and beyond any accepted header).
     let mut huge = u64::MAX.to_le_bytes().to_vec();
     huge.extend_from_slice(b"{}");
-    b.rejected("huge-header", config.as_bytes(), huge, "header of").await;
+    b.rejected("huge-header", config.as_bytes(), huge, "header of")
+        .await;
     let mut long = (1_000_000u64).to_le_bytes().to_vec();
     long.extend_from_slice(b"{}");
-    b.rejected("long-header", config.as_bytes(), long, "runs past the end").await;
+    b.rejected("long-header", config.as_bytes(), long, "runs past the end")
+        .await;
 
     // A pickle, by content (protocol 2 opcode) and as a torch.save zip.
     let pickle = b"\x80\x02}q\x00(X\x01\x00\x00\x00aq\x01K\x01u.".to_vec();
-    b.rejected("pickle", config.as_bytes(), pickle, "pickle").await;
+    b.rejected("pickle", config.as_bytes(), pickle, "pickle")
+        .await;
     let zip = b"PK\x03\x04\x14\x00\x00\x00\x08\x00archive/data.pkl".to_vec();
-    b.rejected("torch-zip", config.as_bytes(), zip, "pickle").await;
+    b.rejected("torch-zip", config.as_bytes(), zip, "pickle")
+        .await;
 
     // Wrong target module: lm_head is not a projection LoRA is served on.
     let lm = fixture::config(&model_id(LORA_BASE), 8, &["q_proj", "lm_head"]);
-    b.rejected("module", lm.as_bytes(), good.clone(), "target module lm_head").await;
+    b.rejected(
+        "module",
+        lm.as_bytes(),
+        good.clone(),
+        "target module lm_head",
+    )
+    .await;
 
     // A tensor for a module the config does not target.
     let only_q = fixture::config(&model_id(LORA_BASE), 8, &["q_proj"]);
-    b.rejected("untargeted", only_q.as_bytes(), good.clone(), "v_proj").await;
+    b.rejected("untargeted", only_q.as_bytes(), good.clone(), "v_proj")
+        .await;
 
     // DoRA and a broken config.
     let dora = r#"{"peft_type":"LORA","r":8,"target_modules":["q_proj"],"use_dora":true}"#;
-    b.rejected("dora", dora.as_bytes(), good.clone(), "DoRA").await;
-    b.rejected("garbage", b"not json", good, "adapter_config.json").await;
+    b.rejected("dora", dora.as_bytes(), good.clone(), "DoRA")
+        .await;
+    b.rejected("garbage", b"not json", good, "adapter_config.json")
+        .await;
 }
 
 #[sqlx::test(migrator = "tf_core::db::MIGRATOR")]
 async fn a_new_upload_of_a_name_is_a_new_version_with_a_new_engine_name(pool: PgPool) {
     let b = bench(pool, UploadLimits::default()).await;
     let (config, weights) = valid_adapter(LORA_BASE);
+    let who = actor();
     let up = |w: Vec<u8>| {
         b.service
-            .upload_bytes(b.tenant, "bot", LORA_BASE, config.clone(), w, &actor())
+            .upload_bytes(b.tenant, "bot", LORA_BASE, config.clone(), w, &who)
     };
     let v1 = up(weights.clone()).await.unwrap();
     let v2 = up(weights.clone()).await.unwrap();
@@ -164,7 +213,12 @@ async fn a_new_upload_of_a_name_is_a_new_version_with_a_new_engine_name(pool: Pg
     // A running adapter must be stopped before a new version replaces it.
     let act = actor();
     b.service
-        .command(b.tenant, "bot", tokenfactory::lifecycle::transitions::Command::Start, &act)
+        .command(
+            b.tenant,
+            "bot",
+            tokenfactory::lifecycle::transitions::Command::Start,
+            &act,
+        )
         .await
         .unwrap();
     let refused = up(weights).await.unwrap_err();
@@ -189,11 +243,21 @@ async fn size_limits_and_pickle_names_are_refused_over_the_api(pool: PgPool) {
     let acme = app.tenant("acme").await;
     let (config, weights) = valid_adapter(LORA_BASE);
     let (status, body) = app
-        .upload_named(&acme, "pt", LORA_BASE, &config, &weights, "adapter_model.bin")
+        .upload_named(
+            &acme,
+            "pt",
+            LORA_BASE,
+            &config,
+            &weights,
+            "adapter_model.bin",
+        )
         .await;
     assert_eq!(status, 201, "{body}");
     assert_eq!(body["state"], "rejected");
-    assert!(body["reason"].as_str().unwrap().contains("pickle"), "{body}");
+    assert!(
+        body["reason"].as_str().unwrap().contains("pickle"),
+        "{body}"
+    );
 
     let too_big = vec![0u8; 65 << 10];
     let (status, body) = app.upload(&acme, "big", LORA_BASE, &config, &too_big).await;
@@ -207,9 +271,13 @@ async fn size_limits_and_pickle_names_are_refused_over_the_api(pool: PgPool) {
         .collect();
     assert!(left.is_empty(), "{left:?}");
 
-    let (status, body) = app.upload(&acme, "../../etc", LORA_BASE, &config, &weights).await;
+    let (status, body) = app
+        .upload(&acme, "../../etc", LORA_BASE, &config, &weights)
+        .await;
     assert_eq!(status, 400, "{body}");
-    let (status, body) = app.upload(&acme, "x", "no-such-base", &config, &weights).await;
+    let (status, body) = app
+        .upload(&acme, "x", "no-such-base", &config, &weights)
+        .await;
     assert_eq!(status, 400, "{body}");
 }
 

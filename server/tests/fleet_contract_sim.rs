@@ -36,13 +36,23 @@ async fn local_sim_keeps_the_fleet_contract() {
     let cancel = CancellationToken::new();
     let fleet = SimFleet::new(TaskTracker::new(), cancel.clone(), SimConfig::default());
     assert_eq!(fleet.kind(), "local-sim");
-    fleet_contract::run(&fleet, spec("contract-base", 2), "acme--bot--v1", Probe::Http).await;
+    fleet_contract::run(
+        &fleet,
+        spec("contract-base", 2),
+        "acme--bot--v1",
+        Probe::Http,
+    )
+    .await;
     cancel.cancel();
 }
 
 #[tokio::test]
 async fn a_replica_added_later_gets_the_adapters_already_registered() {
-    let fleet = SimFleet::new(TaskTracker::new(), CancellationToken::new(), SimConfig::default());
+    let fleet = SimFleet::new(
+        TaskTracker::new(),
+        CancellationToken::new(),
+        SimConfig::default(),
+    );
     let one = spec("scaled", 1);
     fleet.apply_graph(&one).await.unwrap();
     let adapter = tokenfactory::fleet::backend::AdapterSpec {

@@ -27,7 +27,9 @@ async fn upload_start_serve_stop_delete_through_the_api(pool: PgPool) {
     let acme = app.tenant("acme").await;
     let (config, weights) = valid_adapter(LORA_BASE);
 
-    let (status, body) = app.upload(&acme, "helper", LORA_BASE, &config, &weights).await;
+    let (status, body) = app
+        .upload(&acme, "helper", LORA_BASE, &config, &weights)
+        .await;
     assert_eq!(status, 201, "{body}");
     assert_eq!(body["state"], "stopped", "{body}");
     assert_eq!(body["version"], 1);
@@ -39,7 +41,10 @@ async fn upload_start_serve_stop_delete_through_the_api(pool: PgPool) {
 
     let (status, body) = app.manage(&acme, "helper", "start").await;
     assert_eq!(status, 202, "{body}");
-    assert!(["starting", "ready"].contains(&body["state"].as_str().unwrap()), "{body}");
+    assert!(
+        ["starting", "ready"].contains(&body["state"].as_str().unwrap()),
+        "{body}"
+    );
     eventually(SETTLE, "the adapter ready", || async {
         app.state_of(&acme, "helper").await == "ready"
     })
@@ -58,7 +63,10 @@ async fn upload_start_serve_stop_delete_through_the_api(pool: PgPool) {
     }
     for r in &replicas {
         assert!(
-            r.sim.ledger().iter().any(|e| e.adapter.as_deref() == Some(engine_name.as_str())),
+            r.sim
+                .ledger()
+                .iter()
+                .any(|e| e.adapter.as_deref() == Some(engine_name.as_str())),
             "replica {} served the adapter",
             r.addr
         );
@@ -113,7 +121,17 @@ async fn upload_start_serve_stop_delete_through_the_api(pool: PgPool) {
         .collect();
     assert_eq!(
         history,
-        ["uploading", "validating", "stopped", "starting", "ready", "stopping", "stopped", "starting", "ready"]
+        [
+            "uploading",
+            "validating",
+            "stopped",
+            "starting",
+            "ready",
+            "stopping",
+            "stopped",
+            "starting",
+            "ready"
+        ]
     );
     let folder = h.dir.path().join(id.replace('-', ""));
     assert!(folder.join("v1/adapter_model.safetensors").exists());
@@ -138,7 +156,9 @@ async fn upload_start_serve_stop_delete_through_the_api(pool: PgPool) {
     .unwrap();
     assert_eq!(kept, 1, "the history outlives the adapter");
     // The name can be used again: a fresh adapter, version 1.
-    let (status, body) = app.upload(&acme, "helper", LORA_BASE, &config, &weights).await;
+    let (status, body) = app
+        .upload(&acme, "helper", LORA_BASE, &config, &weights)
+        .await;
     assert_eq!((status, body["version"].as_i64()), (201, Some(1)), "{body}");
 }
 
@@ -148,7 +168,12 @@ async fn another_tenants_model_answers_404_everywhere(pool: PgPool) {
     let app = &h.app;
     let (acme, globex) = (app.tenant("acme").await, app.tenant("globex").await);
     let (config, weights) = valid_adapter(LORA_BASE);
-    assert_eq!(app.upload(&acme, "secret-bot", LORA_BASE, &config, &weights).await.0, 201);
+    assert_eq!(
+        app.upload(&acme, "secret-bot", LORA_BASE, &config, &weights)
+            .await
+            .0,
+        201
+    );
     app.manage(&acme, "secret-bot", "start").await;
     eventually(SETTLE, "ready", || async {
         app.state_of(&acme, "secret-bot").await == "ready"
@@ -176,7 +201,12 @@ async fn another_tenants_model_answers_404_everywhere(pool: PgPool) {
     assert_eq!(app.state_of(&acme, "secret-bot").await, "ready");
     assert_eq!(app.ask(&acme, "secret-bot").await.0, 200);
     // Without a key: the OpenAI envelope's 401.
-    let r = app.http.get(app.url("/api/v1/adapters")).send().await.unwrap();
+    let r = app
+        .http
+        .get(app.url("/api/v1/adapters"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 401);
 }
 
@@ -205,7 +235,8 @@ async fn a_starting_model_answers_503_with_retry_after(pool: PgPool) {
         .await;
     let acme = app.tenant("acme").await;
     let (config, weights) = valid_adapter(LORA_BASE);
-    app.upload(&acme, "slow", LORA_BASE, &config, &weights).await;
+    app.upload(&acme, "slow", LORA_BASE, &config, &weights)
+        .await;
     app.manage(&acme, "slow", "start").await;
     let (status, retry, body) = eventually(SETTLE, "503", || async {
         Some(app.ask(&acme, "slow").await).filter(|r| r.0 == 503)
@@ -226,7 +257,11 @@ async fn a_starting_model_answers_503_with_retry_after(pool: PgPool) {
         .json()
         .await
         .unwrap();
-    assert!(!models["data"].as_array().unwrap().iter().any(|m| m["id"] == "slow"));
+    assert!(!models["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|m| m["id"] == "slow"));
     app.manage(&acme, "slow", "stop").await;
     eventually(Duration::from_secs(1), "404 once stopped", || async {
         app.ask(&acme, "slow").await.0 == 404
@@ -241,7 +276,9 @@ async fn two_gateway_replicas_see_start_and_stop_within_a_second(pool: PgPool) {
     let replica = TestApp::builder(pool).replica_of(primary).start().await;
     let acme = primary.tenant("acme").await;
     let (config, weights) = valid_adapter(LORA_BASE);
-    primary.upload(&acme, "twin", LORA_BASE, &config, &weights).await;
+    primary
+        .upload(&acme, "twin", LORA_BASE, &config, &weights)
+        .await;
     primary.manage(&acme, "twin", "start").await;
     eventually(SETTLE, "ready", || async {
         primary.state_of(&acme, "twin").await == "ready"

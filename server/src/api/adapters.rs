@@ -136,7 +136,11 @@ pub async fn upload(State(state): State<ApiState>, req: Request) -> Result<Respo
         let field = match form.next_field().await {
             Ok(Some(f)) => f,
             Ok(None) => break,
-            Err(e) => return Err(ApiError::BadRequest(format!("malformed multipart body: {e}"))),
+            Err(e) => {
+                return Err(ApiError::BadRequest(format!(
+                    "malformed multipart body: {e}"
+                )))
+            }
         };
         let field_name = field.name().unwrap_or_default().to_owned();
         match field_name.as_str() {
@@ -158,7 +162,12 @@ pub async fn upload(State(state): State<ApiState>, req: Request) -> Result<Respo
                             "send the `name` and `base` fields before the files".into(),
                         ));
                     };
-                    upload = Some(state.lifecycle.begin_upload(p.tenant_id, n, b, &actor).await?);
+                    upload = Some(
+                        state
+                            .lifecycle
+                            .begin_upload(p.tenant_id, n, b, &actor)
+                            .await?,
+                    );
                 }
                 let Some(u) = upload.as_mut() else {
                     continue;

@@ -30,7 +30,9 @@ impl From<GatewayError> for ApiError {
 fn envelope(status: StatusCode, kind: &str, code: Option<&str>, message: String) -> Response {
     (
         status,
-        axum::Json(json!({"error": {"message": message, "type": kind, "param": null, "code": code}})),
+        axum::Json(
+            json!({"error": {"message": message, "type": kind, "param": null, "code": code}}),
+        ),
     )
         .into_response()
 }
@@ -39,7 +41,9 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         match self {
             Self::Auth(e) => e.into_response(),
-            Self::BadRequest(m) => envelope(StatusCode::BAD_REQUEST, "invalid_request_error", None, m),
+            Self::BadRequest(m) => {
+                envelope(StatusCode::BAD_REQUEST, "invalid_request_error", None, m)
+            }
             Self::Lifecycle(e) => {
                 let message = e.to_string();
                 match e {
@@ -49,9 +53,12 @@ impl IntoResponse for ApiError {
                         Some("model_not_found"),
                         message,
                     ),
-                    LifecycleError::BadRequest(_) => {
-                        envelope(StatusCode::BAD_REQUEST, "invalid_request_error", None, message)
-                    }
+                    LifecycleError::BadRequest(_) => envelope(
+                        StatusCode::BAD_REQUEST,
+                        "invalid_request_error",
+                        None,
+                        message,
+                    ),
                     LifecycleError::Conflict(_) => envelope(
                         StatusCode::CONFLICT,
                         "invalid_request_error",

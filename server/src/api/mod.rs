@@ -21,7 +21,10 @@ pub struct ApiState {
 
 pub fn router(state: ApiState) -> Router {
     Router::new()
-        .route("/api/v1/adapters", get(adapters::list).post(adapters::upload))
+        .route(
+            "/api/v1/adapters",
+            get(adapters::list).post(adapters::upload),
+        )
         .route(
             "/api/v1/adapters/{name}",
             get(adapters::detail).delete(adapters::delete),

@@ -121,13 +121,14 @@ impl SimFleet {
         Ok(SimReplica { addr, sim, stop })
     }
 
-    /// POSTs a LoRA call to one replica; `ok_also` is the status that means "already done".
+    /// POSTs a LoRA call to one replica; `ok_also` is the status and message vLLM answers when
+    /// it is already done ("has already been loaded", "cannot be found").
     async fn lora_call(
         &self,
         addr: SocketAddr,
         path: &str,
         body: serde_json::Value,
-        ok_also: u16,
+        ok_also: (u16, &str),
     ) -> Result<(), FleetError> {
         let answer = self
             .http
@@ -137,14 +138,21 @@ impl SimFleet {
             .await
             .map_err(|e| FleetError::Unavailable(format!("replica {addr}: {e}")))?;
         let status = answer.status().as_u16();
-        if answer.status().is_success() || status == ok_also {
+        if answer.status().is_success() {
             return Ok(());
         }
         let text = answer.text().await.unwrap_or_default();
+        if status == ok_also.0 && text.contains(ok_also.1) {
+            return Ok(());
+        }
         if status >= 500 {
-            Err(FleetError::Unavailable(format!("replica {addr}: {status} {text}")))
+            Err(FleetError::Unavailable(format!(
+                "replica {addr}: {status} {text}"
+            )))
         } else {
-            Err(FleetError::Rejected(format!("replica {addr}: {status} {text}")))
+            Err(FleetError::Rejected(format!(
+                "replica {addr}: {status} {text}"
+            )))
         }
     }
 
@@ -235,9 +243,12 @@ impl FleetBackend for SimFleet {
     }
 
     async fn observe_graph(&self, graph: &str) -> Result<Option<GraphObserved>, FleetError> {
-        Ok(self.graphs.lock().await.get(graph).map(|g| {
-            observed(g, u32::try_from(g.replicas.len()).unwrap_or(u32::MAX))
-        }))
+        Ok(self
+            .graphs
+            .lock()
+            .await
+            .get(graph)
+            .map(|g| observed(g, u32::try_from(g.replicas.len()).unwrap_or(u32::MAX))))
     }
 
     async fn apply_adapter(&self, a: &AdapterSpec) -> Result<AdapterObserved, FleetError> {
@@ -252,8 +263,13 @@ impl FleetBackend for SimFleet {
         let body = json!({"lora_name": a.lora_name, "lora_path": a.source_uri});
         for addr in &addrs {
             // 400 "already loaded" is success: every call is re-sent on every pass.
-            self.lora_call(*addr, "/v1/load_lora_adapter", body.clone(), 400)
-                .await?;
+            self.lora_call(
+                *addr,
+                "/v1/load_lora_adapter",
+                body.clone(),
+                (400, "already"),
+            )
+            .await?;
         }
         let n = u32::try_from(addrs.len()).unwrap_or(u32::MAX);
         Ok(AdapterObserved {
@@ -275,13 +291,21 @@ impl FleetBackend for SimFleet {
         let body = json!({"lora_name": a.lora_name});
         for addr in addrs {
             // 404 "cannot be found" is success: it is already gone.
-            self.lora_call(addr, "/v1/unload_lora_adapter", body.clone(), 404)
-                .await?;
+            self.lora_call(
+                addr,
+                "/v1/unload_lora_adapter",
+                body.clone(),
+                (404, "cannot be found"),
+            )
+            .await?;
         }
         Ok(())
     }
 
-    async fn observe_adapter(&self, a: &AdapterSpec) -> Result<Option<AdapterObserved>, FleetError> {
+    async fn observe_adapter(
+        &self,
+        a: &AdapterSpec,
+    ) -> Result<Option<AdapterObserved>, FleetError> {
         let addrs = {
             let graphs = self.graphs.lock().await;
             let Some(g) = graphs.get(&a.graph) else {

@@ -161,7 +161,10 @@ impl Controller {
             self.reconcile_adapter(base, adapter, ready_graphs.contains(&base.id))
                 .await?;
         }
-        for base in bases.iter().filter(|b| !needed(b) && b.graph_state.is_some()) {
+        for base in bases
+            .iter()
+            .filter(|b| !needed(b) && b.graph_state.is_some())
+        {
             self.tear_down(base).await?;
         }
         Ok(())
@@ -263,13 +266,15 @@ impl Controller {
                     Ok(o) => match o.phase {
                         Phase::Ready => self.transition(a, "ready", None).await.map(|()| Ok(())),
                         Phase::Pending => Ok(Ok(())),
-                        Phase::Failed(r) => {
-                            self.transition(a, "failed", Some(&r)).await.map(|()| Ok(()))
-                        }
+                        Phase::Failed(r) => self
+                            .transition(a, "failed", Some(&r))
+                            .await
+                            .map(|()| Ok(())),
                     },
-                    Err(FleetError::Rejected(r)) => {
-                        self.transition(a, "failed", Some(&r)).await.map(|()| Ok(()))
-                    }
+                    Err(FleetError::Rejected(r)) => self
+                        .transition(a, "failed", Some(&r))
+                        .await
+                        .map(|()| Ok(())),
                     Err(e) => Ok(Err(e)),
                 }
             }

@@ -18,7 +18,12 @@ pub fn tensor_name(layer: u64, module: &str, matrix: char) -> String {
 }
 
 /// A LoRA adapter's tensors for `base` at `rank` on `modules` (every layer), in `dtype`.
-pub fn tensors(base: &BaseConfig, rank: u64, modules: &[&str], dtype: Dtype) -> Vec<(String, Dtype, Vec<u64>)> {
+pub fn tensors(
+    base: &BaseConfig,
+    rank: u64,
+    modules: &[&str],
+    dtype: Dtype,
+) -> Vec<(String, Dtype, Vec<u64>)> {
     let mut out = Vec::new();
     for layer in 0..base.num_hidden_layers {
         for module in modules {

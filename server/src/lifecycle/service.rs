@@ -160,6 +160,7 @@ impl Lifecycle {
     ) -> Result<Upload, LifecycleError> {
         check_name(name)?;
         let mut tx = self.pool.begin().await?;
+        let mut replaced = None;
         let (id, version, from) = match db::lock_adapter(&mut tx, tenant, name).await? {
             Some(row) => {
                 if row.base != base {
@@ -185,6 +186,10 @@ impl Lifecycle {
                     &self.store.uri(&key),
                 )
                 .await?;
+                replaced = row
+                    .storage_uri
+                    .as_deref()
+                    .and_then(AdapterStore::dir_of_uri);
                 (row.id, version, Some(row.state))
             }
             None => {
@@ -236,6 +241,10 @@ impl Lifecycle {
         )
         .await?;
         tx.commit().await?;
+        // The stopped version's files are not needed any more (its engine name is retired).
+        if let Some(dir) = replaced {
+            let _ = AdapterStore::remove_dir(&dir).await;
+        }
         Ok(Upload {
             id,
             tenant,
@@ -329,9 +338,8 @@ impl Lifecycle {
         actor: &Actor,
     ) -> Result<AdapterView, LifecycleError> {
         let mut upload = self.begin_upload(tenant, name, base, actor).await?;
-        let once = |b: Vec<u8>| {
-            futures::stream::iter([Ok::<_, std::convert::Infallible>(Bytes::from(b))])
-        };
+        let once =
+            |b: Vec<u8>| futures::stream::iter([Ok::<_, std::convert::Infallible>(Bytes::from(b))]);
         self.put_file(&mut upload, CONFIG_FILE, None, once(config))
             .await?;
         self.put_file(&mut upload, WEIGHTS_FILE, Some(WEIGHTS_FILE), once(weights))

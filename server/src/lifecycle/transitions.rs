@@ -71,7 +71,11 @@ pub const STATES: [&str; 8] = [
 ];
 
 fn static_state(s: &str) -> &'static str {
-    STATES.iter().find(|x| **x == s).copied().unwrap_or("stopped")
+    STATES
+        .iter()
+        .find(|x| **x == s)
+        .copied()
+        .unwrap_or("stopped")
 }
 
 #[cfg(test)]
@@ -81,10 +85,19 @@ mod tests {
     #[test]
     fn start_stop_delete_walk_the_states() {
         let n = |c, s, d| next(c, s, d).unwrap_or_else(|e| unreachable!("{e}"));
-        assert_eq!(n(Command::Start, "stopped", "stopped").map(|n| n.state), Some("starting"));
+        assert_eq!(
+            n(Command::Start, "stopped", "stopped").map(|n| n.state),
+            Some("starting")
+        );
         assert_eq!(n(Command::Start, "starting", "running"), None);
-        assert_eq!(n(Command::Start, "failed", "running").map(|n| n.state), Some("starting"));
-        assert_eq!(n(Command::Stop, "ready", "running").map(|n| n.state), Some("stopping"));
+        assert_eq!(
+            n(Command::Start, "failed", "running").map(|n| n.state),
+            Some("starting")
+        );
+        assert_eq!(
+            n(Command::Stop, "ready", "running").map(|n| n.state),
+            Some("stopping")
+        );
         assert_eq!(n(Command::Stop, "stopped", "stopped"), None);
         assert_eq!(n(Command::Stop, "rejected", "stopped"), None);
         let d = n(Command::Delete, "ready", "running").unwrap_or_else(|| unreachable!());

@@ -30,7 +30,10 @@ pub async fn run(backend: &dyn FleetBackend, graph: GraphSpec, lora: &str, probe
     assert!(backend.observe_graph(&graph.graph).await.unwrap().is_none());
     let first = backend.apply_graph(&graph).await.unwrap();
     let again = backend.apply_graph(&graph).await.unwrap();
-    assert_eq!(first.frontend_url, again.frontend_url, "apply is idempotent");
+    assert_eq!(
+        first.frontend_url, again.frontend_url,
+        "apply is idempotent"
+    );
     assert_eq!(again.replicas_desired, replicas);
     let seen = super::eventually(
         std::time::Duration::from_secs(10),
@@ -60,7 +63,10 @@ pub async fn run(backend: &dyn FleetBackend, graph: GraphSpec, lora: &str, probe
     assert!(backend.observe_adapter(&adapter).await.unwrap().is_none());
     backend.apply_adapter(&adapter).await.unwrap();
     let applied = backend.apply_adapter(&adapter).await.unwrap();
-    assert_eq!(applied.total_endpoints, replicas, "re-applying is a success");
+    assert_eq!(
+        applied.total_endpoints, replicas,
+        "re-applying is a success"
+    );
     let observed = super::eventually(
         std::time::Duration::from_secs(10),
         "the adapter on every replica",

@@ -110,8 +110,15 @@ impl TestApp {
         config: &[u8],
         weights: &[u8],
     ) -> (u16, Value) {
-        self.upload_named(tenant, name, base, config, weights, "adapter_model.safetensors")
-            .await
+        self.upload_named(
+            tenant,
+            name,
+            base,
+            config,
+            weights,
+            "adapter_model.safetensors",
+        )
+        .await
     }
 
     /// Same, with the weights part's file name given.
@@ -164,7 +171,11 @@ impl TestApp {
     /// One chat completion as `tenant`; returns (status, retry-after, body).
     pub async fn ask(&self, tenant: &Tenant, model: &str) -> (u16, Option<String>, Value) {
         let r = self
-            .post(&tenant.key, "/v1/chat/completions", super::chat(model, "hello there", 4))
+            .post(
+                &tenant.key,
+                "/v1/chat/completions",
+                super::chat(model, "hello there", 4),
+            )
             .send()
             .await
             .unwrap();
