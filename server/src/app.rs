@@ -42,6 +42,8 @@ pub struct AppOptions {
     pub quota: crate::quota::QuotaOptions,
     /// How often this replica reports its figures for `/admin/ops`.
     pub replica_report_every: Duration,
+    /// Adapter storage, upload limits and the fleet backend the controller drives.
+    pub lifecycle: crate::lifecycle::LifecycleOptions,
 }
 
 impl Default for AppOptions {
@@ -55,6 +57,7 @@ impl Default for AppOptions {
             journal: None,
             quota: crate::quota::QuotaOptions::default(),
             replica_report_every: crate::replica_report::REPORT_EVERY,
+            lifecycle: crate::lifecycle::LifecycleOptions::default(),
         }
     }
 }
@@ -75,6 +78,10 @@ pub struct App {
     pub http_metrics: Arc<ServerMetrics>,
     /// This process among the replicas (`/admin/ops`, `replica_reports`).
     pub replica_id: uuid::Uuid,
+    /// The model lifecycle service (API and portal share it).
+    pub lifecycle: crate::lifecycle::Lifecycle,
+    /// The fleet controller's counters (`tf_fleet_*`).
+    pub fleet_metrics: Arc<crate::lifecycle::FleetMetrics>,
 }
 
 /// Builds state, loads the resolution table and starts the background workers.
@@ -142,6 +149,25 @@ pub async fn build(pool: PgPool, options: AppOptions) -> anyhow::Result<App> {
         limits,
         cancel.clone(),
     ));
+    let lifecycle = crate::lifecycle::Lifecycle::new(
+        pool.clone(),
+        crate::lifecycle::AdapterStore::new(options.lifecycle.adapter_dir.clone()),
+        options.lifecycle.limits,
+    );
+    let fleet_metrics = Arc::new(crate::lifecycle::FleetMetrics::default());
+    if let Some(backend) = &options.lifecycle.backend {
+        let controller = crate::lifecycle::Controller::new(
+            pool.clone(),
+            backend.clone(),
+            fleet_metrics.clone(),
+            options.lifecycle.controller,
+        );
+        tracker.spawn(controller.run(cancel.clone()));
+    }
+    let api = crate::api::router(crate::api::ApiState {
+        keys: keys.clone(),
+        lifecycle: lifecycle.clone(),
+    });
     tracker.spawn(flush_last_used(keys, cancel.clone()));
     tracker.spawn(purge_sessions(pool.clone(), cancel.clone()));
     let http_metrics = Arc::new(ServerMetrics::default());
@@ -172,10 +198,16 @@ pub async fn build(pool: PgPool, options: AppOptions) -> anyhow::Result<App> {
     .await?;
     let metrics = options.journal.as_ref().map(|j| j.metrics.clone());
     let http = http_metrics.clone();
-    let router = gateway::router(gateway.clone()).merge(portal).route(
-        "/metrics",
-        axum::routing::get(move || render_metrics(metrics.clone(), http.clone())),
-    );
+    let fleet = fleet_metrics.clone();
+    let router = gateway::router(gateway.clone())
+        .merge(api)
+        .merge(portal)
+        .route(
+            "/metrics",
+            axum::routing::get(move || {
+                render_metrics(metrics.clone(), http.clone(), fleet.clone())
+            }),
+        );
     Ok(App {
         router,
         gateway,
@@ -185,6 +217,8 @@ pub async fn build(pool: PgPool, options: AppOptions) -> anyhow::Result<App> {
         shipper,
         http_metrics,
         replica_id,
+        lifecycle,
+        fleet_metrics,
     })
 }
 
@@ -219,9 +253,11 @@ async fn purge_sessions(pool: PgPool, cancel: CancellationToken) {
 async fn render_metrics(
     journal: Option<Arc<JournalMetrics>>,
     http: Arc<ServerMetrics>,
+    fleet: Arc<crate::lifecycle::FleetMetrics>,
 ) -> impl axum::response::IntoResponse {
     let mut out = String::new();
     http.render(&mut out);
+    fleet.render(&mut out);
     if let Some(j) = journal {
         j.render(&mut out);
     }

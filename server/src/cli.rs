@@ -79,6 +79,9 @@ pub struct ServeArgs {
         default_value = ".tokenfactory/demo-credentials.json"
     )]
     pub demo_state: PathBuf,
+    /// Where uploaded adapters are stored (one folder per adapter version).
+    #[arg(long, env = "TF_ADAPTER_DIR", default_value = ".tokenfactory/adapters")]
+    pub adapter_dir: PathBuf,
     /// Mark session cookies Secure (set when serving behind TLS).
     #[arg(long, env = "TF_SECURE_COOKIES", default_value_t = false, action = clap::ArgAction::Set)]
     pub secure_cookies: bool,

@@ -19,7 +19,10 @@ use tf_core::accounts::{self, AccountError, Role};
 use tf_core::keys;
 use uuid::Uuid;
 
-use crate::fleet::{self, local_sim};
+use crate::adapter_check::config::BaseConfig;
+use crate::fleet::local_sim;
+use crate::lifecycle::transitions::Command;
+use crate::lifecycle::{fixture, Actor, Lifecycle, LifecycleError};
 
 const DEMO_TENANT: &str = "demo";
 const DEMO_EMAIL: &str = "demo@tokenfactory.local";
@@ -55,12 +58,13 @@ pub fn random_password() -> String {
     Alphanumeric.sample_string(&mut rand::rngs::OsRng, 16)
 }
 
-/// Creates the demo tenant, its users, adapters (on the local simulator) and key, or takes them
-/// over from `state` (the file written by an earlier start) as far as they still work. Writes the
-/// file back (mode 0600) with what is printed.
+/// Creates the demo tenant, its users, adapters (uploaded and started through the lifecycle on the
+/// local simulator, when `lifecycle` is given) and key, or takes them over from `state` (the file
+/// written by an earlier start) as far as they still work. Writes the file back (mode 0600) with
+/// what is printed.
 pub async fn ensure(
     pool: &PgPool,
-    with_sim_adapters: bool,
+    lifecycle: Option<&Lifecycle>,
     state: &Path,
 ) -> anyhow::Result<DemoCredentials> {
     let tenant = match accounts::find_tenant(pool, DEMO_TENANT).await {
@@ -87,9 +91,9 @@ pub async fn ensure(
         None,
     )
     .await?;
-    if with_sim_adapters {
-        for (served, lora) in local_sim::DEMO_ADAPTERS {
-            fleet::register_adapter(pool, tenant.id, served, local_sim::DEMO_BASE, lora).await?;
+    if let Some(lifecycle) = lifecycle {
+        for served in local_sim::DEMO_ADAPTERS {
+            demo_adapter(pool, lifecycle, tenant.id, served).await?;
         }
         tf_core::db::catalog::price_unpriced(pool, "local-sim", DEMO_MICROS_PER_1K).await?;
     }
@@ -107,6 +111,46 @@ pub async fn ensure(
     write_state(state, &creds)
         .with_context(|| format!("writing the demo credentials to {}", state.display()))?;
     Ok(creds)
+}
+
+/// Uploads (generated, valid weights) and starts a demo adapter unless it is already there; a
+/// row left by an older demo (registered without files) is replaced.
+async fn demo_adapter(
+    pool: &PgPool,
+    lifecycle: &Lifecycle,
+    tenant: Uuid,
+    served: &str,
+) -> anyhow::Result<()> {
+    let actor = Actor {
+        user_id: None,
+        label: "system".into(),
+    };
+    let view = match lifecycle.view(tenant, served).await {
+        Ok(v) => v,
+        Err(LifecycleError::NotFound(_)) => {
+            tf_core::db::catalog::delete_adapter(pool, tenant, served).await?;
+            let base: BaseConfig = serde_json::from_value(local_sim::sim_base_config())?;
+            let (config, weights) =
+                fixture::valid(&local_sim::model_id(local_sim::DEMO_BASE), &base, 8);
+            lifecycle
+                .upload_bytes(
+                    tenant,
+                    served,
+                    local_sim::DEMO_BASE,
+                    config.into_bytes(),
+                    weights,
+                    &actor,
+                )
+                .await?
+        }
+        Err(e) => return Err(e.into()),
+    };
+    if view.state == "stopped" && view.desired == "stopped" {
+        lifecycle
+            .command(tenant, served, Command::Start, &actor)
+            .await?;
+    }
+    Ok(())
 }
 
 /// The saved credentials, if the file exists and parses (otherwise new ones are made).

@@ -22,8 +22,10 @@
 //!    - `metering`: reading engine answers (SSE or whole) to their end, finishing usage events.
 //!    - [`adapter_check`]: an uploaded LoRA adapter judged against its base, once, at registration.
 //!    - [`fleet`]: where bases are served (local simulators or a static list) and the catalog.
+//!    - [`lifecycle`]: tenants' adapters uploaded, validated, started and stopped; the controller.
 //! 4. **Edges**: what clients and operators talk to.
 //!    - [`gateway`]: the `/v1` request path (auth, resolve, admit, forward, meter).
+//!    - [`api`]: the `/api/v1` management API (adapters) for developers with a key.
 //!    - [`http_server`]: client connections with head deadlines and a connection cap.
 //!    - [`portal`]: the portal's routes and session layer (components in `tf_app`).
 //!    - `notify`: PostgreSQL notifications that refresh this replica's caches.
@@ -56,9 +58,11 @@ pub mod usage_store;
 // Logic.
 pub mod adapter_check;
 pub mod fleet;
+pub mod lifecycle;
 pub(crate) mod metering;
 pub mod quota;
 // Edges.
+pub mod api;
 pub mod gateway;
 pub mod http_server;
 pub(crate) mod notify;

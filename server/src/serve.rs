@@ -46,9 +46,20 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     // If Redis is not up yet, a connector keeps trying on this tracker until `cancel`.
     let redis =
         crate::redis_conn::connect(args.redis_url.expose(), &fleet_tracker, cancel.clone()).await;
-    fleet::start(&fleet_spec, &pool, &fleet_tracker, &cancel).await?;
+    let backend = fleet::start(&fleet_spec, &pool, &fleet_tracker, &cancel).await?;
+    let lifecycle_options = crate::lifecycle::LifecycleOptions {
+        adapter_dir: args.adapter_dir.clone(),
+        backend,
+        ..Default::default()
+    };
     let demo = if args.demo {
-        Some(crate::demo::ensure(&pool, fleet_spec == FleetSpec::LocalSim, &args.demo_state).await?)
+        let lifecycle = crate::lifecycle::Lifecycle::new(
+            pool.clone(),
+            crate::lifecycle::AdapterStore::new(lifecycle_options.adapter_dir.clone()),
+            lifecycle_options.limits,
+        );
+        let adapters = (fleet_spec == FleetSpec::LocalSim).then_some(&lifecycle);
+        Some(crate::demo::ensure(&pool, adapters, &args.demo_state).await?)
     } else {
         None
     };
@@ -63,10 +74,20 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             gateway: (&args.gateway).into(),
             journal: journal.clone(),
             quota: (&args.quota).into(),
+            lifecycle: lifecycle_options,
             ..AppOptions::default()
         },
     )
     .await?;
+    // The controller brings the simulated graphs up in a moment: wait for them, so the banner
+    // can name a model.
+    let routes = built.gateway.routes.clone();
+    let _ = tokio::time::timeout(Duration::from_secs(5), async {
+        while routes.snapshot().visible(uuid::Uuid::nil()).is_empty() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;

@@ -121,7 +121,7 @@ async fn limits_for_a_non_ascii_key_prefix_is_an_error_not_a_panic(pool: PgPool)
 async fn demo_credentials_survive_a_restart_and_another_replica_revokes_nothing(pool: PgPool) {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join(".tokenfactory/demo.json");
-    let first = tokenfactory::demo::ensure(&pool, false, &state)
+    let first = tokenfactory::demo::ensure(&pool, None, &state)
         .await
         .unwrap();
     #[cfg(unix)]
@@ -131,7 +131,7 @@ async fn demo_credentials_survive_a_restart_and_another_replica_revokes_nothing(
         assert_eq!(mode & 0o777, 0o600, "{mode:o}");
     }
     // A restart prints the same credentials, and they work.
-    let again = tokenfactory::demo::ensure(&pool, false, &state)
+    let again = tokenfactory::demo::ensure(&pool, None, &state)
         .await
         .unwrap();
     assert_eq!(again, first);
@@ -152,7 +152,7 @@ async fn demo_credentials_survive_a_restart_and_another_replica_revokes_nothing(
 
     // A replica elsewhere (no state file) gets its own key; the first one keeps working.
     let elsewhere = dir.path().join("other/demo.json");
-    let other = tokenfactory::demo::ensure(&pool, false, &elsewhere)
+    let other = tokenfactory::demo::ensure(&pool, None, &elsewhere)
         .await
         .unwrap();
     assert_ne!(other.api_key, first.api_key);
@@ -176,7 +176,7 @@ async fn demo_credentials_survive_a_restart_and_another_replica_revokes_nothing(
         .to_string(),
     )
     .unwrap();
-    let repaired = tokenfactory::demo::ensure(&pool, false, &state)
+    let repaired = tokenfactory::demo::ensure(&pool, None, &state)
         .await
         .unwrap();
     assert_ne!(repaired.api_key, "tf-not-a-key");

@@ -106,9 +106,12 @@ pub struct RouteRow {
     pub prompt_estimator: String,
     /// Unix seconds (OpenAI's `created`).
     pub created: i64,
+    /// `ready`, or `starting` (answered 503 with `retry-after` until it is ready).
+    pub state: String,
 }
 
-/// Every routable name: offered bases, and ready adapters of active tenants.
+/// Every routable name: offered bases with a graph, and ready or starting adapters of active
+/// tenants that their owner wants running.
 pub async fn routes(pool: &PgPool) -> sqlx::Result<Vec<RouteRow>> {
     sqlx::query_as!(
         RouteRow,
@@ -117,15 +120,16 @@ pub async fn routes(pool: &PgPool) -> sqlx::Result<Vec<RouteRow>> {
                   b.upstream_model AS "upstream_model!", b.price_key AS "price_key!",
                   b.shared_cache AS "shared_cache!", b.continuous_usage AS "continuous_usage!",
                   b.denied_fields AS "denied_fields?", b.prompt_estimator AS "prompt_estimator!",
-                  extract(epoch FROM b.created_at)::bigint AS "created!"
-           FROM base_models b WHERE b.offered
+                  extract(epoch FROM b.created_at)::bigint AS "created!", 'ready' AS "state!"
+           FROM base_models b WHERE b.offered AND b.upstream_url <> ''
            UNION ALL
            SELECT a.name, a.tenant_id, b.name, a.id, a.version, b.graph, b.upstream_url, a.upstream_model,
                   a.price_key, a.shared_cache, b.continuous_usage, b.denied_fields, b.prompt_estimator,
-                  extract(epoch FROM a.created_at)::bigint
+                  extract(epoch FROM a.created_at)::bigint, a.state
            FROM adapters a JOIN base_models b ON b.id = a.base_model_id
                 JOIN tenants t ON t.id = a.tenant_id
-           WHERE a.state = 'ready' AND t.status = 'active'"#,
+           WHERE a.state IN ('ready', 'starting') AND a.desired = 'running'
+                 AND b.upstream_url <> '' AND t.status = 'active'"#,
     )
     .fetch_all(pool)
     .await

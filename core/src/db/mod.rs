@@ -15,6 +15,7 @@
 //! | [`spend`] | billed spend from `usage_events` priced by `base_models` |
 //! | [`sessions`] | `portal_sessions` |
 //! | [`settings`] | a tenant's settings (`tenants`: display name, body logging) |
+//! | [`lifecycle`] | `base_templates`, `graphs`, managed `adapters`, `lifecycle_history` |
 //! | [`leader`] | advisory locks (one leader per cluster) |
 //! | [`dashboard`] | the tenant home's month totals and usable models |
 //! | [`reports`] | the usage page (`usage_daily` rollup) and the request log |
@@ -31,6 +32,7 @@ pub mod catalog;
 pub mod dashboard;
 pub mod keys;
 pub mod leader;
+pub mod lifecycle;
 pub mod limits;
 pub mod overview;
 pub mod replicas;

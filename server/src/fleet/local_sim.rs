@@ -1,68 +1,83 @@
-//! The `local-sim` backend, the embedded default: one simulated engine per base model on a
-//! loopback port, speaking the same protocol as a vLLM worker behind Dynamo. Paced like a small
-//! real model so the demo feels like one.
+//! The `local-sim` fleet, the embedded default: its bases are offered with serving templates, and
+//! the lifecycle controller brings their graphs up on [`super::sim_fleet::SimFleet`] (simulated
+//! engine replicas on loopback, speaking the same protocol as vLLM workers behind Dynamo). Paced
+//! like a small real model so the demo feels like one.
 
-use tf_engine_sim::{EngineSim, SimConfig};
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
+use serde_json::{json, Value};
+use sqlx::PgPool;
+use tf_core::db::lifecycle::{offer_base, TemplateRow};
+use tf_engine_sim::SimConfig;
 
-use super::BaseRegistration;
 use crate::engine_policy::PromptEstimator;
 
-/// The base that carries the demo adapters.
+/// The base that carries the demo adapters (two replicas, so adapters fan out).
 pub const DEMO_BASE: &str = "llama-3.1-8b-sim";
 /// A second base without adapters.
 const OTHER_BASE: &str = "qwen-2.5-7b-sim";
-/// Demo adapters on [`DEMO_BASE`]: (served name, LoRA name the engine knows).
-pub const DEMO_ADAPTERS: [(&str, &str); 2] = [
-    ("support-bot", "demo--support-bot--v1"),
-    ("sql-helper", "demo--sql-helper--v1"),
-];
+/// The demo tenant's adapters on [`DEMO_BASE`] (served names).
+pub const DEMO_ADAPTERS: [&str; 2] = ["support-bot", "sql-helper"];
 
-/// Starts the engines; they stop when `cancel` fires.
-pub async fn start(
-    tracker: &TaskTracker,
-    cancel: &CancellationToken,
-) -> anyhow::Result<Vec<BaseRegistration>> {
-    let mut bases = Vec::new();
-    for name in [DEMO_BASE, OTHER_BASE] {
-        let loras = if name == DEMO_BASE {
-            DEMO_ADAPTERS
-                .iter()
-                .map(|(_, lora)| ((*lora).to_owned(), format!("/demo/{lora}")))
-                .collect()
-        } else {
-            Vec::new()
-        };
-        let config = SimConfig {
-            models: vec![name.to_owned()],
-            loras,
-            ttft_ms: 40,
-            prefill_tokens_per_sec: 20_000,
-            decode_tokens_per_sec: 60,
-            ..SimConfig::default()
-        };
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let addr = listener.local_addr()?;
-        let sim = EngineSim::new(config);
-        let stop = cancel.clone();
-        tracker.spawn(async move {
-            if let Err(e) =
-                tf_engine_sim::serve(listener, sim, async move { stop.cancelled().await }).await
-            {
-                tracing::error!(error = %e, "simulated engine stopped");
-            }
-        });
-        bases.push(BaseRegistration {
-            name: name.to_owned(),
-            graph: format!("local-sim/{name}"),
-            upstream_url: format!("http://{addr}/v1"),
-            upstream_model: name.to_owned(),
-            continuous_usage: true,
-            // The demo's tenants must not drive the simulator: the default deny-list strips `sim`.
-            denied_fields: None,
-            prompt_estimator: PromptEstimator::SimWords,
-        });
+/// The model id adapters for a simulated base must declare as their base.
+pub fn model_id(base: &str) -> String {
+    format!("tokenfactory/{base}")
+}
+
+/// Replica pacing: a small real model.
+pub fn pacing() -> SimConfig {
+    SimConfig {
+        ttft_ms: 40,
+        prefill_tokens_per_sec: 20_000,
+        decode_tokens_per_sec: 60,
+        ..SimConfig::default()
     }
-    Ok(bases)
+}
+
+/// The `config.json` of the simulated bases: tiny, so generated adapters are a few KiB.
+pub fn sim_base_config() -> Value {
+    json!({
+        "architectures": ["LlamaForCausalLM"],
+        "hidden_size": 64,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "torch_dtype": "bfloat16"
+    })
+}
+
+/// The serving template of a simulated base with `replicas` replicas.
+pub fn template(base: &str, replicas: i32) -> TemplateRow {
+    TemplateRow {
+        model: model_id(base),
+        image: String::new(),
+        tensor_parallel_size: 1,
+        quantization: None,
+        max_loras: 8,
+        max_lora_rank: 64,
+        extra_args: Vec::new(),
+        gpus_per_replica: 1,
+        replicas_min: replicas,
+        replicas_max: replicas,
+        env_from_secret: None,
+        config_json: sim_base_config(),
+        tokenizer_json: None,
+        allow_dora: false,
+    }
+}
+
+/// Offers the simulated bases (idempotent); the controller starts their graphs.
+pub async fn offer(pool: &PgPool) -> sqlx::Result<()> {
+    for (name, replicas) in [(DEMO_BASE, 2), (OTHER_BASE, 1)] {
+        offer_base(
+            pool,
+            "local-sim",
+            name,
+            &format!("local-sim/{name}"),
+            true,
+            PromptEstimator::SimWords.as_str(),
+            &template(name, replicas),
+        )
+        .await?;
+    }
+    Ok(())
 }

@@ -5,9 +5,12 @@
 pub mod backend;
 pub mod dynamo_render;
 pub mod local_sim;
+pub mod sim_fleet;
+pub mod sim_frontend;
 pub mod static_file;
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use sqlx::PgPool;
 use tf_core::db::catalog::{self, BaseUpsert};
@@ -81,17 +84,27 @@ pub async fn register_adapter(
     catalog::upsert_adapter(pool, tenant_id, name, base, upstream_model).await
 }
 
-/// Starts the backend and registers what it serves. Engines it starts run until `cancel`.
+/// Starts the backend: a static fleet's engines are registered as they are; the local simulator
+/// offers its bases and returns the backend the lifecycle controller drives (engines it starts
+/// run until `cancel`).
 pub async fn start(
     spec: &FleetSpec,
     pool: &PgPool,
     tracker: &TaskTracker,
     cancel: &CancellationToken,
-) -> anyhow::Result<()> {
-    let bases = match spec {
-        FleetSpec::LocalSim => local_sim::start(tracker, cancel).await?,
-        FleetSpec::Static(path) => static_file::load(path)?,
-    };
-    register_bases(pool, spec.label(), &bases).await?;
-    Ok(())
+) -> anyhow::Result<Option<Arc<dyn backend::FleetBackend>>> {
+    match spec {
+        FleetSpec::LocalSim => {
+            local_sim::offer(pool).await?;
+            Ok(Some(Arc::new(sim_fleet::SimFleet::new(
+                tracker.clone(),
+                cancel.clone(),
+                local_sim::pacing(),
+            ))))
+        }
+        FleetSpec::Static(path) => {
+            register_bases(pool, spec.label(), &static_file::load(path)?).await?;
+            Ok(None)
+        }
+    }
 }

@@ -5,6 +5,9 @@ use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
+/// `retry-after` of a model that is starting (an adapter loads in seconds).
+pub const MODEL_STARTING_RETRY_SECS: u64 = 2;
+
 /// Longest model name echoed in an error message.
 const ECHOED_NAME_CHARS: usize = 128;
 
@@ -62,6 +65,9 @@ pub enum GatewayError {
     /// 504: the upstream did not start answering in time.
     #[error("The model backend did not answer in time.")]
     UpstreamTimeout,
+    /// 503: the tenant's model is being started; retry after a moment.
+    #[error("The model `{0}` is starting. Retry in a few seconds.")]
+    ModelStarting(String),
     /// 503: a dependency we need for this request (the database, for an uncached key) is down.
     #[error("The service is temporarily unavailable. Please retry.")]
     ServiceUnavailable,
@@ -90,6 +96,7 @@ impl GatewayError {
             Self::MethodNotAllowed(_) => "method_not_allowed",
             Self::UpstreamTimeout => "upstream_timeout",
             Self::ServiceUnavailable => "service_unavailable",
+            Self::ModelStarting(_) => "model_starting",
             Self::RateLimited(_) => "rate_limited",
         }
     }
@@ -124,7 +131,7 @@ impl GatewayError {
             Self::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
             Self::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             Self::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
-            Self::ServiceUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            Self::ServiceUnavailable | Self::ModelStarting(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
         }
     }
@@ -183,6 +190,11 @@ impl GatewayError {
             Self::ServiceUnavailable => {
                 ("service_unavailable".into(), serde_json::Value::Null, None)
             }
+            Self::ModelStarting(_) => (
+                "service_unavailable".into(),
+                json!("model_starting"),
+                Some("model"),
+            ),
             Self::RateLimited(r) => (
                 "rate_limit_error".into(),
                 json!(super::rate_headers::code(r)),
@@ -228,6 +240,12 @@ impl IntoResponse for GatewayError {
         }
         if let Self::RateLimited(r) = &self {
             super::rate_headers::write_refusal(r, response.headers_mut());
+        }
+        if let Self::ModelStarting(_) = &self {
+            response.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                HeaderValue::from(MODEL_STARTING_RETRY_SECS),
+            );
         }
         if let Self::TooManyKeyFailures(wait) = &self {
             response.headers_mut().insert(

@@ -52,6 +52,8 @@ pub async fn models(State(gw): State<Gateway>, req: Request) -> Response {
     let data: Vec<_> = snapshot
         .visible(principal.tenant_id)
         .into_iter()
+        // A starting model is not usable yet.
+        .filter(|r| !r.starting)
         .map(|r| {
             let owned_by = if r.owner.is_some() {
                 principal.tenant_name.as_str()
@@ -105,6 +107,9 @@ async fn handle(
         .get(principal.tenant_id, &req.model)
         .cloned()
         .ok_or_else(|| GatewayError::model_not_found(&req.model))?;
+    if route.starting {
+        return Err(GatewayError::ModelStarting(route.served_name.clone()));
+    }
     let (stream, wants, raw) = (req.stream, req.wants, body.clone());
 
     let started = Instant::now();

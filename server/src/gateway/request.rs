@@ -322,6 +322,7 @@ mod tests {
             continuous_usage: true,
             policy: crate::engine_policy::EnginePolicy::default(),
             created: 0,
+            starting: false,
         }
     }
 

@@ -41,6 +41,8 @@ pub struct Route {
     pub policy: EnginePolicy,
     /// Unix seconds the name was registered (for `/v1/models`).
     pub created: i64,
+    /// An adapter being loaded: answered 503 with `retry-after` until it is ready.
+    pub starting: bool,
 }
 
 /// One immutable snapshot.
@@ -127,6 +129,7 @@ impl RouteTable {
                     PromptEstimator::parse(&row.prompt_estimator).unwrap_or_default(),
                 ),
                 created: row.created,
+                starting: row.state == "starting",
             });
             match row.owner {
                 None => {

@@ -79,6 +79,7 @@ pub struct TestAppBuilder {
     database_via: Option<SocketAddr>,
     durability: &'static str,
     drain_seconds: u64,
+    lifecycle: tokenfactory::lifecycle::LifecycleOptions,
 }
 
 impl TestApp {
@@ -96,6 +97,7 @@ impl TestApp {
             database_via: None,
             durability: "process",
             drain_seconds: 5,
+            lifecycle: tokenfactory::lifecycle::LifecycleOptions::default(),
         }
     }
 }
@@ -114,6 +116,12 @@ impl TestAppBuilder {
             sim: primary.sim.clone(),
             addr: primary.sim_addr,
         });
+        self
+    }
+
+    /// Adapter storage, limits, and the fleet backend the controller drives (default: none).
+    pub fn lifecycle(mut self, lifecycle: tokenfactory::lifecycle::LifecycleOptions) -> Self {
+        self.lifecycle = lifecycle;
         self
     }
 
@@ -216,6 +224,7 @@ impl TestAppBuilder {
             gateway: self.gateway,
             journal: self.journal,
             quota: self.quota,
+            lifecycle: self.lifecycle,
             ..AppOptions::default()
         };
         let app = app::build(self.pool.clone(), options).await.unwrap();

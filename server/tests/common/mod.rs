@@ -13,6 +13,8 @@ pub mod app;
 pub mod chaos;
 pub mod client;
 pub mod eventually;
+pub mod fleet_contract;
+pub mod lifecycle;
 pub mod portal;
 pub mod process;
 pub mod raw_http;

@@ -1,0 +1,336 @@
+//! The `local-sim` [`FleetBackend`], the embedded default: a graph is N simulated engine
+//! replicas on loopback behind one frontend; an adapter is loaded on every replica through
+//! vLLM's runtime LoRA endpoints (`/v1/load_lora_adapter`, `/v1/unload_lora_adapter`), the
+//! calls the Dynamo operator and the `local-vllm` backend make on real workers.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde_json::json;
+use tf_engine_sim::{EngineSim, SimConfig};
+use tokio::sync::Mutex;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::backend::{
+    AdapterObserved, AdapterSpec, FleetBackend, FleetError, GraphObserved, GraphSpec, Phase,
+};
+use super::sim_frontend::{self, Replicas};
+
+/// One simulated replica.
+#[derive(Clone)]
+pub struct SimReplica {
+    pub addr: SocketAddr,
+    pub sim: EngineSim,
+    stop: CancellationToken,
+}
+
+struct SimGraph {
+    base: String,
+    replicas: Vec<SimReplica>,
+    front: Arc<Replicas>,
+    frontend: SocketAddr,
+    stop: CancellationToken,
+    /// Adapters registered on the graph (lora name -> source), loaded on replicas as they start.
+    loras: BTreeMap<String, String>,
+}
+
+pub struct SimFleet {
+    tracker: TaskTracker,
+    cancel: CancellationToken,
+    /// Pacing of every replica (its `models` and `loras` are set per graph).
+    pacing: SimConfig,
+    graphs: Mutex<HashMap<String, SimGraph>>,
+    http: reqwest::Client,
+}
+
+impl SimFleet {
+    /// A fleet whose engines stop when `cancel` fires.
+    pub fn new(tracker: TaskTracker, cancel: CancellationToken, pacing: SimConfig) -> Self {
+        Self {
+            tracker,
+            cancel,
+            pacing,
+            graphs: Mutex::new(HashMap::new()),
+            http: reqwest::Client::new(),
+        }
+    }
+
+    /// A graph's replicas (tests read their ledgers and LoRA lists).
+    pub async fn replicas(&self, graph: &str) -> Vec<SimReplica> {
+        self.graphs
+            .lock()
+            .await
+            .get(graph)
+            .map(|g| g.replicas.clone())
+            .unwrap_or_default()
+    }
+
+    async fn serve(
+        &self,
+        router: axum::Router,
+        stop: CancellationToken,
+    ) -> Result<SocketAddr, FleetError> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .map_err(|e| FleetError::Unavailable(format!("binding a loopback port: {e}")))?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| FleetError::Unavailable(e.to_string()))?;
+        self.tracker.spawn(async move {
+            let shutdown = async move { stop.cancelled().await };
+            if let Err(e) = axum::serve(listener, router)
+                .with_graceful_shutdown(shutdown)
+                .await
+            {
+                tracing::error!(error = %e, "simulated fleet server stopped");
+            }
+        });
+        Ok(addr)
+    }
+
+    async fn start_replica(
+        &self,
+        base: &str,
+        loras: &BTreeMap<String, String>,
+        graph_stop: &CancellationToken,
+    ) -> Result<SimReplica, FleetError> {
+        let config = SimConfig {
+            models: vec![base.to_owned()],
+            loras: loras.iter().map(|(n, p)| (n.clone(), p.clone())).collect(),
+            ..self.pacing.clone()
+        };
+        let sim = EngineSim::new(config);
+        let stop = graph_stop.child_token();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .map_err(|e| FleetError::Unavailable(format!("binding a loopback port: {e}")))?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| FleetError::Unavailable(e.to_string()))?;
+        let (s, token) = (sim.clone(), stop.clone());
+        self.tracker.spawn(async move {
+            if let Err(e) =
+                tf_engine_sim::serve(listener, s, async move { token.cancelled().await }).await
+            {
+                tracing::error!(error = %e, "simulated replica stopped");
+            }
+        });
+        Ok(SimReplica { addr, sim, stop })
+    }
+
+    /// POSTs a LoRA call to one replica; `ok_also` is the status and message vLLM answers when
+    /// it is already done ("has already been loaded", "cannot be found").
+    async fn lora_call(
+        &self,
+        addr: SocketAddr,
+        path: &str,
+        body: serde_json::Value,
+        ok_also: (u16, &str),
+    ) -> Result<(), FleetError> {
+        let answer = self
+            .http
+            .post(format!("http://{addr}{path}"))
+            .json(&body)
+            .send()
+            .await
+            .map_err(|e| FleetError::Unavailable(format!("replica {addr}: {e}")))?;
+        let status = answer.status().as_u16();
+        if answer.status().is_success() {
+            return Ok(());
+        }
+        let text = answer.text().await.unwrap_or_default();
+        if status == ok_also.0 && text.contains(ok_also.1) {
+            return Ok(());
+        }
+        if status >= 500 {
+            Err(FleetError::Unavailable(format!(
+                "replica {addr}: {status} {text}"
+            )))
+        } else {
+            Err(FleetError::Rejected(format!(
+                "replica {addr}: {status} {text}"
+            )))
+        }
+    }
+
+    async fn listed(&self, addr: SocketAddr, lora: &str) -> Result<bool, FleetError> {
+        let models: serde_json::Value = self
+            .http
+            .get(format!("http://{addr}/v1/models"))
+            .send()
+            .await
+            .and_then(reqwest::Response::error_for_status)
+            .map_err(|e| FleetError::Unavailable(format!("replica {addr}: {e}")))?
+            .json()
+            .await
+            .map_err(|e| FleetError::Unavailable(format!("replica {addr}: {e}")))?;
+        Ok(models["data"]
+            .as_array()
+            .is_some_and(|d| d.iter().any(|m| m["id"] == lora)))
+    }
+}
+
+fn observed(g: &SimGraph, desired: u32) -> GraphObserved {
+    GraphObserved {
+        phase: Phase::Ready,
+        replicas_ready: u32::try_from(g.replicas.len()).unwrap_or(u32::MAX),
+        replicas_desired: desired,
+        frontend_url: format!("http://{}/v1", g.frontend),
+    }
+}
+
+#[async_trait]
+impl FleetBackend for SimFleet {
+    fn kind(&self) -> &'static str {
+        "local-sim"
+    }
+
+    async fn apply_graph(&self, spec: &GraphSpec) -> Result<GraphObserved, FleetError> {
+        let want = spec.template.replicas.max(1);
+        let mut graphs = self.graphs.lock().await;
+        if !graphs.contains_key(&spec.graph) {
+            let stop = self.cancel.child_token();
+            let front = Arc::new(Replicas::default());
+            let frontend = self
+                .serve(
+                    sim_frontend::router(front.clone(), self.http.clone()),
+                    stop.clone(),
+                )
+                .await?;
+            graphs.insert(
+                spec.graph.clone(),
+                SimGraph {
+                    base: spec.base.clone(),
+                    replicas: Vec::new(),
+                    front,
+                    frontend,
+                    stop,
+                    loras: BTreeMap::new(),
+                },
+            );
+        }
+        let Some(g) = graphs.get_mut(&spec.graph) else {
+            return Err(FleetError::Unavailable("graph vanished".into()));
+        };
+        if g.base != spec.base {
+            return Err(FleetError::Conflict(format!(
+                "graph {} serves {}, not {}",
+                spec.graph, g.base, spec.base
+            )));
+        }
+        while g.replicas.len() < want as usize {
+            let r = self.start_replica(&g.base, &g.loras, &g.stop).await?;
+            g.replicas.push(r);
+        }
+        while g.replicas.len() > want as usize {
+            if let Some(r) = g.replicas.pop() {
+                r.stop.cancel();
+            }
+        }
+        g.front.set(g.replicas.iter().map(|r| r.addr).collect());
+        Ok(observed(g, want))
+    }
+
+    async fn delete_graph(&self, graph: &str) -> Result<(), FleetError> {
+        if let Some(g) = self.graphs.lock().await.remove(graph) {
+            g.front.set(Vec::new());
+            g.stop.cancel();
+        }
+        Ok(())
+    }
+
+    async fn observe_graph(&self, graph: &str) -> Result<Option<GraphObserved>, FleetError> {
+        Ok(self
+            .graphs
+            .lock()
+            .await
+            .get(graph)
+            .map(|g| observed(g, u32::try_from(g.replicas.len()).unwrap_or(u32::MAX))))
+    }
+
+    async fn apply_adapter(&self, a: &AdapterSpec) -> Result<AdapterObserved, FleetError> {
+        let addrs = {
+            let mut graphs = self.graphs.lock().await;
+            let g = graphs
+                .get_mut(&a.graph)
+                .ok_or_else(|| FleetError::Unavailable(format!("graph {} not up", a.graph)))?;
+            g.loras.insert(a.lora_name.clone(), a.source_uri.clone());
+            g.replicas.iter().map(|r| r.addr).collect::<Vec<_>>()
+        };
+        let body = json!({"lora_name": a.lora_name, "lora_path": a.source_uri});
+        for addr in &addrs {
+            // 400 "already loaded" is success: every call is re-sent on every pass.
+            self.lora_call(
+                *addr,
+                "/v1/load_lora_adapter",
+                body.clone(),
+                (400, "already"),
+            )
+            .await?;
+        }
+        let n = u32::try_from(addrs.len()).unwrap_or(u32::MAX);
+        Ok(AdapterObserved {
+            phase: Phase::Ready,
+            ready_endpoints: n,
+            total_endpoints: n,
+        })
+    }
+
+    async fn remove_adapter(&self, a: &AdapterSpec) -> Result<(), FleetError> {
+        let addrs = {
+            let mut graphs = self.graphs.lock().await;
+            let Some(g) = graphs.get_mut(&a.graph) else {
+                return Ok(());
+            };
+            g.loras.remove(&a.lora_name);
+            g.replicas.iter().map(|r| r.addr).collect::<Vec<_>>()
+        };
+        let body = json!({"lora_name": a.lora_name});
+        for addr in addrs {
+            // 404 "cannot be found" is success: it is already gone.
+            self.lora_call(
+                addr,
+                "/v1/unload_lora_adapter",
+                body.clone(),
+                (404, "cannot be found"),
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
+    async fn observe_adapter(
+        &self,
+        a: &AdapterSpec,
+    ) -> Result<Option<AdapterObserved>, FleetError> {
+        let addrs = {
+            let graphs = self.graphs.lock().await;
+            let Some(g) = graphs.get(&a.graph) else {
+                return Ok(None);
+            };
+            g.replicas.iter().map(|r| r.addr).collect::<Vec<_>>()
+        };
+        let mut ready = 0u32;
+        for addr in &addrs {
+            if self.listed(*addr, &a.lora_name).await? {
+                ready += 1;
+            }
+        }
+        if ready == 0 {
+            return Ok(None);
+        }
+        let total = u32::try_from(addrs.len()).unwrap_or(u32::MAX);
+        Ok(Some(AdapterObserved {
+            phase: if ready == total {
+                Phase::Ready
+            } else {
+                Phase::Pending
+            },
+            ready_endpoints: ready,
+            total_endpoints: total,
+        }))
+    }
+}

@@ -1,0 +1,403 @@
+//! The fleet controller: one leader per cluster (a PostgreSQL advisory lock held on a connection
+//! of its own) reconciles the desired state in PostgreSQL into a [`FleetBackend`] and writes what
+//! it observes back, with history. Every pass re-sends the whole desired state, so a pass that
+//! failed half-way is finished by the next; a failing graph or adapter backs off on its own
+//! without holding up the others, and every error is counted by kind.
+//!
+//! Start = the base's graph exists (created if needed), then the adapter is registered on it;
+//! stop = that adapter is deregistered, nothing else; delete = deregistered, its files removed,
+//! its row removed, and the graph torn down when no model is left on it (unless the bare base is
+//! offered).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sqlx::{Connection, PgConnection, PgPool};
+use tf_core::db::lifecycle::{self as db, AdapterRow, GraphWrite, TemplatedBase};
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use super::metrics::FleetMetrics;
+use super::service::record_adapter;
+use super::storage::AdapterStore;
+use crate::fleet::backend::{
+    AdapterSpec, FleetBackend, FleetError, GraphObserved, GraphSpec, Phase,
+};
+use crate::fleet::dynamo_render::ServingTemplate;
+
+/// The advisory lock key of the fleet controller ("tffleet").
+pub const LEADER_KEY: i64 = 0x0074_6666_6c65_6574;
+/// First retry delay after an error; doubles per consecutive error up to [`MAX_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_millis(250);
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// How long a replica that is not the leader waits before trying to take the lock again.
+const FOLLOWER_RETRY: Duration = Duration::from_secs(2);
+
+/// Adapter states that keep a model on its base (so its graph stays up).
+const ON_BASE: [&str; 5] = ["stopped", "starting", "ready", "stopping", "failed"];
+
+#[derive(Debug, Clone, Copy)]
+pub struct ControllerOptions {
+    /// How often the leader reconciles.
+    pub tick: Duration,
+}
+
+impl Default for ControllerOptions {
+    fn default() -> Self {
+        Self {
+            tick: Duration::from_millis(250),
+        }
+    }
+}
+
+/// A failing entity's retry schedule.
+#[derive(Debug, Clone, Copy)]
+struct Backoff {
+    failures: u32,
+    next: Instant,
+}
+
+pub struct Controller {
+    pool: PgPool,
+    backend: Arc<dyn FleetBackend>,
+    metrics: Arc<FleetMetrics>,
+    options: ControllerOptions,
+    backoff: HashMap<String, Backoff>,
+}
+
+impl Controller {
+    pub fn new(
+        pool: PgPool,
+        backend: Arc<dyn FleetBackend>,
+        metrics: Arc<FleetMetrics>,
+        options: ControllerOptions,
+    ) -> Self {
+        Self {
+            pool,
+            backend,
+            metrics,
+            options,
+            backoff: HashMap::new(),
+        }
+    }
+
+    /// Runs until `cancel`: waits for the lock, then reconciles every tick while it holds it.
+    pub async fn run(mut self, cancel: CancellationToken) {
+        loop {
+            match self.lead(&cancel).await {
+                Ok(()) => {}
+                Err(e) => {
+                    self.metrics.error("database");
+                    tracing::warn!(error = %e, "fleet controller lost its database connection");
+                }
+            }
+            self.metrics.set_leader(false);
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                () = tokio::time::sleep(FOLLOWER_RETRY) => {}
+            }
+        }
+    }
+
+    /// Takes the lock if free and reconciles until `cancel` or until the connection fails.
+    async fn lead(&mut self, cancel: &CancellationToken) -> sqlx::Result<()> {
+        let mut conn = PgConnection::connect_with(&self.pool.connect_options()).await?;
+        if !tf_core::db::leader::try_lock(&mut conn, LEADER_KEY).await? {
+            return conn.close().await;
+        }
+        self.metrics.set_leader(true);
+        tracing::info!(backend = self.backend.kind(), "fleet controller leading");
+        let mut tick = tokio::time::interval(self.options.tick);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                () = cancel.cancelled() => break,
+                _ = tick.tick() => {}
+            }
+            tf_core::db::leader::ping(&mut conn).await?;
+            if let Err(e) = self.reconcile_once().await {
+                self.metrics.error("database");
+                tracing::warn!(error = %e, "fleet reconcile pass failed");
+            }
+        }
+        tf_core::db::leader::unlock(&mut conn, LEADER_KEY).await?;
+        conn.close().await
+    }
+
+    /// One pass over the whole desired state (public so tests can drive passes themselves).
+    pub async fn reconcile_once(&mut self) -> sqlx::Result<()> {
+        self.metrics.pass();
+        let kind = self.backend.kind();
+        let bases: Vec<TemplatedBase> = db::templated_bases(&self.pool)
+            .await?
+            .into_iter()
+            .filter(|b| b.fleet == kind)
+            .collect();
+        let ours: HashSet<Uuid> = bases.iter().map(|b| b.id).collect();
+        let adapters: Vec<AdapterRow> = db::managed_adapters(&self.pool)
+            .await?
+            .into_iter()
+            .filter(|a| ours.contains(&a.base_model_id))
+            .collect();
+        let needed = |base: &TemplatedBase| {
+            base.offered
+                || adapters.iter().any(|a| {
+                    a.base_model_id == base.id
+                        && a.desired != "deleted"
+                        && ON_BASE.contains(&a.state.as_str())
+                })
+        };
+        let mut ready_graphs = HashSet::new();
+        for base in bases.iter().filter(|b| needed(b)) {
+            if self.ensure_graph(base).await? {
+                ready_graphs.insert(base.id);
+            }
+        }
+        for adapter in &adapters {
+            let Some(base) = bases.iter().find(|b| b.id == adapter.base_model_id) else {
+                continue;
+            };
+            self.reconcile_adapter(base, adapter, ready_graphs.contains(&base.id))
+                .await?;
+        }
+        for base in bases
+            .iter()
+            .filter(|b| !needed(b) && b.graph_state.is_some())
+        {
+            self.tear_down(base).await?;
+        }
+        Ok(())
+    }
+
+    /// Makes the base's graph exist; returns whether it is ready to take adapters.
+    async fn ensure_graph(&mut self, base: &TemplatedBase) -> sqlx::Result<bool> {
+        let key = format!("graph:{}", base.id);
+        if self.waiting(&key) {
+            return Ok(base.graph_state.as_deref() == Some("ready"));
+        }
+        let spec = graph_spec(base);
+        let observed = if base.graph_state.as_deref() == Some("ready") {
+            match self.backend.observe_graph(&spec.graph).await {
+                Ok(Some(o)) if o.phase == Phase::Ready => Ok(o),
+                Ok(_) => self.backend.apply_graph(&spec).await,
+                Err(e) => Err(e),
+            }
+        } else {
+            self.backend.apply_graph(&spec).await
+        };
+        match observed {
+            Ok(o) => {
+                self.succeeded(&key);
+                self.write_graph(base, &o).await?;
+                Ok(o.phase == Phase::Ready)
+            }
+            Err(e) => {
+                self.failed(&key, &e);
+                Ok(false)
+            }
+        }
+    }
+
+    async fn write_graph(&self, base: &TemplatedBase, o: &GraphObserved) -> sqlx::Result<()> {
+        let (state, reason) = match &o.phase {
+            Phase::Pending => ("pending", None),
+            Phase::Ready => ("ready", None),
+            Phase::Failed(r) => ("failed", Some(r.as_str())),
+        };
+        let desired = i32::try_from(o.replicas_desired).unwrap_or(i32::MAX);
+        let ready = i32::try_from(o.replicas_ready).unwrap_or(i32::MAX);
+        let unchanged = base.graph_state.as_deref() == Some(state)
+            && base.replicas_desired == Some(desired)
+            && base.replicas_ready == Some(ready);
+        if !unchanged {
+            db::set_graph(
+                &self.pool,
+                &GraphWrite {
+                    base_model_id: base.id,
+                    name: &base.graph,
+                    state,
+                    reason,
+                    replicas_ready: ready,
+                    replicas_desired: desired,
+                },
+            )
+            .await?;
+        }
+        if o.phase == Phase::Ready && base.upstream_url != o.frontend_url {
+            db::set_base_upstream(&self.pool, base.id, &o.frontend_url).await?;
+        }
+        Ok(())
+    }
+
+    async fn tear_down(&mut self, base: &TemplatedBase) -> sqlx::Result<()> {
+        let key = format!("graph:{}", base.id);
+        if self.waiting(&key) {
+            return Ok(());
+        }
+        match self.backend.delete_graph(&base.graph).await {
+            Ok(()) => {
+                self.succeeded(&key);
+                db::delete_graph_row(&self.pool, base.id, &base.graph).await
+            }
+            Err(e) => {
+                self.failed(&key, &e);
+                Ok(())
+            }
+        }
+    }
+
+    async fn reconcile_adapter(
+        &mut self,
+        base: &TemplatedBase,
+        a: &AdapterRow,
+        graph_ready: bool,
+    ) -> sqlx::Result<()> {
+        let key = format!("adapter:{}", a.id);
+        if self.waiting(&key) {
+            return Ok(());
+        }
+        let Some(spec) = adapter_spec(base, a) else {
+            return Ok(());
+        };
+        let outcome = match (a.desired.as_str(), a.state.as_str()) {
+            ("running", "starting") if graph_ready => {
+                match self.backend.apply_adapter(&spec).await {
+                    Ok(o) => match o.phase {
+                        Phase::Ready => self.transition(a, "ready", None).await.map(|()| Ok(())),
+                        Phase::Pending => Ok(Ok(())),
+                        Phase::Failed(r) => self
+                            .transition(a, "failed", Some(&r))
+                            .await
+                            .map(|()| Ok(())),
+                    },
+                    Err(FleetError::Rejected(r)) => self
+                        .transition(a, "failed", Some(&r))
+                        .await
+                        .map(|()| Ok(())),
+                    Err(e) => Ok(Err(e)),
+                }
+            }
+            ("running", "ready") if graph_ready => {
+                match self.backend.observe_adapter(&spec).await {
+                    Ok(Some(o)) if o.phase == Phase::Ready => Ok(Ok(())),
+                    // Lost on a replica (restarted): register it again.
+                    Ok(_) => Ok(self.backend.apply_adapter(&spec).await.map(|_| ())),
+                    Err(e) => Ok(Err(e)),
+                }
+            }
+            ("stopped", "stopping") => match self.backend.remove_adapter(&spec).await {
+                Ok(()) => self.transition(a, "stopped", None).await.map(|()| Ok(())),
+                Err(e) => Ok(Err(e)),
+            },
+            ("deleted", state) if !matches!(state, "uploading" | "validating") => {
+                let removed = if matches!(state, "starting" | "ready" | "stopping") {
+                    self.backend.remove_adapter(&spec).await
+                } else {
+                    Ok(())
+                };
+                match removed {
+                    Ok(()) => self.forget(a).await.map(|()| Ok(())),
+                    Err(e) => Ok(Err(e)),
+                }
+            }
+            _ => Ok(Ok(())),
+        }?;
+        match outcome {
+            Ok(()) => self.succeeded(&key),
+            Err(e) => self.failed(&key, &e),
+        }
+        Ok(())
+    }
+
+    /// Moves an adapter from the state this pass read to `to`, unless its owner changed it since.
+    async fn transition(&self, a: &AdapterRow, to: &str, reason: Option<&str>) -> sqlx::Result<()> {
+        let mut tx = self.pool.begin().await?;
+        if let Some(row) = db::lock_adapter_by_id(&mut tx, a.id).await? {
+            if row.state == a.state && row.desired == a.desired && row.version == a.version {
+                db::set_adapter(&mut tx, row.id, &row.desired, to, reason).await?;
+                record_adapter(&mut tx, &row, to, reason).await?;
+            }
+        }
+        tx.commit().await
+    }
+
+    /// A deleted adapter, deregistered: its files and its row go; its history stays.
+    async fn forget(&self, a: &AdapterRow) -> sqlx::Result<()> {
+        if let Some(dir) = a.storage_uri.as_deref().and_then(AdapterStore::dir_of_uri) {
+            // The adapter's folder holds every version (`<id>/v<n>/`).
+            let folder = dir
+                .parent()
+                .filter(|p| p.ends_with(a.id.simple().to_string()))
+                .map_or(dir.clone(), std::path::Path::to_path_buf);
+            if let Err(e) = AdapterStore::remove_dir(&folder).await {
+                tracing::warn!(error = %e, dir = %folder.display(), "could not remove an adapter's files");
+            }
+        }
+        let mut tx = self.pool.begin().await?;
+        if let Some(row) = db::lock_adapter_by_id(&mut tx, a.id).await? {
+            if row.desired == "deleted" {
+                db::delete_adapter_row(&mut tx, row.id).await?;
+                record_adapter(&mut tx, &row, "deleted", None).await?;
+            }
+        }
+        tx.commit().await
+    }
+
+    fn waiting(&self, key: &str) -> bool {
+        self.backoff
+            .get(key)
+            .is_some_and(|b| Instant::now() < b.next)
+    }
+
+    fn succeeded(&mut self, key: &str) {
+        self.backoff.remove(key);
+    }
+
+    fn failed(&mut self, key: &str, e: &FleetError) {
+        self.metrics.error(e.kind());
+        let failures = self.backoff.get(key).map_or(0, |b| b.failures) + 1;
+        let delay = FIRST_BACKOFF
+            .saturating_mul(1 << failures.min(8))
+            .min(MAX_BACKOFF);
+        tracing::warn!(entity = key, error = %e, retry_in = ?delay, "fleet backend call failed");
+        self.backoff.insert(
+            key.to_owned(),
+            Backoff {
+                failures,
+                next: Instant::now() + delay,
+            },
+        );
+    }
+}
+
+/// The backend's view of a templated base.
+pub fn graph_spec(base: &TemplatedBase) -> GraphSpec {
+    let t = &base.template;
+    let u = |v: i32| u32::try_from(v).unwrap_or(1);
+    GraphSpec {
+        base: base.name.clone(),
+        graph: base.graph.clone(),
+        template: ServingTemplate {
+            model: t.model.clone(),
+            image: t.image.clone(),
+            gpus_per_replica: u(t.gpus_per_replica),
+            replicas: u(t.replicas_min),
+            tensor_parallel_size: u(t.tensor_parallel_size),
+            quantization: t.quantization.clone(),
+            max_loras: u(t.max_loras),
+            max_lora_rank: u64::from(u(t.max_lora_rank)),
+            extra_args: t.extra_args.clone(),
+            env_from_secret: t.env_from_secret.clone(),
+        },
+    }
+}
+
+fn adapter_spec(base: &TemplatedBase, a: &AdapterRow) -> Option<AdapterSpec> {
+    Some(AdapterSpec {
+        graph: base.graph.clone(),
+        base: base.name.clone(),
+        lora_name: a.upstream_model.clone(),
+        source_uri: a.storage_uri.clone()?,
+    })
+}

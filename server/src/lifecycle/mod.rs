@@ -1,0 +1,39 @@
+//! Model lifecycle: tenants' adapters uploaded, validated, started, stopped and deleted on shared
+//! base graphs. PostgreSQL holds the desired state; [`service::Lifecycle`] is the one service
+//! behind the management API and the portal; [`controller::Controller`] (one leader per cluster)
+//! makes a [`crate::fleet::backend::FleetBackend`] follow it and writes back what it observes.
+
+pub mod controller;
+pub mod fixture;
+pub mod metrics;
+pub mod service;
+pub mod storage;
+pub mod transitions;
+pub mod validate;
+
+pub use controller::{Controller, ControllerOptions};
+pub use metrics::FleetMetrics;
+pub use service::{Actor, AdapterView, Lifecycle, LifecycleError, UploadLimits};
+pub use storage::AdapterStore;
+
+/// What the app needs to run the lifecycle.
+#[derive(Clone)]
+pub struct LifecycleOptions {
+    /// Where uploaded adapters are stored (`--adapter-dir`).
+    pub adapter_dir: std::path::PathBuf,
+    pub limits: UploadLimits,
+    /// The backend the controller drives; `None`: no controller on this replica (static fleets).
+    pub backend: Option<std::sync::Arc<dyn crate::fleet::backend::FleetBackend>>,
+    pub controller: ControllerOptions,
+}
+
+impl Default for LifecycleOptions {
+    fn default() -> Self {
+        Self {
+            adapter_dir: std::env::temp_dir().join("tokenfactory-adapters"),
+            limits: UploadLimits::default(),
+            backend: None,
+            controller: ControllerOptions::default(),
+        }
+    }
+}
