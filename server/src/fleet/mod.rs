@@ -4,7 +4,9 @@
 
 pub mod backend;
 pub mod dynamo_render;
+pub mod kubernetes;
 pub mod local_sim;
+pub mod local_vllm;
 pub mod static_file;
 
 use std::path::PathBuf;
