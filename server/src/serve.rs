@@ -47,6 +47,14 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let redis =
         crate::redis_conn::connect(args.redis_url.expose(), &fleet_tracker, cancel.clone()).await;
     fleet::start(&fleet_spec, &pool, &fleet_tracker, &cancel).await?;
+    // The lifecycle controller drives this backend; built here so a bad kubeconfig fails start-up.
+    let _fleet_backend = fleet::build::backend(
+        &fleet_spec,
+        &args.fleet_backend.options(),
+        &fleet_tracker,
+        &cancel,
+    )
+    .await?;
     let demo = if args.demo {
         Some(crate::demo::ensure(&pool, fleet_spec == FleetSpec::LocalSim, &args.demo_state).await?)
     } else {

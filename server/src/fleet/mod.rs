@@ -3,6 +3,7 @@
 //! (Dynamo) backend is to come behind the same entry point.
 
 pub mod backend;
+pub mod build;
 pub mod dynamo_render;
 pub mod kubernetes;
 pub mod local_sim;
@@ -26,6 +27,10 @@ pub enum FleetSpec {
     LocalSim,
     /// Engines that already run elsewhere, listed in a TOML file.
     Static(PathBuf),
+    /// Dynamo graphs on Kubernetes, driven by the lifecycle controller ([`kubernetes`]).
+    Kubernetes,
+    /// `vllm serve` processes on this machine, driven by the lifecycle controller ([`local_vllm`]).
+    LocalVllm,
 }
 
 impl FleetSpec {
@@ -33,6 +38,8 @@ impl FleetSpec {
         match self {
             Self::LocalSim => "local-sim",
             Self::Static(_) => "static",
+            Self::Kubernetes => "kubernetes",
+            Self::LocalVllm => "local-vllm",
         }
     }
 }
@@ -93,6 +100,8 @@ pub async fn start(
     let bases = match spec {
         FleetSpec::LocalSim => local_sim::start(tracker, cancel).await?,
         FleetSpec::Static(path) => static_file::load(path)?,
+        // The lifecycle controller registers these backends' bases as it starts their graphs.
+        FleetSpec::Kubernetes | FleetSpec::LocalVllm => Vec::new(),
     };
     register_bases(pool, spec.label(), &bases).await?;
     Ok(())
