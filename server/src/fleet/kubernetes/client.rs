@@ -81,10 +81,15 @@ impl Resource {
     }
 
     /// Deletes the object; `None` when it is gone (or was never there), else the object as it
-    /// is now (a finalizer holds it, `deletionTimestamp` set).
+    /// is now (a finalizer holds it, `deletionTimestamp` set). The API server answers with the
+    /// object in both cases; only a remaining finalizer means it is still there.
     pub async fn delete(&self, name: &str) -> Result<Option<Value>, FleetError> {
         match self.api.delete(name, &DeleteParams::background()).await {
-            Ok(either) => Ok(either.left().as_ref().map(to_json)),
+            Ok(either) => Ok(either.left().as_ref().map(to_json).filter(|o| {
+                o["metadata"]["finalizers"]
+                    .as_array()
+                    .is_some_and(|f| !f.is_empty())
+            })),
             Err(e) if status_code(&e) == Some(404) => Ok(None),
             Err(e) => Err(self.error("delete", name, e)),
         }
