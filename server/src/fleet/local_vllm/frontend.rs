@@ -11,8 +11,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::lock;
-use super::replica::Replica;
+use super::replica::{lock, Replica};
 
 /// The replicas a frontend forwards to; replaced whole when the graph is re-applied.
 pub type Replicas = Arc<Mutex<Vec<Arc<Replica>>>>;

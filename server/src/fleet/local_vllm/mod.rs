@@ -12,7 +12,7 @@ mod replica;
 use std::collections::{BTreeSet, HashMap};
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use self::frontend::Replicas;
-use self::replica::{Launch, LoraError, Replica, Wanted, FAILED_AFTER};
+use self::replica::{lock, Launch, LoraError, Replica, Wanted, FAILED_AFTER};
 use super::backend::{
     AdapterObserved, AdapterSpec, FleetBackend, FleetError, GraphObserved, GraphSpec, Phase,
 };
@@ -73,10 +73,6 @@ struct ReplicaSet {
     stop: CancellationToken,
     tasks: TaskTracker,
     gpus: Vec<u32>,
-}
-
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl LocalVllm {

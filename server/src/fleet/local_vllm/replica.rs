@@ -6,14 +6,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::process::Stdio;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use serde_json::json;
 use tokio::process::{Child, Command};
 use tokio_util::sync::CancellationToken;
 
-use super::lock;
 
 /// First restart delay; doubled after each failure up to [`MAX_BACKOFF`].
 const BACKOFF: Duration = Duration::from_millis(500);
@@ -24,6 +23,11 @@ pub const FAILED_AFTER: u32 = 3;
 const GRACE: Duration = Duration::from_secs(10);
 /// How often `/health` is polled while a process starts.
 const HEALTH_POLL: Duration = Duration::from_millis(100);
+
+/// Locks a std mutex, ignoring poisoning (every critical section leaves the state consistent).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
 
 /// How to start one replica's process.
 #[derive(Debug, Clone)]
