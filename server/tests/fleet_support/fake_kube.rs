@@ -164,9 +164,9 @@ impl FakeKube {
             .unwrap_or("")
             .split('&')
             .filter(|kv| !kv.is_empty())
-            .filter_map(|kv| {
+            .map(|kv| {
                 let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
-                Some((decode(k), decode(v)))
+                (decode(k), decode(v))
             })
             .collect();
         let content_type = headers
