@@ -62,10 +62,13 @@ pub struct ServeArgs {
     /// Prefix of every Redis key this deployment writes.
     #[arg(long, env = "TF_REDIS_PREFIX", default_value = crate::app::DEFAULT_REDIS_PREFIX)]
     pub redis_prefix: String,
-    /// Fleet backend: `local-sim` (simulated engines on loopback) or `static:FILE` (a TOML list
-    /// of engines that already run).
+    /// Fleet backend: `local-sim` (simulated engines on loopback), `static:FILE` (a TOML list
+    /// of engines that already run), `kubernetes` (Dynamo graphs) or `local-vllm` (`vllm serve`
+    /// processes on this machine).
     #[arg(long, env = "TF_FLEET", default_value = "local-sim")]
     pub fleet: String,
+    #[command(flatten)]
+    pub fleet_backend: FleetArgs,
     /// Create the demo tenant (logins, adapters, an API key) once, and print its credentials at
     /// every start. For trying the product on one machine (`scripts/run.sh` sets it); never for
     /// production replicas.
@@ -96,6 +99,48 @@ pub struct ServeArgs {
     pub journal: JournalArgs,
     #[command(flatten)]
     pub quota: QuotaArgs,
+}
+
+/// Options of the `kubernetes` and `local-vllm` fleets (ignored by the others).
+#[derive(Debug, Clone, Args)]
+pub struct FleetArgs {
+    /// Namespace of the Dynamo graphs (default: the kubeconfig context's, or the pod's own).
+    #[arg(long, env = "TF_KUBE_NAMESPACE")]
+    pub kube_namespace: Option<String>,
+    /// The gateway's URL of a graph's frontend; `{graph}` and `{namespace}` are replaced.
+    #[arg(long, env = "TF_KUBE_FRONTEND_URL", default_value = crate::fleet::dynamo_render::DEFAULT_FRONTEND_URL)]
+    pub kube_frontend_url: String,
+    /// A kubeconfig file (default: `KUBECONFIG`, `~/.kube/config`, then the in-cluster config).
+    #[arg(long, env = "TF_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// The vLLM executable `local-vllm` runs as `<bin> serve <model> ...`.
+    #[arg(long, env = "TF_VLLM_BIN", default_value = "vllm")]
+    pub vllm_bin: PathBuf,
+    /// GPUs on this machine that `local-vllm` hands to replicas (`CUDA_VISIBLE_DEVICES`); unset:
+    /// not pinned.
+    #[arg(long, env = "TF_VLLM_GPUS")]
+    pub vllm_gpus: Option<u32>,
+    /// Seconds a new vLLM process gets to answer `/health` before it is restarted.
+    #[arg(long, env = "TF_VLLM_STARTUP_TIMEOUT_SECS", default_value_t = 600)]
+    pub vllm_startup_timeout_secs: u64,
+}
+
+impl FleetArgs {
+    /// The backends' option structs.
+    pub fn options(&self) -> crate::fleet::build::BackendOptions {
+        crate::fleet::build::BackendOptions {
+            kube: crate::fleet::kubernetes::KubeOptions {
+                namespace: self.kube_namespace.clone(),
+                frontend_url: self.kube_frontend_url.clone(),
+                kubeconfig: self.kubeconfig.clone(),
+            },
+            vllm: crate::fleet::local_vllm::LocalVllmOptions {
+                vllm_bin: self.vllm_bin.clone(),
+                gpus: self.vllm_gpus,
+                startup_timeout: std::time::Duration::from_secs(self.vllm_startup_timeout_secs),
+            },
+        }
+    }
 }
 
 /// Admission flags; the defaults are [`QuotaOptions::DEFAULT`]'s (one place for them).
@@ -448,11 +493,13 @@ impl SimArgs {
 pub fn parse_fleet(spec: &str) -> Result<crate::fleet::FleetSpec, String> {
     match spec.split_once(':') {
         None if spec == "local-sim" => Ok(crate::fleet::FleetSpec::LocalSim),
+        None if spec == "kubernetes" => Ok(crate::fleet::FleetSpec::Kubernetes),
+        None if spec == "local-vllm" => Ok(crate::fleet::FleetSpec::LocalVllm),
         Some(("static", path)) if !path.is_empty() => {
             Ok(crate::fleet::FleetSpec::Static(PathBuf::from(path)))
         }
         _ => Err(format!(
-            "unknown fleet {spec:?}: use `local-sim` or `static:FILE`"
+            "unknown fleet {spec:?}: use `local-sim`, `static:FILE`, `kubernetes` or `local-vllm`"
         )),
     }
 }

@@ -46,10 +46,18 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     // If Redis is not up yet, a connector keeps trying on this tracker until `cancel`.
     let redis =
         crate::redis_conn::connect(args.redis_url.expose(), &fleet_tracker, cancel.clone()).await;
-    let backend = fleet::start(&fleet_spec, &pool, &fleet_tracker, &cancel).await?;
+    let sim_backend = fleet::start(&fleet_spec, &pool, &fleet_tracker, &cancel).await?;
+    // kubernetes and local-vllm: built here so a bad kubeconfig fails start-up.
+    let built = fleet::build::backend(
+        &fleet_spec,
+        &args.fleet_backend.options(),
+        &fleet_tracker,
+        &cancel,
+    )
+    .await?;
     let lifecycle_options = crate::lifecycle::LifecycleOptions {
         adapter_dir: args.adapter_dir.clone(),
-        backend,
+        backend: sim_backend.or(built),
         ..Default::default()
     };
     let demo = if args.demo {

@@ -190,7 +190,7 @@ pub fn lora_model(
         "apiVersion": API_VERSION,
         "kind": "DynamoModel",
         "metadata": {
-            "name": format!("{graph}-{}", &hex_sha256(served_name)[..10]),
+            "name": lora_model_name(&graph, served_name),
             "namespace": namespace,
             "labels": {MANAGED_BY: FIELD_MANAGER, BASE_LABEL: label_value(base)},
             "ownerReferences": [{
@@ -209,6 +209,12 @@ pub fn lora_model(
             "source": {"uri": source_uri},
         },
     }))
+}
+
+/// The `DynamoModel` object name of an adapter served as `served_name` on `graph`: unique per
+/// served name (hashed, since served names may hold characters Kubernetes names may not).
+pub fn lora_model_name(graph: &str, served_name: &str) -> String {
+    format!("{graph}-{}", &hex_sha256(served_name)[..10])
 }
 
 /// Label values are at most 63 characters of `[A-Za-z0-9._-]`; the graph name is one.

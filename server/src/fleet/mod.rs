@@ -3,8 +3,11 @@
 //! (Dynamo) backend is to come behind the same entry point.
 
 pub mod backend;
+pub mod build;
 pub mod dynamo_render;
+pub mod kubernetes;
 pub mod local_sim;
+pub mod local_vllm;
 pub mod sim_fleet;
 pub mod sim_frontend;
 pub mod static_file;
@@ -27,6 +30,10 @@ pub enum FleetSpec {
     LocalSim,
     /// Engines that already run elsewhere, listed in a TOML file.
     Static(PathBuf),
+    /// Dynamo graphs on Kubernetes, driven by the lifecycle controller ([`kubernetes`]).
+    Kubernetes,
+    /// `vllm serve` processes on this machine, driven by the lifecycle controller ([`local_vllm`]).
+    LocalVllm,
 }
 
 impl FleetSpec {
@@ -34,6 +41,8 @@ impl FleetSpec {
         match self {
             Self::LocalSim => "local-sim",
             Self::Static(_) => "static",
+            Self::Kubernetes => "kubernetes",
+            Self::LocalVllm => "local-vllm",
         }
     }
 }
@@ -106,5 +115,7 @@ pub async fn start(
             register_bases(pool, spec.label(), &static_file::load(path)?).await?;
             Ok(None)
         }
+        // The lifecycle controller registers these backends' bases as it starts their graphs.
+        FleetSpec::Kubernetes | FleetSpec::LocalVllm => Ok(None),
     }
 }
