@@ -27,7 +27,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run migrations, then serve the portal and the OpenAI-compatible /v1 API (the default).
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Apply pending database migrations and exit.
     Migrate(DbArgs),
     /// Operator commands: accounts, keys, usage.

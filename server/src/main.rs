@@ -19,7 +19,7 @@ async fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         None => tokenfactory::serve::run(ServeArgs::parse_from(["tokenfactory"])).await,
-        Some(Command::Serve(args)) => tokenfactory::serve::run(args).await,
+        Some(Command::Serve(args)) => tokenfactory::serve::run(*args).await,
         Some(Command::Migrate(db)) => tokenfactory::admin::migrate(&db).await,
         Some(Command::Admin(cmd)) => tokenfactory::admin::run(cmd).await,
         Some(Command::EngineSim(args)) => match args.config() {

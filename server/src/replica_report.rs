@@ -84,7 +84,7 @@ impl Reporter {
             if let Err(e) = replicas::report(&self.pool, &self.report()).await {
                 tracing::warn!(error = %e, "could not report this replica's figures");
             }
-            if n % FORGET_EVERY == 0 {
+            if n.is_multiple_of(FORGET_EVERY) {
                 if let Err(e) = replicas::forget(&self.pool, FORGET_AFTER_SECS).await {
                     tracing::warn!(error = %e, "could not delete old replica reports");
                 }

@@ -2,13 +2,6 @@
 //! minute's and this month's consumption; every role reads it, nobody in the tenant edits it,
 //! and another tenant's keys are not on it.
 
-#![expect(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    reason = "a test helper that fails should fail the test loudly"
-)]
-
 mod common;
 
 use common::portal::{assert_redirect, MEMBER, PASSWORD};

@@ -5,8 +5,6 @@
 
 #![expect(
     clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
     reason = "a test helper that fails should fail the test loudly"
 )]
 

@@ -25,6 +25,8 @@ pub enum Slot {
     NewKey,
     /// A new invitation link, shown on `/members`.
     Invitation,
+    /// A password an admin generated (a new tenant's first user, a reset), shown on the admin page.
+    Password,
 }
 
 impl Slot {
@@ -33,6 +35,7 @@ impl Slot {
         match self {
             Self::NewKey => "revealed_key",
             Self::Invitation => "revealed_invitation",
+            Self::Password => "revealed_password",
         }
     }
 
@@ -41,6 +44,7 @@ impl Slot {
         match self {
             Self::NewKey => "tf_reveal",
             Self::Invitation => "tf_reveal_invite",
+            Self::Password => "tf_reveal_password",
         }
     }
 }

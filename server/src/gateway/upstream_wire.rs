@@ -145,8 +145,7 @@ fn framing(status: StatusCode, headers: &HeaderMap) -> Result<(Framing, bool), W
             .iter()
             .flat_map(|v| v.as_bytes().split(|b| *b == b','))
             .map(<[u8]>::trim_ascii)
-            .filter(|t| !t.is_empty())
-            .last();
+            .rfind(|t| !t.is_empty());
         let chunked = last.is_some_and(|t| t.eq_ignore_ascii_case(b"chunked"));
         let framing = if chunked {
             Framing::Chunked

@@ -827,12 +827,17 @@ mod tests {
             used: 600,
             ..grant(0)
         };
-        c.observe_spend(&[spend.clone()], &[seen]);
-        let a = c.take_own(&[spend.clone()], now, 0.5).expect("100 of 200");
+        c.observe_spend(std::slice::from_ref(&spend), &[seen]);
+        let a = c
+            .take_own(std::slice::from_ref(&spend), now, 0.5)
+            .expect("100 of 200");
         assert_eq!(a.used_reset, vec![(600, 0)]);
-        c.take_own(&[spend.clone()], now, 0.5).expect("200 of 200");
+        c.take_own(std::slice::from_ref(&spend), now, 0.5)
+            .expect("200 of 200");
         assert_eq!(
-            c.take_own(&[spend.clone()], now, 0.5).unwrap_err().failed,
+            c.take_own(std::slice::from_ref(&spend), now, 0.5)
+                .unwrap_err()
+                .failed,
             0
         );
         assert_eq!(c.spend(&spend, 30, true), None, "not owed to Redis");

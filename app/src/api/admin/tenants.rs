@@ -109,7 +109,7 @@ pub async fn admin_tenants(
     let portal = Portal::current()?;
     admin::required(&portal).await?;
     let s = session::current().await?;
-    let fresh = reveal::take(&s, &cookies::jar().await?).await?;
+    let fresh = reveal::take(reveal::Slot::Password, &s, &cookies::jar().await?).await?;
     let month = month_start();
     let after = after.filter(|a| !a.is_empty());
     let mut rows = tf_core::db::overview::tenant_page(
@@ -284,7 +284,7 @@ pub async fn admin_create_tenant(
             secret: password,
             note: None,
         };
-        reveal::stash(&f.session, &f.jar, &fresh).await?;
+        reveal::stash(reveal::Slot::Password, &f.session, &f.jar, &fresh).await?;
     }
     f.back("/admin/tenants", Some(AdminFlash::TenantCreated))
 }

@@ -45,7 +45,7 @@ pub async fn admin_users(
     let portal = Portal::current()?;
     let me = admin::required(&portal).await?;
     let s = session::current().await?;
-    let fresh = reveal::take(&s, &cookies::jar().await?).await?;
+    let fresh = reveal::take(reveal::Slot::Password, &s, &cookies::jar().await?).await?;
     let after = after.filter(|a| !a.is_empty());
     let mut rows =
         tf_core::db::overview::user_page(&portal.deps.pool, after.as_deref(), super::PAGE_SIZE + 1)
@@ -124,7 +124,7 @@ pub async fn admin_reset_password(
         secret: password,
         note: None,
     };
-    reveal::stash(&f.session, &f.jar, &fresh).await?;
+    reveal::stash(reveal::Slot::Password, &f.session, &f.jar, &fresh).await?;
     f.back("/admin/users", Some(AdminFlash::PasswordReset))
 }
 

@@ -96,7 +96,7 @@ fn row(u: UserItem, csrf: String) -> AnyView {
     });
     view! {
         <tr data-user=u.email.clone()>
-            <td>{u.email.clone()}{u.you.then(|| " (you)")}</td>
+            <td>{u.email.clone()}{u.you.then_some(" (you)")}</td>
             <td>{u.role}</td>
             <td>{tenant}</td>
             <td>{u.created}</td>

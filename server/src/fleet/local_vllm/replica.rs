@@ -13,7 +13,6 @@ use serde_json::json;
 use tokio::process::{Child, Command};
 use tokio_util::sync::CancellationToken;
 
-
 /// First restart delay; doubled after each failure up to [`MAX_BACKOFF`].
 const BACKOFF: Duration = Duration::from_millis(500);
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
