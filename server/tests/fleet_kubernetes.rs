@@ -201,7 +201,9 @@ async fn an_adapter_is_a_lora_model_owned_by_its_graph_ready_on_every_endpoint()
 #[tokio::test]
 async fn errors_map_to_their_kinds() {
     let (fake, backend) = setup(None).await;
-    fake.fail_next("PATCH", GRAPHS, 503);
+    // kube's client retries 429/503/504 itself (`RetryPolicy::server_retry`), so one injected 503
+    // never reaches the backend; a 500 does.
+    fake.fail_next("PATCH", GRAPHS, 500);
     assert!(matches!(
         backend.apply_graph(&spec()).await,
         Err(FleetError::Unavailable(_))
