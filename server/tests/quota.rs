@@ -160,7 +160,7 @@ async fn request_rate_holds_across_two_replicas_under_contention(pool: PgPool) {
     .await;
     println!("requests per minute: limit 300, admitted {ok} of 1200");
     eprintln!(
-        "DEBUG a {:?} b {:?}",
+        "admissions by replica: a {:?}, b {:?}",
         a.app.gateway.quota.admissions(),
         _b.gateway.quota.admissions()
     );
