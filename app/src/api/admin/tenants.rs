@@ -296,25 +296,7 @@ pub async fn admin_suspend_tenant(
     #[server(default)] tenant: String,
     #[server(default)] from: String,
 ) -> Result<(), PortalError> {
-    use crate::ssr::admin::AdminFlash;
-    use crate::ssr::internal;
-
-    let back = back_to(&from, &tenant);
-    let Some(f) = super::form(&csrf, &back).await? else {
-        return Ok(());
-    };
-    let pool = &f.portal.deps.pool;
-    let found = tf_core::db::accounts::tenant_by_name(pool, &tenant)
-        .await
-        .map_err(|e| internal("loading a tenant", e))?;
-    let Some(t) = found else {
-        return f.back("/admin/tenants", Some(AdminFlash::NoSuchTenant));
-    };
-    tf_core::operator::suspend_tenant(pool, &f.actor(), t.id)
-        .await
-        .map_err(|e| internal("suspending a tenant", e))?;
-    tracing::info!(tenant = %t.name, admin = %f.user.email, "tenant suspended in the portal");
-    f.back(&back, Some(AdminFlash::TenantSuspended))
+    change_status(&csrf, &tenant, &from, true).await
 }
 
 /// Reactivates a suspended tenant.
@@ -324,25 +306,44 @@ pub async fn admin_reactivate_tenant(
     #[server(default)] tenant: String,
     #[server(default)] from: String,
 ) -> Result<(), PortalError> {
+    change_status(&csrf, &tenant, &from, false).await
+}
+
+/// Suspension and reactivation: the same form, the one audited operator call each.
+#[cfg(feature = "ssr")]
+async fn change_status(
+    csrf: &str,
+    tenant: &str,
+    from: &str,
+    suspend: bool,
+) -> Result<(), PortalError> {
     use crate::ssr::admin::AdminFlash;
     use crate::ssr::internal;
 
-    let back = back_to(&from, &tenant);
-    let Some(f) = super::form(&csrf, &back).await? else {
+    let back = back_to(from, tenant);
+    let Some(f) = super::form(csrf, &back).await? else {
         return Ok(());
     };
     let pool = &f.portal.deps.pool;
-    let found = tf_core::db::accounts::tenant_by_name(pool, &tenant)
+    let found = tf_core::db::accounts::tenant_by_name(pool, tenant)
         .await
         .map_err(|e| internal("loading a tenant", e))?;
     let Some(t) = found else {
         return f.back("/admin/tenants", Some(AdminFlash::NoSuchTenant));
     };
-    tf_core::operator::reactivate_tenant(pool, &f.actor(), t.id)
-        .await
-        .map_err(|e| internal("reactivating a tenant", e))?;
-    tracing::info!(tenant = %t.name, admin = %f.user.email, "tenant reactivated in the portal");
-    f.back(&back, Some(AdminFlash::TenantReactivated))
+    let (done, flash) = if suspend {
+        tf_core::operator::suspend_tenant(pool, &f.actor(), t.id)
+            .await
+            .map_err(|e| internal("suspending a tenant", e))?;
+        ("suspended", AdminFlash::TenantSuspended)
+    } else {
+        tf_core::operator::reactivate_tenant(pool, &f.actor(), t.id)
+            .await
+            .map_err(|e| internal("reactivating a tenant", e))?;
+        ("reactivated", AdminFlash::TenantReactivated)
+    };
+    tracing::info!(tenant = %t.name, admin = %f.user.email, "tenant {done} in the portal");
+    f.back(&back, Some(flash))
 }
 
 /// Sets every limit of a tenant from its form (empty: no limit).
