@@ -6,7 +6,7 @@
 use leptos::prelude::*;
 use leptos_meta::Title;
 
-use super::{CsrfField, Flash, Guarded, TopBar};
+use super::{CsrfField, Guarded};
 use crate::api::keys::{
     list_keys, CreateKey, FreshKey, KeyState, KeyView, KeysView, RevokeKey, RotateKey,
     GRACE_CHOICES,
@@ -35,24 +35,7 @@ pub fn KeysPage() -> impl IntoView {
 }
 
 fn page(state: PageState) -> AnyView {
-    let csrf = state.csrf.clone();
-    view! {
-        <TopBar viewer=state.viewer csrf=state.csrf/>
-        <main class="content">
-            <Flash message=state.flash/>
-            <h1>"API keys"</h1>
-            <Suspense fallback=|| ()>
-                {Suspend::new(async move {
-                    match list_keys().await {
-                        Ok(v) => body(v, csrf),
-                        Err(e) => view! { <p class="flash" role="alert">{e.to_string()}</p> }
-                            .into_any(),
-                    }
-                })}
-            </Suspense>
-        </main>
-    }
-    .into_any()
+    super::loaded_page(state, "API keys", list_keys, body)
 }
 
 fn body(v: KeysView, csrf: String) -> AnyView {

@@ -4,7 +4,7 @@
 use leptos::prelude::*;
 use leptos_meta::Title;
 
-use super::{Flash, Guarded, TopBar};
+use super::Guarded;
 use crate::api::limits::{load_limits, LimitsView, SubjectLimits};
 use crate::model::{Access, PageState};
 use crate::money::{format_micros, group_thousands};
@@ -19,23 +19,7 @@ pub fn LimitsPage() -> impl IntoView {
 }
 
 fn page(state: PageState) -> AnyView {
-    view! {
-        <TopBar viewer=state.viewer csrf=state.csrf/>
-        <main class="content">
-            <Flash message=state.flash/>
-            <h1>"Limits"</h1>
-            <Suspense fallback=|| ()>
-                {Suspend::new(async move {
-                    match load_limits().await {
-                        Ok(v) => body(v),
-                        Err(e) => view! { <p class="flash" role="alert">{e.to_string()}</p> }
-                            .into_any(),
-                    }
-                })}
-            </Suspense>
-        </main>
-    }
-    .into_any()
+    super::loaded_page(state, "Limits", load_limits, |v, _| body(v))
 }
 
 fn count(n: Option<i64>) -> String {

@@ -5,7 +5,7 @@
 use leptos::prelude::*;
 use leptos_meta::Title;
 
-use super::{CsrfField, Flash, Guarded, TopBar};
+use super::{CsrfField, Guarded};
 use crate::api::members::{
     list_members, CancelInvitation, ChangeRole, FreshInvitation, InvitationView, InviteMember,
     MemberView, MembersView, RemoveMember, INVITATION_DAYS,
@@ -36,24 +36,7 @@ pub fn MembersPage() -> impl IntoView {
 }
 
 fn page(state: PageState) -> AnyView {
-    let csrf = state.csrf.clone();
-    view! {
-        <TopBar viewer=state.viewer csrf=state.csrf/>
-        <main class="content">
-            <Flash message=state.flash/>
-            <h1>"Members"</h1>
-            <Suspense fallback=|| ()>
-                {Suspend::new(async move {
-                    match list_members().await {
-                        Ok(v) => body(v, csrf),
-                        Err(e) => view! { <p class="flash" role="alert">{e.to_string()}</p> }
-                            .into_any(),
-                    }
-                })}
-            </Suspense>
-        </main>
-    }
-    .into_any()
+    super::loaded_page(state, "Members", list_members, body)
 }
 
 fn body(v: MembersView, csrf: String) -> AnyView {

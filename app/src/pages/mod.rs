@@ -124,6 +124,39 @@ pub fn TopBar(viewer: Option<Viewer>, csrf: String) -> impl IntoView {
     }
 }
 
+/// A tenant page's frame around the data its server function loads: top bar, flash, heading,
+/// then `body` with the data and the CSRF token (or the loader's error in its place).
+pub fn loaded_page<T, E, Fut>(
+    state: PageState,
+    heading: &'static str,
+    load: fn() -> Fut,
+    body: fn(T, String) -> AnyView,
+) -> AnyView
+where
+    T: Send + 'static,
+    E: std::fmt::Display + Send + 'static,
+    Fut: std::future::Future<Output = Result<T, E>> + Send + 'static,
+{
+    let csrf = state.csrf.clone();
+    view! {
+        <TopBar viewer=state.viewer csrf=state.csrf/>
+        <main class="content">
+            <Flash message=state.flash/>
+            <h1>{heading}</h1>
+            <Suspense fallback=|| ()>
+                {Suspend::new(async move {
+                    match load().await {
+                        Ok(v) => body(v, csrf),
+                        Err(e) => view! { <p class="flash" role="alert">{e.to_string()}</p> }
+                            .into_any(),
+                    }
+                })}
+            </Suspense>
+        </main>
+    }
+    .into_any()
+}
+
 /// Logout is a POST with the CSRF token, never a link: a GET must not change state.
 #[component]
 pub fn LogoutForm(csrf: String) -> impl IntoView {

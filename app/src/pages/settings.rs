@@ -5,7 +5,7 @@
 use leptos::prelude::*;
 use leptos_meta::Title;
 
-use super::{CsrfField, Flash, Guarded, TopBar};
+use super::{CsrfField, Guarded};
 use crate::api::settings::{
     load_settings, ChangePassword, SaveProfile, SaveTenantSettings, SettingsView, MAX_DISPLAY_NAME,
     RETENTION_DAYS,
@@ -22,24 +22,7 @@ pub fn SettingsPage() -> impl IntoView {
 }
 
 fn page(state: PageState) -> AnyView {
-    let csrf = state.csrf.clone();
-    view! {
-        <TopBar viewer=state.viewer csrf=state.csrf/>
-        <main class="content">
-            <Flash message=state.flash/>
-            <h1>"Settings"</h1>
-            <Suspense fallback=|| ()>
-                {Suspend::new(async move {
-                    match load_settings().await {
-                        Ok(v) => body(v, csrf),
-                        Err(e) => view! { <p class="flash" role="alert">{e.to_string()}</p> }
-                            .into_any(),
-                    }
-                })}
-            </Suspense>
-        </main>
-    }
-    .into_any()
+    super::loaded_page(state, "Settings", load_settings, body)
 }
 
 fn body(v: SettingsView, csrf: String) -> AnyView {
