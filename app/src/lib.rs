@@ -61,6 +61,7 @@ pub fn App() -> impl IntoView {
                 <Route path=path!("/usage") view=pages::usage::UsagePage ssr=SsrMode::Async/>
                 <Route path=path!("/logs") view=pages::logs::LogsPage ssr=SsrMode::Async/>
                 <Route path=path!("/limits") view=pages::limits::LimitsPage ssr=SsrMode::Async/>
+                <Route path=path!("/models") view=pages::models::ModelsPage ssr=SsrMode::Async/>
                 <Route path=path!("/members") view=pages::members::MembersPage ssr=SsrMode::Async/>
                 <Route path=path!("/settings") view=pages::settings::SettingsPage ssr=SsrMode::Async/>
                 <Route path=path!("/invite/:token") view=pages::invite::InvitePage ssr=SsrMode::Async/>

@@ -8,6 +8,7 @@ pub mod home;
 pub mod keys;
 pub mod limits;
 pub mod members;
+pub mod models;
 pub mod settings;
 pub mod usage;
 

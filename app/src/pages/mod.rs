@@ -9,6 +9,7 @@ pub mod limits;
 pub mod login;
 pub mod logs;
 pub mod members;
+pub mod models;
 pub mod settings;
 pub mod usage;
 
@@ -82,6 +83,7 @@ pub const TENANT_NAV: &[(&str, &str)] = &[
     ("/keys", "Keys"),
     ("/usage", "Usage"),
     ("/logs", "Logs"),
+    ("/models", "Models"),
     ("/limits", "Limits"),
     ("/members", "Members"),
     ("/settings", "Settings"),
