@@ -71,6 +71,7 @@ pub fn App() -> impl IntoView {
                 <Route path=path!("/admin/users") view=pages::admin::users::UsersPage ssr=SsrMode::Async/>
                 <Route path=path!("/admin/audit") view=pages::admin::audit::AuditPage ssr=SsrMode::Async/>
                 <Route path=path!("/admin/ops") view=pages::admin::ops::OpsPage ssr=SsrMode::Async/>
+                <Route path=path!("/admin/fleet") view=pages::admin::fleet::FleetPage ssr=SsrMode::Async/>
                 <Route path=path!("/admin/*any") view=pages::admin::AdminNotFound ssr=SsrMode::Async/>
             </Routes>
         </Router>

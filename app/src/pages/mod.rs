@@ -74,6 +74,7 @@ pub const ADMIN_NAV: &[(&str, &str)] = &[
     ("/admin/tenants", "Tenants"),
     ("/admin/users", "Users"),
     ("/admin/audit", "Audit"),
+    ("/admin/fleet", "Fleet"),
     ("/admin/ops", "Ops"),
 ];
 

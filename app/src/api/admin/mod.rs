@@ -5,6 +5,7 @@
 //! address) in the action's transaction. Lists are keyset-paginated in SQL.
 
 pub mod audit;
+pub mod fleet;
 pub mod ops;
 pub mod tenants;
 pub mod users;

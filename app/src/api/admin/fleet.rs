@@ -1,0 +1,121 @@
+//! `/admin/fleet`: every templated base with its serving template, every graph with its live state
+//! and replicas, every tenant's managed adapters with state and reason, as the lifecycle
+//! controller last recorded them (`tf_core::db::lifecycle`). Read-only.
+
+use leptos::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use crate::error::PortalError;
+
+/// A base and its template.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BaseItem {
+    pub name: String,
+    pub fleet: String,
+    pub offered: bool,
+    pub model: String,
+    pub image: String,
+    /// The engine's arguments beyond the template's fields.
+    pub engine_args: String,
+    pub tensor_parallel_size: i32,
+    pub gpus_per_replica: i32,
+    pub replicas_min: i32,
+    pub replicas_max: i32,
+    pub max_loras: i32,
+    pub max_lora_rank: i32,
+}
+
+/// A graph as last observed.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GraphItem {
+    pub base: String,
+    pub name: String,
+    pub state: String,
+    pub reason: Option<String>,
+    pub replicas_ready: i32,
+    pub replicas_desired: i32,
+}
+
+/// A tenant's managed adapter.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AdapterItem {
+    pub tenant_id: String,
+    pub name: String,
+    pub base: String,
+    pub version: i32,
+    pub state: String,
+    pub desired: String,
+    pub reason: Option<String>,
+    pub engine_name: String,
+}
+
+/// Everything `/admin/fleet` shows.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FleetView {
+    pub bases: Vec<BaseItem>,
+    pub graphs: Vec<GraphItem>,
+    pub adapters: Vec<AdapterItem>,
+}
+
+#[server(prefix = "/api", endpoint = "admin_fleet", input = leptos::server_fn::codec::GetUrl)]
+pub async fn admin_fleet() -> Result<FleetView, PortalError> {
+    use crate::ssr::{admin, internal, Portal};
+    use tf_core::db::lifecycle;
+
+    let portal = Portal::current()?;
+    admin::required(&portal).await?;
+    let pool = &portal.deps.pool;
+    let failed = |e| internal("reading the fleet", e);
+    let bases = lifecycle::templated_bases(pool)
+        .await
+        .map_err(failed)?
+        .into_iter()
+        .map(|b| BaseItem {
+            name: b.name,
+            fleet: b.fleet,
+            offered: b.offered,
+            model: b.template.model,
+            image: b.template.image,
+            engine_args: b.template.extra_args.join(" "),
+            tensor_parallel_size: b.template.tensor_parallel_size,
+            gpus_per_replica: b.template.gpus_per_replica,
+            replicas_min: b.template.replicas_min,
+            replicas_max: b.template.replicas_max,
+            max_loras: b.template.max_loras,
+            max_lora_rank: b.template.max_lora_rank,
+        })
+        .collect();
+    let graphs = lifecycle::graphs(pool)
+        .await
+        .map_err(failed)?
+        .into_iter()
+        .map(|g| GraphItem {
+            base: g.base,
+            name: g.name,
+            state: g.state,
+            reason: g.reason,
+            replicas_ready: g.replicas_ready,
+            replicas_desired: g.replicas_desired,
+        })
+        .collect();
+    let adapters = lifecycle::managed_adapters(pool)
+        .await
+        .map_err(failed)?
+        .into_iter()
+        .map(|a| AdapterItem {
+            tenant_id: a.tenant_id.to_string(),
+            name: a.name,
+            base: a.base,
+            version: a.version,
+            state: a.state,
+            desired: a.desired,
+            reason: a.reason,
+            engine_name: a.upstream_model,
+        })
+        .collect();
+    Ok(FleetView {
+        bases,
+        graphs,
+        adapters,
+    })
+}
