@@ -530,6 +530,7 @@ async fn the_top_bar_offers_what_the_role_may_reach_and_others_get_403(pool: PgP
         "/admin/tenants",
         "/admin/users",
         "/admin/audit",
+        "/admin/fleet",
         "/admin/ops",
     ] {
         assert!(html.contains(&format!(r#"href="{link}""#)), "{link}");
@@ -555,6 +556,7 @@ async fn the_top_bar_offers_what_the_role_may_reach_and_others_get_403(pool: PgP
         "/admin/users",
         "/admin/audit",
         "/admin/ops",
+        "/admin/fleet",
         "/admin/nothing-here",
     ] {
         let res = m.get(path).await;

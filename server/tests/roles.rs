@@ -140,7 +140,7 @@ async fn read_only_changes_nothing(pool: PgPool) {
     assert_eq!(role_of(&p.pool, "rita@acme.test").await, "read_only");
 
     // Reads every tenant page.
-    for page in ["/", "/keys", "/usage", "/logs", "/members"] {
+    for page in ["/", "/keys", "/usage", "/logs", "/members", "/models"] {
         ro.html(page).await;
     }
     let keys_page = ro.html("/keys").await;
