@@ -426,6 +426,10 @@ async fn no_route_shows_or_changes_another_tenants_data(pool: PgPool) {
     let logs = signed_in.html("/logs").await;
     assert!(logs.contains(&a.ids.request), "A sees its own request");
     assert!(signed_in.html("/keys").await.contains(&a.key_name));
+    // `/models` lists A's adapter and never B's.
+    let page = signed_in.html("/models").await;
+    assert!(page.contains(&a.ids.adapter), "{page}");
+    assert!(!page.contains(&b.ids.adapter), "{page}");
 
     // B is untouched.
     let models = t
