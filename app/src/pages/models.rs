@@ -36,13 +36,24 @@ fn base_row(b: BaseView) -> AnyView {
     .into_any()
 }
 
+/// The existing status colours: green when serving, amber while moving, muted otherwise.
+fn state_class(state: &str) -> &'static str {
+    if state == "ready" {
+        "status ok"
+    } else if TRANSITIONAL.contains(&state) {
+        "status ending"
+    } else {
+        "status refused"
+    }
+}
+
 fn adapter_row(a: AdapterView) -> AnyView {
     view! {
         <tr>
             <td>{a.name}</td>
             <td>{a.base}</td>
             <td class="num">{a.version}</td>
-            <td><span class=format!("state state-{}", a.state)>{a.state}</span></td>
+            <td><span class=state_class(&a.state)>{a.state.clone()}</span></td>
             <td>{a.reason.unwrap_or_default()}</td>
             <td><code>{a.engine_name}</code></td>
         </tr>
