@@ -19,7 +19,11 @@ use uuid::Uuid;
 
 /// Signs in a new member of `tenant` (an admin with `None`) through the login form.
 async fn signed_in(app: &common::TestApp, tenant: Option<Uuid>, email: &str) -> Browser {
-    let role = if tenant.is_some() { Role::TenantMember } else { Role::Admin };
+    let role = if tenant.is_some() {
+        Role::TenantMember
+    } else {
+        Role::Admin
+    };
     accounts::create_user(&app.pool, email, PASSWORD, role, tenant)
         .await
         .unwrap();
@@ -61,8 +65,14 @@ async fn models_page_shows_bases_and_only_the_tenants_own_adapters(pool: PgPool)
 
     let bob = signed_in(app, Some(globex.id), "bob@globex.test").await;
     let other = bob.html("/models").await;
-    assert!(other.contains(LORA_BASE), "the base is offered to every tenant");
-    assert!(!other.contains(">helper<"), "another tenant's adapter leaked: {other}");
+    assert!(
+        other.contains(LORA_BASE),
+        "the base is offered to every tenant"
+    );
+    assert!(
+        !other.contains(">helper<"),
+        "another tenant's adapter leaked: {other}"
+    );
     assert!(!other.contains(&engine_name), "{other}");
     assert!(other.contains("No adapters yet."), "{other}");
 }
