@@ -67,3 +67,33 @@ async fn a_replica_added_later_gets_the_adapters_already_registered() {
     let seen = fleet.observe_adapter(&adapter).await.unwrap().unwrap();
     assert_eq!((seen.ready_endpoints, seen.total_endpoints), (3, 3));
 }
+
+#[tokio::test]
+async fn a_graph_scales_to_zero_and_back_keeping_its_frontend_and_adapters() {
+    let fleet = SimFleet::new(
+        TaskTracker::new(),
+        CancellationToken::new(),
+        SimConfig::default(),
+    );
+    let awake = fleet.apply_graph(&spec("sleepy", 2)).await.unwrap();
+    let adapter = tokenfactory::fleet::backend::AdapterSpec {
+        graph: "local-sim/sleepy".into(),
+        base: "sleepy".into(),
+        lora_name: "t--s--v1".into(),
+        source_uri: "file:///s/".into(),
+    };
+    fleet.apply_adapter(&adapter).await.unwrap();
+    let asleep = fleet.apply_graph(&spec("sleepy", 0)).await.unwrap();
+    assert_eq!((asleep.replicas_ready, asleep.replicas_desired), (0, 0));
+    assert_eq!(asleep.frontend_url, awake.frontend_url);
+    assert!(fleet.replicas("local-sim/sleepy").await.is_empty());
+    let woken = fleet.apply_graph(&spec("sleepy", 2)).await.unwrap();
+    assert_eq!(woken.replicas_ready, 2);
+    assert_eq!(woken.frontend_url, awake.frontend_url);
+    let seen = fleet.observe_adapter(&adapter).await.unwrap().unwrap();
+    assert_eq!((seen.ready_endpoints, seen.total_endpoints), (2, 2));
+    assert_eq!(
+        fleet_contract::complete(&woken.frontend_url, "t--s--v1").await,
+        200
+    );
+}

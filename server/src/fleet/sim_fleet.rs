@@ -189,7 +189,9 @@ impl FleetBackend for SimFleet {
     }
 
     async fn apply_graph(&self, spec: &GraphSpec) -> Result<GraphObserved, FleetError> {
-        let want = spec.template.replicas.max(1);
+        // Zero is a graph asleep (issue 18): its replicas stop, its frontend stays, so its URL
+        // and registered adapters survive the wake.
+        let want = spec.template.replicas;
         let mut graphs = self.graphs.lock().await;
         if !graphs.contains_key(&spec.graph) {
             let stop = self.cancel.child_token();
