@@ -3,9 +3,9 @@
 
 use std::collections::BTreeMap;
 
-use super::config::{AdapterConfig, BaseConfig};
-use super::rejection::Rejection;
-use super::safetensors::Header;
+use crate::config::{AdapterConfig, BaseConfig};
+use crate::rejection::Rejection;
+use crate::safetensors::Header;
 
 /// The base an adapter is registered on, and what its graph allows (from its serving template).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -4,7 +4,7 @@
 
 use serde::Deserialize;
 
-use super::rejection::Rejection;
+use crate::rejection::Rejection;
 
 /// `adapter_config.json` of a PEFT LoRA adapter.
 #[derive(Debug, Clone, Deserialize)]

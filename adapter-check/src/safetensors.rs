@@ -9,10 +9,11 @@ use std::collections::HashSet;
 use std::fmt;
 use std::io::Read;
 
+use ::safetensors::tensor as st;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 
-use super::rejection::Rejection;
+use crate::rejection::Rejection;
 
 /// The largest header accepted. The reference parser allows 100 MB; a LoRA adapter of a 70B base
 /// with every projection targeted has about 1,100 tensors, some 200 KB of header, so 16 MiB is
@@ -50,6 +51,29 @@ impl Dtype {
         }
     }
 
+    /// The crate's dtype as one of ours; `None` for the types an adapter never carries (sub-byte,
+    /// FNUZ, complex).
+    fn from_crate(dtype: st::Dtype) -> Option<Self> {
+        Some(match dtype {
+            st::Dtype::BOOL => Dtype::BOOL,
+            st::Dtype::U8 => Dtype::U8,
+            st::Dtype::I8 => Dtype::I8,
+            st::Dtype::I16 => Dtype::I16,
+            st::Dtype::U16 => Dtype::U16,
+            st::Dtype::F16 => Dtype::F16,
+            st::Dtype::BF16 => Dtype::BF16,
+            st::Dtype::I32 => Dtype::I32,
+            st::Dtype::U32 => Dtype::U32,
+            st::Dtype::F32 => Dtype::F32,
+            st::Dtype::F64 => Dtype::F64,
+            st::Dtype::I64 => Dtype::I64,
+            st::Dtype::U64 => Dtype::U64,
+            st::Dtype::F8_E4M3 => Dtype::F8_E4M3,
+            st::Dtype::F8_E5M2 => Dtype::F8_E5M2,
+            _ => return None,
+        })
+    }
+
     /// The float types an engine loads LoRA weights in.
     pub fn is_float_weight(self) -> bool {
         matches!(self, Dtype::F16 | Dtype::BF16 | Dtype::F32)
@@ -71,7 +95,7 @@ pub struct TensorInfo {
     pub data_offsets: [u64; 2],
 }
 
-/// A validated header: tensors by name, in file order.
+/// A validated header: tensors by name, in data-offset order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Header {
     pub tensors: Vec<(String, TensorInfo)>,
@@ -80,7 +104,10 @@ pub struct Header {
 }
 
 /// Reads and validates the header of a file of `file_len` bytes from `reader` (positioned at the
-/// start). Only the header is read; the data is checked by its offsets.
+/// start). Only the header is read; the data is checked by its offsets. Parsing each entry and the
+/// layout check (contiguous offsets, sizes from shape and dtype, overflow) are the `safetensors`
+/// crate's (`TensorInfo`, `Metadata::new`); its `read_metadata` wants the whole file in memory, so
+/// the length checks it would make against the buffer are made here against `file_len` instead.
 pub fn read_header(mut reader: impl Read, file_len: u64) -> Result<Header, Rejection> {
     if file_len < 8 {
         return Err(Rejection::Format(
@@ -112,59 +139,76 @@ pub fn read_header(mut reader: impl Read, file_len: u64) -> Result<Header, Rejec
     if !text.starts_with('{') {
         return Err(Rejection::Format("header does not start with '{'".into()));
     }
-    let Entries(tensors) = serde_json::from_str(text.trim_end_matches(' '))
+    let Entries(mut entries) = serde_json::from_str(text.trim_end_matches(' '))
         .map_err(|e| Rejection::Format(format!("header is not a valid tensor table: {e}")))?;
+    entries.sort_by_key(|(_, t)| t.data_offsets);
+    let metadata = st::Metadata::new(None, entries.clone())
+        .map_err(|e| Rejection::Format(layout_reason(&e, &entries)))?;
     let data_bytes = file_len - 8 - header_len;
-    check_layout(&tensors, data_bytes)?;
+    let covered = metadata.data_len() as u64;
+    if covered != data_bytes {
+        return Err(Rejection::Format(format!(
+            "tensors cover {covered} bytes of a {data_bytes}-byte data buffer"
+        )));
+    }
+    let tensors = entries
+        .into_iter()
+        .map(|(name, t)| {
+            let dtype = Dtype::from_crate(t.dtype).ok_or_else(|| {
+                Rejection::Format(format!(
+                    "tensor {name}: dtype {:?} is not accepted",
+                    t.dtype
+                ))
+            })?;
+            let info = TensorInfo {
+                dtype,
+                shape: t.shape.iter().map(|d| *d as u64).collect(),
+                data_offsets: [t.data_offsets.0 as u64, t.data_offsets.1 as u64],
+            };
+            Ok((name, info))
+        })
+        .collect::<Result<Vec<_>, Rejection>>()?;
     Ok(Header {
         tensors,
         data_bytes,
     })
 }
 
-/// Offsets contiguous from 0, no overlap, covering the data exactly; sizes match shapes.
-fn check_layout(tensors: &[(String, TensorInfo)], data_bytes: u64) -> Result<(), Rejection> {
-    let mut by_offset: Vec<&(String, TensorInfo)> = tensors.iter().collect();
-    by_offset.sort_by_key(|(_, t)| (t.data_offsets[0], t.data_offsets[1]));
-    let mut next = 0u64;
-    for (name, t) in by_offset {
-        let [begin, end] = t.data_offsets;
-        if begin != next {
-            return Err(Rejection::Format(format!(
-                "tensor {name} starts at {begin}, expected {next} (gap or overlap)"
-            )));
+/// A precise reason for the crate's layout refusal, naming the tensor at fault (the crate's
+/// `TensorInvalidInfo` does not say which one).
+fn layout_reason(error: &st::SafeTensorError, sorted: &[(String, st::TensorInfo)]) -> String {
+    let mut next = 0usize;
+    for (name, t) in sorted {
+        let (begin, end) = t.data_offsets;
+        if begin != next || end < begin {
+            return format!("tensor {name} starts at {begin}, expected {next} (gap or overlap)");
         }
-        if end < begin {
-            return Err(Rejection::Format(format!(
-                "tensor {name} ends before it starts"
-            )));
-        }
-        let elements = t
+        let bytes = t
             .shape
             .iter()
-            .try_fold(1u64, |acc, d| acc.checked_mul(*d))
-            .and_then(|n| n.checked_mul(t.dtype.size()));
-        if elements != Some(end - begin) {
-            return Err(Rejection::Format(format!(
-                "tensor {name}: {} bytes for shape {:?} of {}",
+            .try_fold(1usize, |acc, d| acc.checked_mul(*d))
+            .and_then(|n| n.checked_mul(t.dtype.bitsize()))
+            .map(|bits| bits / 8);
+        if bytes != Some(end - begin) {
+            return format!(
+                "tensor {name}: {} bytes for shape {:?} of {:?}",
                 end - begin,
                 t.shape,
                 t.dtype
-            )));
+            );
         }
         next = end;
     }
-    if next != data_bytes {
-        return Err(Rejection::Format(format!(
-            "tensors cover {next} bytes of a {data_bytes}-byte data buffer"
-        )));
-    }
-    Ok(())
+    format!("invalid tensor layout: {error}")
 }
 
-/// The header's tensor entries in file order, refusing duplicate names (a JSON map into a
-/// `HashMap` would silently keep the last one) and skipping `__metadata__`.
-struct Entries(Vec<(String, TensorInfo)>);
+/// The header's tensor entries, refusing duplicate names (the crate reads the table into a
+/// `HashMap`, which would silently keep the last one) and fields the format does not have, and
+/// skipping `__metadata__`. Each entry is the crate's `TensorInfo`.
+struct Entries(Vec<(String, st::TensorInfo)>);
+
+/// The fields of one tensor entry; anything else is refused.
+const ENTRY_FIELDS: [&str; 3] = ["dtype", "shape", "data_offsets"];
 
 impl<'de> Deserialize<'de> for Entries {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
@@ -183,9 +227,18 @@ impl<'de> Deserialize<'de> for Entries {
                     }
                     if name == "__metadata__" {
                         map.next_value::<std::collections::BTreeMap<String, String>>()?;
-                    } else {
-                        out.push((name, map.next_value::<TensorInfo>()?));
+                        continue;
                     }
+                    let value = map.next_value::<serde_json::Map<String, serde_json::Value>>()?;
+                    if let Some(field) = value.keys().find(|k| !ENTRY_FIELDS.contains(&k.as_str()))
+                    {
+                        return Err(de::Error::custom(format!(
+                            "tensor {name}: unknown field {field}"
+                        )));
+                    }
+                    let info = serde_json::from_value::<st::TensorInfo>(value.into())
+                        .map_err(de::Error::custom)?;
+                    out.push((name, info));
                 }
                 Ok(Entries(out))
             }
