@@ -132,6 +132,11 @@ test("an admin suspends a tenant and its next API call gets 403 (JavaScript off)
     await page.goto("/admin/ops");
     assert.ok((await page.locator("tr[data-replica]").count()) >= 1, "this replica reported");
     await page.screenshot({ path: join(shots, "admin-ops.png"), fullPage: true });
+    await page.goto("/admin/fleet");
+    const fleet = await page.textContent("main");
+    assert.match(fleet, /llama-3\.1-8b-sim/);
+    assert.match(fleet, /support-bot/);
+    await page.screenshot({ path: join(shots, "admin-fleet.png"), fullPage: true });
   } finally {
     await admin.close();
     await member.close();

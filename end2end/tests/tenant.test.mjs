@@ -99,3 +99,14 @@ test("settings and limits (JavaScript off)", async () => {
   await page.screenshot({ path: join(shots, "limits.png"), fullPage: true });
   await context.close();
 });
+
+test("models: the bases offered and the demo tenant's adapters (JavaScript off)", async () => {
+  const { context, page } = await signedIn();
+  await page.goto("/models");
+  const main = await page.textContent("main");
+  assert.match(main, /llama-3\.1-8b-sim/);
+  assert.match(main, /support-bot/);
+  assert.match(main, /sql-helper/);
+  await page.screenshot({ path: join(shots, "models.png"), fullPage: true });
+  await context.close();
+});
