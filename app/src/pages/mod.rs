@@ -140,10 +140,26 @@ where
     E: std::fmt::Display + Send + 'static,
     Fut: std::future::Future<Output = Result<T, E>> + Send + 'static,
 {
+    loaded_frame(state, "content", heading, load, body)
+}
+
+/// [`loaded_page`] with the `main` element's class given (`content wide` for wide admin tables).
+pub fn loaded_frame<T, E, Fut>(
+    state: PageState,
+    class: &'static str,
+    heading: &'static str,
+    load: fn() -> Fut,
+    body: fn(T, String) -> AnyView,
+) -> AnyView
+where
+    T: Send + 'static,
+    E: std::fmt::Display + Send + 'static,
+    Fut: std::future::Future<Output = Result<T, E>> + Send + 'static,
+{
     let csrf = state.csrf.clone();
     view! {
         <TopBar viewer=state.viewer csrf=state.csrf/>
-        <main class="content">
+        <main class=class>
             <Flash message=state.flash/>
             <h1>{heading}</h1>
             <Suspense fallback=|| ()>

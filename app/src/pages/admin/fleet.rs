@@ -4,10 +4,9 @@
 use leptos::prelude::*;
 use leptos_meta::Title;
 
-use super::failed;
 use crate::api::admin::fleet::{admin_fleet, AdapterItem, BaseItem, FleetView, GraphItem};
 use crate::model::{Access, PageState};
-use crate::pages::{Flash, Guarded, TopBar};
+use crate::pages::Guarded;
 use crate::PRODUCT;
 
 #[component]
@@ -19,22 +18,7 @@ pub fn FleetPage() -> impl IntoView {
 }
 
 fn page(state: PageState) -> AnyView {
-    view! {
-        <TopBar viewer=state.viewer csrf=state.csrf/>
-        <main class="content wide">
-            <Flash message=state.flash/>
-            <h1>"Fleet"</h1>
-            <Suspense fallback=|| ()>
-                {Suspend::new(async move {
-                    match admin_fleet().await {
-                        Ok(v) => body(v),
-                        Err(e) => failed(&e),
-                    }
-                })}
-            </Suspense>
-        </main>
-    }
-    .into_any()
+    crate::pages::loaded_frame(state, "content wide", "Fleet", admin_fleet, |v, _| body(v))
 }
 
 fn base_row(b: BaseItem) -> AnyView {

@@ -4,11 +4,10 @@
 use leptos::prelude::*;
 use leptos_meta::Title;
 
-use super::failed;
 use crate::api::admin::count;
 use crate::api::admin::ops::{admin_ops, ReplicaItem, STALE_AFTER_SECS};
 use crate::model::{Access, PageState};
-use crate::pages::{Flash, Guarded, TopBar};
+use crate::pages::Guarded;
 use crate::PRODUCT;
 
 #[component]
@@ -20,22 +19,9 @@ pub fn OpsPage() -> impl IntoView {
 }
 
 fn page(state: PageState) -> AnyView {
-    view! {
-        <TopBar viewer=state.viewer csrf=state.csrf/>
-        <main class="content wide">
-            <Flash message=state.flash/>
-            <h1>"Operations"</h1>
-            <Suspense fallback=|| ()>
-                {Suspend::new(async move {
-                    match admin_ops().await {
-                        Ok(v) => body(v),
-                        Err(e) => failed(&e),
-                    }
-                })}
-            </Suspense>
-        </main>
-    }
-    .into_any()
+    crate::pages::loaded_frame(state, "content wide", "Operations", admin_ops, |v, _| {
+        body(v)
+    })
 }
 
 fn body(replicas: Vec<ReplicaItem>) -> AnyView {
