@@ -48,6 +48,11 @@ impl TenantRole {
         matches!(self, Self::Owner | Self::Member)
     }
 
+    /// Upload, start, stop and delete the tenant's models (adapters).
+    pub fn manages_models(self) -> bool {
+        matches!(self, Self::Owner | Self::Member)
+    }
+
     /// Invite, re-role and remove members; tenant settings; request-body logging.
     pub fn manages_tenant(self) -> bool {
         self == Self::Owner

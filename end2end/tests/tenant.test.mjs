@@ -1,13 +1,16 @@
 // The tenant console's people and settings pages in headless Chromium with JavaScript off: the
 // owner sees /members, makes an invitation link (shown once) and withdraws it; /settings saves
-// the tenant's body-logging choice (and turns it back off); /limits shows the tenant's limits.
-// Screenshots of the three pages go to TF_SCREENSHOT_DIR (default end2end/screenshots).
+// the tenant's body-logging choice (and turns it back off); /limits shows the tenant's limits;
+// /models takes a generated adapter through its upload form, starts it (ready on the embedded
+// simulator fleet, with its call snippets), stops it and deletes it.
+// Screenshots of the pages go to TF_SCREENSHOT_DIR (default end2end/screenshots).
 //
 // Needs a running portal and a tenant owner: TF_BASE_URL, TF_EMAIL, TF_PASSWORD (as login.test.mjs).
 
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
-import { mkdirSync } from "node:fs";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { chromium } from "playwright-core";
 
@@ -100,13 +103,98 @@ test("settings and limits (JavaScript off)", async () => {
   await context.close();
 });
 
-test("models: the bases offered and the demo tenant's adapters (JavaScript off)", async () => {
+/// Writes a valid PEFT LoRA for the simulator's bases (hidden 64, 4 heads of 16, 2 KV heads, 2
+/// layers) at rank 8 on q_proj and v_proj with zeroed BF16 weights, the shapes
+/// server/src/lifecycle/fixture.rs makes; returns the folder holding both files.
+function writeAdapter(baseModel) {
+  const rank = 8;
+  const hidden = 64;
+  const outputs = { q_proj: 64, v_proj: 2 * 16 };
+  const header = {};
+  let offset = 0;
+  for (let layer = 0; layer < 2; layer++) {
+    for (const module of ["q_proj", "v_proj"]) {
+      for (const [matrix, shape] of [["A", [rank, hidden]], ["B", [outputs[module], rank]]]) {
+        const len = shape[0] * shape[1] * 2;
+        const name = `base_model.model.model.layers.${layer}.self_attn.${module}.lora_${matrix}.weight`;
+        header[name] = { dtype: "BF16", shape, data_offsets: [offset, offset + len] };
+        offset += len;
+      }
+    }
+  }
+  const json = Buffer.from(JSON.stringify(header));
+  const size = Buffer.alloc(8);
+  size.writeBigUInt64LE(BigInt(json.length));
+  const dir = mkdtempSync(join(tmpdir(), "tf-adapter-"));
+  writeFileSync(join(dir, "adapter_model.safetensors"), Buffer.concat([size, json, Buffer.alloc(offset)]));
+  writeFileSync(join(dir, "adapter_config.json"), JSON.stringify({
+    peft_type: "LORA", base_model_name_or_path: baseModel, r: rank, lora_alpha: 2 * rank,
+    target_modules: ["q_proj", "v_proj"], bias: "none", task_type: "CAUSAL_LM",
+  }));
+  return dir;
+}
+
+/// Reloads /models (as its meta refresh would) until `name`'s row shows `state`.
+async function waitForState(page, name, state) {
+  const deadline = Date.now() + 20_000;
+  for (;;) {
+    await page.goto("/models");
+    const row = page.locator("tr", { hasText: name });
+    const text = (await row.count()) ? await row.first().textContent() : "";
+    if (state === null ? text === "" : text.includes(state)) return;
+    assert.ok(Date.now() < deadline, `${name} never became ${state}: ${text}`);
+    await page.waitForTimeout(250);
+  }
+}
+
+test("models: upload through the form, start, stop and delete (JavaScript off)", async () => {
   const { context, page } = await signedIn();
   await page.goto("/models");
   const main = await page.textContent("main");
   assert.match(main, /llama-3\.1-8b-sim/);
   assert.match(main, /support-bot/);
   assert.match(main, /sql-helper/);
+
+  const name = `e2e-${Date.now()}`;
+  const dir = writeAdapter("tokenfactory/llama-3.1-8b-sim");
+  await page.fill("#model-name", name);
+  await page.selectOption("#model-base", "llama-3.1-8b-sim");
+  await page.setInputFiles("#model-config", join(dir, "adapter_config.json"));
+  await page.setInputFiles("#model-weights", join(dir, "adapter_model.safetensors"));
+  await Promise.all([
+    page.waitForURL((u) => u.pathname === "/models"),
+    page.click('form[action="/models/upload"] button[type="submit"]'),
+  ]);
+  rmSync(dir, { recursive: true, force: true });
+  assert.match(await page.textContent(".flash"), /uploaded and validated/);
+  assert.match(await page.locator("tr", { hasText: name }).textContent(), /stopped/);
+
+  await Promise.all([
+    page.waitForURL((u) => u.pathname === "/models"),
+    page.click(`form[action="/models/${name}/start"] button[type="submit"]`),
+  ]);
+  await waitForState(page, name, "ready");
+  const snippets = await page.textContent("#snippets");
+  assert.match(snippets, new RegExp(`"model": "${name}"`));
+  assert.match(snippets, /\$TOKENFACTORY_API_KEY/);
+  assert.match(snippets, /from openai import OpenAI/);
   await page.screenshot({ path: join(shots, "models.png"), fullPage: true });
+
+  await Promise.all([
+    page.waitForURL((u) => u.pathname === "/models"),
+    page.click(`form[action="/models/${name}/stop"] button[type="submit"]`),
+  ]);
+  await waitForState(page, name, "stopped");
+
+  // Delete: the disclosure opens without JavaScript; the confirmation must be ticked.
+  const del = `form[action="/models/${name}/delete"]`;
+  await page.click(`tr:has(${del}) details.confirm summary`);
+  await page.check(`${del} input[name="confirm"]`);
+  await Promise.all([
+    page.waitForURL((u) => u.pathname === "/models"),
+    page.click(`${del} button[type="submit"]`),
+  ]);
+  assert.match(await page.textContent(".flash"), /Deleted/);
+  await waitForState(page, name, null);
   await context.close();
 });

@@ -182,7 +182,7 @@ pub async fn build(pool: PgPool, options: AppOptions) -> anyhow::Result<App> {
     };
     tracker.spawn(reporter.run(options.replica_report_every, cancel.clone()));
 
-    let portal = crate::portal::router(tf_app::ssr::PortalDeps {
+    let portal = crate::portal::router_with_models(tf_app::ssr::PortalDeps {
         pool,
         redis: options.redis.clone(),
         redis_prefix: options.redis_prefix.clone(),
@@ -194,7 +194,7 @@ pub async fn build(pool: PgPool, options: AppOptions) -> anyhow::Result<App> {
                 Arc::new(move || m.snapshot());
             read
         }),
-    })
+    }, lifecycle.clone())
     .await?;
     let metrics = options.journal.as_ref().map(|j| j.metrics.clone());
     let http = http_metrics.clone();

@@ -83,7 +83,7 @@ pub async fn load_home() -> Result<HomeView, PortalError> {
 
 /// `http(s)://<host>/v1` for the host this request named (a page shows it to the same user only).
 #[cfg(feature = "ssr")]
-fn api_base(tls: bool) -> String {
+pub(crate) fn api_base(tls: bool) -> String {
     let host = use_context::<http::request::Parts>()
         .and_then(|p| {
             p.headers

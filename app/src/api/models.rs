@@ -28,6 +28,9 @@ pub struct AdapterView {
     pub reason: Option<String>,
     /// The name the engine serves it under.
     pub engine_name: String,
+    /// Uploaded through the lifecycle (not placed by a fleet file): it can be started, stopped
+    /// and deleted.
+    pub managed: bool,
 }
 
 /// Everything `/models` shows.
@@ -35,6 +38,10 @@ pub struct AdapterView {
 pub struct ModelsView {
     pub bases: Vec<BaseView>,
     pub adapters: Vec<AdapterView>,
+    /// Whether the viewer's role may upload, start, stop and delete (the forms are shown).
+    pub can_manage: bool,
+    /// The gateway's OpenAI-compatible base URL as clients reach it (`https://host/v1`).
+    pub api_base: String,
 }
 
 #[server(prefix = "/api", endpoint = "models", input = leptos::server_fn::codec::GetUrl)]
@@ -69,7 +76,13 @@ pub async fn load_models() -> Result<ModelsView, PortalError> {
             state: a.state,
             reason: a.reason,
             engine_name: a.upstream_model,
+            managed: a.storage_uri.is_some(),
         })
         .collect();
-    Ok(ModelsView { bases, adapters })
+    Ok(ModelsView {
+        bases,
+        adapters,
+        can_manage: m.role.manages_models(),
+        api_base: super::home::api_base(portal.deps.secure_cookies),
+    })
 }

@@ -136,6 +136,8 @@ pub enum Flash {
     BodiesDeleted,
     /// An invitation was accepted and its user signed in.
     Joined,
+    /// What a `/models` form did (see [`super::model_form::ModelFlash`]).
+    Model(super::model_form::ModelFlash),
 }
 
 impl Flash {
@@ -168,6 +170,7 @@ impl Flash {
             Self::PasswordRefused => "password-refused".to_owned(),
             Self::BodiesDeleted => "bodies-deleted".to_owned(),
             Self::Joined => "joined".to_owned(),
+            Self::Model(f) => format!("model-{}", f.code()),
         }
     }
 
@@ -186,6 +189,10 @@ impl Flash {
                 .strip_prefix("admin-")
                 .and_then(super::admin::AdminFlash::parse)
                 .map(Self::Admin),
+            other if other.starts_with("model-") => other
+                .strip_prefix("model-")
+                .and_then(super::model_form::ModelFlash::parse)
+                .map(Self::Model),
             "role" => Some(Self::RoleRefused),
             "invited" => Some(Self::Invited),
             "invite-form" => Some(Self::InviteInvalid),
@@ -257,12 +264,16 @@ impl Flash {
             Self::PasswordRefused => "The current password is wrong, or the new ones differ or are shorter than 10 characters.".to_owned(),
             Self::BodiesDeleted => "Every stored request body was deleted.".to_owned(),
             Self::Joined => "Welcome! You have joined the tenant.".to_owned(),
+            Self::Model(f) => f.message().to_owned(),
         }
     }
 
     /// Whether it reports something done (the success style) rather than a refusal.
     pub fn ok(self) -> bool {
         if let Self::Admin(f) = self {
+            return f.ok();
+        }
+        if let Self::Model(f) = self {
             return f.ok();
         }
         matches!(
@@ -329,6 +340,7 @@ mod tests {
             Flash::PasswordRefused,
             Flash::BodiesDeleted,
             Flash::Joined,
+            Flash::Model(super::super::model_form::ModelFlash::Deleted),
         ] {
             assert_eq!(Flash::parse(&f.code()), Some(f));
         }

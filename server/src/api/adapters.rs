@@ -6,14 +6,12 @@ use axum::extract::{ConnectInfo, Multipart, Path, Request, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use futures::TryStreamExt;
 use serde_json::json;
 
 use super::error::ApiError;
 use super::ApiState;
 use crate::gateway::auth::Principal;
 use crate::lifecycle::transitions::Command;
-use crate::lifecycle::validate::{CONFIG_FILE, WEIGHTS_FILE};
 use crate::lifecycle::{Actor, AdapterView};
 
 async fn principal(
@@ -123,90 +121,13 @@ pub async fn delete(
     command(state, name, req, Command::Delete).await
 }
 
-/// The upload: authenticated before a byte of the body is read; `name` and `base` must come
-/// before the files (a form sends its fields in order), so the files stream straight to storage.
+/// The upload: authenticated before a byte of the body is read, then read by the lifecycle's
+/// one form reader (files streamed straight to storage).
 pub async fn upload(State(state): State<ApiState>, req: Request) -> Result<Response, ApiError> {
     let (p, actor) = principal(&state, req.headers(), req.extensions()).await?;
     let mut form = <Multipart as axum::extract::FromRequest<()>>::from_request(req, &())
         .await
         .map_err(|e| ApiError::BadRequest(format!("expected multipart/form-data: {e}")))?;
-    let (mut name, mut base, mut upload) = (None::<String>, None::<String>, None);
-    let mut got = (false, false);
-    loop {
-        let field = match form.next_field().await {
-            Ok(Some(f)) => f,
-            Ok(None) => break,
-            Err(e) => {
-                return Err(ApiError::BadRequest(format!(
-                    "malformed multipart body: {e}"
-                )))
-            }
-        };
-        let field_name = field.name().unwrap_or_default().to_owned();
-        match field_name.as_str() {
-            "name" | "base" => {
-                let text = field
-                    .text()
-                    .await
-                    .map_err(|e| ApiError::BadRequest(e.to_string()))?;
-                if field_name == "name" {
-                    name = Some(text.trim().to_owned());
-                } else {
-                    base = Some(text.trim().to_owned());
-                }
-            }
-            CONFIG_FILE | WEIGHTS_FILE => {
-                if upload.is_none() {
-                    let (Some(n), Some(b)) = (&name, &base) else {
-                        return Err(ApiError::BadRequest(
-                            "send the `name` and `base` fields before the files".into(),
-                        ));
-                    };
-                    upload = Some(
-                        state
-                            .lifecycle
-                            .begin_upload(p.tenant_id, n, b, &actor)
-                            .await?,
-                    );
-                }
-                let Some(u) = upload.as_mut() else {
-                    continue;
-                };
-                let client_name = field.file_name().map(str::to_owned);
-                let body = field.map_err(|e| e.to_string());
-                let file = if field_name == CONFIG_FILE {
-                    got.0 = true;
-                    CONFIG_FILE
-                } else {
-                    got.1 = true;
-                    WEIGHTS_FILE
-                };
-                state
-                    .lifecycle
-                    .put_file(u, file, client_name.as_deref(), Box::pin(body))
-                    .await?;
-            }
-            other => {
-                return Err(ApiError::BadRequest(format!(
-                    "unexpected field `{other}`: send name, base, {CONFIG_FILE} and {WEIGHTS_FILE}"
-                )))
-            }
-        }
-    }
-    let Some(upload) = upload else {
-        return Err(ApiError::BadRequest(format!(
-            "send the fields name and base and the files {CONFIG_FILE} and {WEIGHTS_FILE}"
-        )));
-    };
-    if !(got.0 && got.1) {
-        state
-            .lifecycle
-            .reject(&upload, "the upload was incomplete: both files are needed")
-            .await?;
-        return Err(ApiError::BadRequest(format!(
-            "send the fields name and base and the files {CONFIG_FILE} and {WEIGHTS_FILE}"
-        )));
-    };
-    let view = state.lifecycle.finish(&upload).await?;
+    let view = state.lifecycle.receive(p.tenant_id, &actor, &mut form).await?;
     Ok((StatusCode::CREATED, Json(view_json(&view))).into_response())
 }

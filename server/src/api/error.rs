@@ -53,7 +53,9 @@ impl IntoResponse for ApiError {
                         Some("model_not_found"),
                         message,
                     ),
-                    LifecycleError::BadRequest(_) => envelope(
+                    LifecycleError::BadRequest(_)
+                    | LifecycleError::InvalidName(_)
+                    | LifecycleError::UnknownBase(_) => envelope(
                         StatusCode::BAD_REQUEST,
                         "invalid_request_error",
                         None,

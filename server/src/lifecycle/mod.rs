@@ -6,6 +6,7 @@
 pub mod controller;
 pub mod fixture;
 pub mod metrics;
+mod receive;
 pub mod service;
 pub mod storage;
 pub mod transitions;

@@ -41,6 +41,12 @@ pub enum LifecycleError {
     NotFound(String),
     #[error("{0}")]
     BadRequest(String),
+    /// The chosen name is not a usable model name (a 400, like `BadRequest`).
+    #[error("{0}")]
+    InvalidName(String),
+    /// The base named is not offered for adapters (a 400, like `BadRequest`).
+    #[error("{0}")]
+    UnknownBase(String),
     #[error("{0}")]
     Conflict(String),
     #[error("{0}")]
@@ -125,7 +131,7 @@ pub fn check_name(name: &str) -> Result<(), LifecycleError> {
     if ok {
         Ok(())
     } else {
-        Err(LifecycleError::BadRequest(
+        Err(LifecycleError::InvalidName(
             "name must be 1-64 letters, digits, '-', '_' or '.', starting with a letter or digit"
                 .into(),
         ))
@@ -206,7 +212,7 @@ impl Lifecycle {
                 )
                 .await?;
                 if inserted.is_none() {
-                    return Err(LifecycleError::BadRequest(format!(
+                    return Err(LifecycleError::UnknownBase(format!(
                         "`{base}` is not a base model that accepts adapters"
                     )));
                 }
@@ -325,6 +331,18 @@ impl Lifecycle {
             }
         }
         self.view(upload.tenant, &upload.name).await
+    }
+
+    /// Receives a multipart upload (`name`, `base`, then the files `adapter_config.json` and
+    /// `adapter_model.safetensors`), streaming each file to the store: the one reader of upload
+    /// forms, for the API and the portal alike.
+    pub async fn receive(
+        &self,
+        tenant: Uuid,
+        actor: &Actor,
+        form: &mut axum::extract::Multipart,
+    ) -> Result<AdapterView, LifecycleError> {
+        super::receive::receive(self, tenant, actor, form).await
     }
 
     /// Uploads a whole adapter from memory (the demo, tests): begin, both files, finish.

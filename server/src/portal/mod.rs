@@ -4,6 +4,7 @@
 //! served from the file system.
 
 mod headers;
+mod models;
 
 use axum::routing::get;
 use axum::Router;
@@ -23,8 +24,24 @@ const SESSION_COOKIE: &str = "tf_session";
 const SESSION_IDLE: Duration = Duration::hours(12);
 
 /// Builds the portal's router. Sessions of signed-in users are stored in `portal_sessions`, ids
-/// hashed (see `tf_app::ssr::store`).
+/// hashed (see `tf_app::ssr::store`). Without a lifecycle service the `/models` forms are not
+/// routed (a portal-only test server).
 pub async fn router(deps: PortalDeps) -> anyhow::Result<Router> {
+    build(deps, None)
+}
+
+/// [`router`] with the `/models` forms (upload, start, stop, delete) over `lifecycle`.
+pub async fn router_with_models(
+    deps: PortalDeps,
+    lifecycle: crate::lifecycle::Lifecycle,
+) -> anyhow::Result<Router> {
+    build(deps, Some(lifecycle))
+}
+
+fn build(
+    deps: PortalDeps,
+    lifecycle: Option<crate::lifecycle::Lifecycle>,
+) -> anyhow::Result<Router> {
     // An explicit site root: the default (".") would let a static handler serve the repository.
     // Nothing is served from it today; it only satisfies Leptos.
     let options = LeptosOptions::builder()
@@ -38,15 +55,20 @@ pub async fn router(deps: PortalDeps) -> anyhow::Result<Router> {
         .with_secure(deps.secure_cookies)
         .with_expiry(Expiry::OnInactivity(SESSION_IDLE));
     let portal = Portal::new(deps);
+    let forms = lifecycle.map(|l| models::router(portal.clone(), l));
     let context = move || portal.provide();
     // Registers the page routes and every server function (the latter through
     // `handle_server_fns_with_context` with the same context).
     let routes = generate_route_list(tf_app::App);
-    let router = Router::new()
+    let mut router = Router::new()
         .leptos_routes_with_context(&options, routes, context, tf_app::shell)
         .route(tf_app::STYLESHEET_PATH, get(headers::stylesheet))
         .route(tf_app::ICON_PATH, get(headers::icon))
-        .with_state(options)
+        .with_state(options);
+    if let Some(forms) = forms {
+        router = router.merge(forms);
+    }
+    let router = router
         .layer(sessions)
         .layer(axum::middleware::from_fn(headers::security_headers));
     Ok(router)

@@ -1,9 +1,15 @@
 //! `/models`: the bases offered for adapters and the tenant's adapters with their lifecycle state
-//! and, when rejected or failed, the reason. While an adapter is between states the page reloads
-//! itself (meta refresh), so it stays live without JavaScript.
+//! and, when rejected or failed, the reason; for owners and members the upload form and each
+//! adapter's Start / Stop / Delete; for every ready model a curl and a Python snippet. While an
+//! adapter is between states the page reloads itself (a meta refresh without JavaScript, the
+//! page script with it), so it stays live.
+
+mod actions;
+mod snippets;
+mod upload;
 
 use leptos::prelude::*;
-use leptos_meta::{Meta, Title};
+use leptos_meta::Title;
 
 use super::Guarded;
 use crate::api::models::{load_models, AdapterView, BaseView, ModelsView};
@@ -22,7 +28,7 @@ pub fn ModelsPage() -> impl IntoView {
 }
 
 fn page(state: PageState) -> AnyView {
-    super::loaded_page(state, "Models", load_models, |v, _| body(v))
+    super::loaded_page(state, "Models", load_models, body)
 }
 
 fn base_row(b: BaseView) -> AnyView {
@@ -47,7 +53,8 @@ fn state_class(state: &str) -> &'static str {
     }
 }
 
-fn adapter_row(a: AdapterView) -> AnyView {
+fn adapter_row(a: AdapterView, csrf: Option<&str>) -> AnyView {
+    let actions = csrf.map(|t| view! { <td class="actions">{actions::cell(&a, t)}</td> });
     view! {
         <tr>
             <td>{a.name}</td>
@@ -56,17 +63,42 @@ fn adapter_row(a: AdapterView) -> AnyView {
             <td><span class=state_class(&a.state)>{a.state.clone()}</span></td>
             <td>{a.reason.unwrap_or_default()}</td>
             <td><code>{a.engine_name}</code></td>
+            {actions}
         </tr>
     }
     .into_any()
 }
 
-fn body(v: ModelsView) -> AnyView {
+fn body(v: ModelsView, csrf: String) -> AnyView {
     let live = v
         .adapters
         .iter()
         .any(|a| TRANSITIONAL.contains(&a.state.as_str()));
-    let refresh = live.then(|| view! { <Meta http_equiv="refresh" content="5"/> });
+    // Without JavaScript the meta refresh keeps the page live; with it, the page script does
+    // (pausing while an upload runs, which a meta refresh would cut off).
+    let refresh = live.then(|| {
+        view! {
+            <noscript id="models-live-meta"><meta http-equiv="refresh" content="5"/></noscript>
+            <span id="models-live" hidden></span>
+        }
+    });
+    let ready: Vec<String> = v
+        .adapters
+        .iter()
+        .filter(|a| a.state == "ready")
+        .map(|a| a.name.clone())
+        .collect();
+    let manage = v.can_manage;
+    let upload = if manage {
+        upload::panel(&v.bases, csrf.clone())
+    } else {
+        view! {
+            <p class="muted">
+                "Your role is read-only: you can see the models but not upload or change them."
+            </p>
+        }
+        .into_any()
+    };
     let bases = if v.bases.is_empty() {
         view! { <p class="muted">"No base model is offered for adapters yet."</p> }.into_any()
     } else {
@@ -93,9 +125,15 @@ fn body(v: ModelsView) -> AnyView {
                         <th>"State"</th>
                         <th>"Reason"</th>
                         <th>"Engine name"</th>
+                        {manage.then(|| view! { <th><span class="visually-hidden">"Actions"</span></th> })}
                     </tr>
                 </thead>
-                <tbody>{v.adapters.into_iter().map(adapter_row).collect_view()}</tbody>
+                <tbody>
+                    {v.adapters
+                        .into_iter()
+                        .map(|a| adapter_row(a, manage.then_some(csrf.as_str())))
+                        .collect_view()}
+                </tbody>
             </table>
         }
         .into_any()
@@ -106,11 +144,14 @@ fn body(v: ModelsView) -> AnyView {
             <h2>"Bases"</h2>
             {bases}
         </section>
+        {upload}
         <section class="panel">
             <h2>"Your adapters"</h2>
             {adapters}
             <p><a href="/models">"Refresh"</a></p>
         </section>
+        {snippets::panel(&v.api_base, &ready)}
+        {upload::script()}
     }
     .into_any()
 }
