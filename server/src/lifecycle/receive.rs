@@ -10,6 +10,30 @@ use uuid::Uuid;
 use super::service::{Actor, AdapterView, Lifecycle, LifecycleError};
 use super::validate::{CONFIG_FILE, WEIGHTS_FILE};
 
+/// The longest `name` or `base` field read: both are short names, and a text field is read
+/// into memory (files never are).
+const MAX_TEXT_BYTES: usize = 1024;
+
+/// A text field, refused past [`MAX_TEXT_BYTES`].
+async fn bounded_text(mut field: axum::extract::multipart::Field<'_>) -> Result<String, LifecycleError> {
+    let name = field.name().unwrap_or_default().to_owned();
+    let mut bytes = Vec::new();
+    while let Some(chunk) = field
+        .chunk()
+        .await
+        .map_err(|e| LifecycleError::BadRequest(e.to_string()))?
+    {
+        bytes.extend_from_slice(&chunk);
+        if bytes.len() > MAX_TEXT_BYTES {
+            return Err(LifecycleError::BadRequest(format!(
+                "the field `{name}` is longer than {MAX_TEXT_BYTES} bytes"
+            )));
+        }
+    }
+    String::from_utf8(bytes)
+        .map_err(|_| LifecycleError::BadRequest(format!("the field `{name}` is not UTF-8")))
+}
+
 fn missing() -> LifecycleError {
     LifecycleError::BadRequest(format!(
         "send the fields name and base and the files {CONFIG_FILE} and {WEIGHTS_FILE}"
@@ -40,10 +64,7 @@ pub(super) async fn receive(
         let field_name = field.name().unwrap_or_default().to_owned();
         match field_name.as_str() {
             "name" | "base" => {
-                let text = field
-                    .text()
-                    .await
-                    .map_err(|e| LifecycleError::BadRequest(e.to_string()))?;
+                let text = bounded_text(field).await?;
                 if field_name == "name" {
                     name = Some(text.trim().to_owned());
                 } else {

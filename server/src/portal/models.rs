@@ -239,7 +239,10 @@ async fn command(forms: Forms, adapter: String, req: Request, command: Command) 
         .is_some_and(|v| v.starts_with("application/x-www-form-urlencoded"));
     answer(&forms, parts, async move {
         let form = if urlencoded {
-            Form::<CommandForm>::from_request(req, &()).await.ok()
+            Form::<CommandForm>::from_request(req, &())
+                .await
+                .ok()
+                .map(|Form(f)| f)
         } else {
             None
         };

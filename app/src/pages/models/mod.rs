@@ -54,7 +54,7 @@ fn state_class(state: &str) -> &'static str {
 }
 
 fn adapter_row(a: AdapterView, csrf: Option<&str>) -> AnyView {
-    let actions = csrf.map(|t| view! { <td class="actions">{actions::cell(&a, t)}</td> });
+    let buttons = csrf.map(|t| view! { <td class="actions">{actions::cell(&a, t)}</td> });
     view! {
         <tr>
             <td>{a.name}</td>
@@ -63,7 +63,7 @@ fn adapter_row(a: AdapterView, csrf: Option<&str>) -> AnyView {
             <td><span class=state_class(&a.state)>{a.state.clone()}</span></td>
             <td>{a.reason.unwrap_or_default()}</td>
             <td><code>{a.engine_name}</code></td>
-            {actions}
+            {buttons}
         </tr>
     }
     .into_any()
