@@ -128,7 +128,7 @@ where
 {
     let json = wants_json(&parts);
     let portal = forms.portal.clone();
-    let outcome = model_form::in_portal(portal, parts, async move {
+    let outcome: Result<Outcome, String> = model_form::in_portal(portal, parts, async move {
         let outcome = work.await?;
         if let Outcome::Back(flash) = outcome {
             model_form::flash(flash).await.map_err(|e| e.to_string())?;
