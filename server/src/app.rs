@@ -182,19 +182,22 @@ pub async fn build(pool: PgPool, options: AppOptions) -> anyhow::Result<App> {
     };
     tracker.spawn(reporter.run(options.replica_report_every, cancel.clone()));
 
-    let portal = crate::portal::router_with_models(tf_app::ssr::PortalDeps {
-        pool,
-        redis: options.redis.clone(),
-        redis_prefix: options.redis_prefix.clone(),
-        secure_cookies: options.secure_cookies,
-        trust_forwarded_for: options.trust_forwarded_for,
-        ops: options.journal.as_ref().map(|j| {
-            let m = j.metrics.clone();
-            let read: Arc<dyn Fn() -> tf_app::model::OpsSnapshot + Send + Sync> =
-                Arc::new(move || m.snapshot());
-            read
-        }),
-    }, lifecycle.clone())
+    let portal = crate::portal::router_with_models(
+        tf_app::ssr::PortalDeps {
+            pool,
+            redis: options.redis.clone(),
+            redis_prefix: options.redis_prefix.clone(),
+            secure_cookies: options.secure_cookies,
+            trust_forwarded_for: options.trust_forwarded_for,
+            ops: options.journal.as_ref().map(|j| {
+                let m = j.metrics.clone();
+                let read: Arc<dyn Fn() -> tf_app::model::OpsSnapshot + Send + Sync> =
+                    Arc::new(move || m.snapshot());
+                read
+            }),
+        },
+        lifecycle.clone(),
+    )
     .await?;
     let metrics = options.journal.as_ref().map(|j| j.metrics.clone());
     let http = http_metrics.clone();

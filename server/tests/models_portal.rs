@@ -152,7 +152,9 @@ async fn an_owner_uploads_starts_stops_and_deletes_through_the_forms(pool: PgPoo
     let ada = signed_in(app, Some(acme.id), "ada@acme.test").await;
 
     let html = ada.html("/models").await;
-    let form_at = html.find(r#"action="/models/upload""#).expect("the upload form");
+    let form_at = html
+        .find(r#"action="/models/upload""#)
+        .expect("the upload form");
     let form = &html[form_at..];
     assert!(form.contains(r#"enctype="multipart/form-data""#), "{form}");
     let (token_at, file_at) = (
@@ -160,8 +162,14 @@ async fn an_owner_uploads_starts_stops_and_deletes_through_the_forms(pool: PgPoo
         form.find(r#"type="file""#).unwrap(),
     );
     assert!(token_at < file_at, "the token goes before the files");
-    assert!(form.contains(&format!(r#"<option value="{LORA_BASE}""#)), "{form}");
-    assert!(html.contains(r#"id="upload-progress""#), "progress bar for JavaScript");
+    assert!(
+        form.contains(&format!(r#"<option value="{LORA_BASE}""#)),
+        "{form}"
+    );
+    assert!(
+        html.contains(r#"id="upload-progress""#),
+        "progress bar for JavaScript"
+    );
     let token = common::portal::csrf(&html);
 
     let (config, weights) = valid_adapter(LORA_BASE);
@@ -186,9 +194,18 @@ async fn an_owner_uploads_starts_stops_and_deletes_through_the_forms(pool: PgPoo
     assert_eq!(status, 200, "the started adapter answers: {body}");
     let html = ada.html("/models").await;
     assert!(html.contains(">ready<"), "{html}");
-    assert!(html.contains("$TOKENFACTORY_API_KEY"), "curl snippet: {html}");
-    assert!(html.contains("from openai import OpenAI"), "python snippet: {html}");
-    assert!(html.contains(&format!("{}/v1", app.url(""))), "public URL: {html}");
+    assert!(
+        html.contains("$TOKENFACTORY_API_KEY"),
+        "curl snippet: {html}"
+    );
+    assert!(
+        html.contains("from openai import OpenAI"),
+        "python snippet: {html}"
+    );
+    assert!(
+        html.contains(&format!("{}/v1", app.url(""))),
+        "public URL: {html}"
+    );
     assert!(html.contains(r#"action="/models/helper/stop""#), "{html}");
 
     let res = command(&ada, "helper", "stop", &token).await;
@@ -229,13 +246,19 @@ async fn a_rejected_upload_shows_its_reason_on_the_page(pool: PgPool) {
     let html = ada.html("/models").await;
     assert!(html.contains("The adapter was rejected"), "{html}");
     assert!(html.contains(">rejected<"), "{html}");
-    assert!(html.contains("is a PyTorch pickle file"), "precise reason: {html}");
+    assert!(
+        html.contains("is a PyTorch pickle file"),
+        "precise reason: {html}"
+    );
 
     // A bad name is refused before anything is stored.
     let files = (&config[..], &weights[..], "adapter_model.safetensors");
     let res = upload_form(&ada, Some(&token), "-bad name", files).await;
     assert_redirect(&res, "/models");
-    assert!(ada.html("/models").await.contains("A model name is 1 to 64"));
+    assert!(ada
+        .html("/models")
+        .await
+        .contains("A model name is 1 to 64"));
     assert_eq!(app.state_of(&acme, "-bad name").await, "absent");
 }
 
@@ -269,7 +292,11 @@ async fn read_only_csrf_and_other_tenants_are_refused(pool: PgPool) {
     assert!(!html.contains("/models/helper/"), "no buttons: {html}");
     let token = common::portal::csrf(&html);
     for verb in ["start", "stop", "delete"] {
-        assert_eq!(command(&rita, "helper", verb, &token).await.status(), 403, "{verb}");
+        assert_eq!(
+            command(&rita, "helper", verb, &token).await.status(),
+            403,
+            "{verb}"
+        );
     }
     let res = upload_form(&rita, Some(&token), "sneaky", files).await;
     assert_eq!(res.status(), 403);
@@ -282,7 +309,9 @@ async fn read_only_csrf_and_other_tenants_are_refused(pool: PgPool) {
     assert_eq!(upload_form(&ada, None, "sneaky", files).await.status(), 403);
     let wrong = "0".repeat(64);
     assert_eq!(
-        upload_form(&ada, Some(&wrong), "sneaky", files).await.status(),
+        upload_form(&ada, Some(&wrong), "sneaky", files)
+            .await
+            .status(),
         403
     );
     assert_eq!(
@@ -300,7 +329,9 @@ async fn read_only_csrf_and_other_tenants_are_refused(pool: PgPool) {
     let bob_token = bob.token_on("/models").await;
     for verb in ["start", "stop", "delete"] {
         let foreign = command(&bob, "helper", verb, &bob_token).await.status();
-        let made_up = command(&bob, "nothing-here", verb, &bob_token).await.status();
+        let made_up = command(&bob, "nothing-here", verb, &bob_token)
+            .await
+            .status();
         assert_eq!((foreign.as_u16(), made_up.as_u16()), (404, 404), "{verb}");
     }
     assert_eq!(app.state_of(&acme, "helper").await, "stopped");

@@ -128,6 +128,9 @@ pub async fn upload(State(state): State<ApiState>, req: Request) -> Result<Respo
     let mut form = <Multipart as axum::extract::FromRequest<()>>::from_request(req, &())
         .await
         .map_err(|e| ApiError::BadRequest(format!("expected multipart/form-data: {e}")))?;
-    let view = state.lifecycle.receive(p.tenant_id, &actor, &mut form).await?;
+    let view = state
+        .lifecycle
+        .receive(p.tenant_id, &actor, &mut form)
+        .await?;
     Ok((StatusCode::CREATED, Json(view_json(&view))).into_response())
 }

@@ -15,7 +15,9 @@ use super::validate::{CONFIG_FILE, WEIGHTS_FILE};
 const MAX_TEXT_BYTES: usize = 1024;
 
 /// A text field, refused past [`MAX_TEXT_BYTES`].
-async fn bounded_text(mut field: axum::extract::multipart::Field<'_>) -> Result<String, LifecycleError> {
+async fn bounded_text(
+    mut field: axum::extract::multipart::Field<'_>,
+) -> Result<String, LifecycleError> {
     let name = field.name().unwrap_or_default().to_owned();
     let mut bytes = Vec::new();
     while let Some(chunk) = field
@@ -98,7 +100,9 @@ pub(super) async fn receive(
             }
             other => {
                 if let Some(u) = &upload {
-                    lifecycle.reject(u, "the upload had an unexpected field").await?;
+                    lifecycle
+                        .reject(u, "the upload had an unexpected field")
+                        .await?;
                 }
                 return Err(LifecycleError::BadRequest(format!(
                     "unexpected field `{other}`: send name, base, {CONFIG_FILE} and {WEIGHTS_FILE}"

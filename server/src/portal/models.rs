@@ -72,10 +72,7 @@ impl Outcome {
     }
 
     fn not_found() -> Self {
-        Self::Refused(
-            StatusCode::NOT_FOUND,
-            "No such model: nothing was changed.",
-        )
+        Self::Refused(StatusCode::NOT_FOUND, "No such model: nothing was changed.")
     }
 
     fn respond(self, wants_json: bool) -> Response {
@@ -92,7 +89,9 @@ impl Outcome {
             Self::Refused(status, message) if wants_json => {
                 (status, Json(serde_json::json!({ "error": message }))).into_response()
             }
-            Self::Refused(status, message) => (status, Html(refusal_page(status, message))).into_response(),
+            Self::Refused(status, message) => {
+                (status, Html(refusal_page(status, message))).into_response()
+            }
         }
     }
 }
