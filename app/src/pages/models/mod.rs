@@ -28,7 +28,8 @@ pub fn ModelsPage() -> impl IntoView {
 }
 
 fn page(state: PageState) -> AnyView {
-    super::loaded_page(state, "Models", load_models, body)
+    // Wide: the adapters table carries long engine names and a column of buttons.
+    super::loaded_frame(state, "content wide", "Models", load_models, body)
 }
 
 fn base_row(b: BaseView) -> AnyView {
@@ -57,8 +58,8 @@ fn adapter_row(a: AdapterView, csrf: Option<&str>) -> AnyView {
     let buttons = csrf.map(|t| view! { <td class="actions">{actions::cell(&a, t)}</td> });
     view! {
         <tr>
-            <td>{a.name}</td>
-            <td>{a.base}</td>
+            <td class="nowrap">{a.name}</td>
+            <td class="nowrap">{a.base}</td>
             <td class="num">{a.version}</td>
             <td><span class=state_class(&a.state)>{a.state.clone()}</span></td>
             <td>{a.reason.unwrap_or_default()}</td>

@@ -31,22 +31,20 @@ pub fn panel(api_base: &str, ready: &[String]) -> AnyView {
     if ready.is_empty() {
         return ().into_any();
     }
+    // One disclosure per model, the first open: the page stays short with many ready models.
     let blocks = ready
         .iter()
-        .map(|model| {
+        .enumerate()
+        .map(|(i, model)| {
             let (curl, python) = (curl(api_base, model), python(api_base, model));
             view! {
-                <h3><code>{model.clone()}</code></h3>
-                <div class="snippets">
-                    <div>
-                        <p class="muted">"curl"</p>
-                        <pre class="snippet"><code>{curl}</code></pre>
-                    </div>
-                    <div>
-                        <p class="muted">"Python (" <code>"pip install openai"</code> ")"</p>
-                        <pre class="snippet"><code>{python}</code></pre>
-                    </div>
-                </div>
+                <details class="snippet-model" open={i == 0}>
+                    <summary><code>{model.clone()}</code></summary>
+                    <p class="muted">"curl"</p>
+                    <pre class="snippet"><code>{curl}</code></pre>
+                    <p class="muted">"Python (" <code>"pip install openai"</code> ")"</p>
+                    <pre class="snippet"><code>{python}</code></pre>
+                </details>
             }
         })
         .collect_view();
