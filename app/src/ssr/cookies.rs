@@ -136,8 +136,8 @@ pub enum Flash {
     BodiesDeleted,
     /// An invitation was accepted and its user signed in.
     Joined,
-    /// What a `/models` form did (see [`super::model_form::ModelFlash`]).
-    Model(super::model_form::ModelFlash),
+    /// What a `/models` form did (see [`super::model_flash::ModelFlash`]).
+    Model(super::model_flash::ModelFlash),
 }
 
 impl Flash {
@@ -191,7 +191,7 @@ impl Flash {
                 .map(Self::Admin),
             other if other.starts_with("model-") => other
                 .strip_prefix("model-")
-                .and_then(super::model_form::ModelFlash::parse)
+                .and_then(super::model_flash::ModelFlash::parse)
                 .map(Self::Model),
             "role" => Some(Self::RoleRefused),
             "invited" => Some(Self::Invited),
@@ -340,7 +340,7 @@ mod tests {
             Flash::PasswordRefused,
             Flash::BodiesDeleted,
             Flash::Joined,
-            Flash::Model(super::super::model_form::ModelFlash::Deleted),
+            Flash::Model(super::super::model_flash::ModelFlash::Deleted),
         ] {
             assert_eq!(Flash::parse(&f.code()), Some(f));
         }

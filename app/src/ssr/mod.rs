@@ -9,6 +9,7 @@ pub mod csp;
 pub mod csrf;
 pub mod form;
 pub mod member;
+pub mod model_flash;
 pub mod model_form;
 pub mod portal;
 pub mod reveal;

@@ -42,7 +42,21 @@ fn missing() -> LifecycleError {
     ))
 }
 
-pub(super) async fn receive(
+impl Lifecycle {
+    /// Receives a multipart upload (`name`, `base`, then the files `adapter_config.json` and
+    /// `adapter_model.safetensors`), streaming each file to the store: the one reader of upload
+    /// forms, for the API and the portal alike.
+    pub async fn receive(
+        &self,
+        tenant: Uuid,
+        actor: &Actor,
+        form: &mut Multipart,
+    ) -> Result<AdapterView, LifecycleError> {
+        receive(self, tenant, actor, form).await
+    }
+}
+
+async fn receive(
     lifecycle: &Lifecycle,
     tenant: Uuid,
     actor: &Actor,

@@ -333,18 +333,6 @@ impl Lifecycle {
         self.view(upload.tenant, &upload.name).await
     }
 
-    /// Receives a multipart upload (`name`, `base`, then the files `adapter_config.json` and
-    /// `adapter_model.safetensors`), streaming each file to the store: the one reader of upload
-    /// forms, for the API and the portal alike.
-    pub async fn receive(
-        &self,
-        tenant: Uuid,
-        actor: &Actor,
-        form: &mut axum::extract::Multipart,
-    ) -> Result<AdapterView, LifecycleError> {
-        super::receive::receive(self, tenant, actor, form).await
-    }
-
     /// Uploads a whole adapter from memory (the demo, tests): begin, both files, finish.
     pub async fn upload_bytes(
         &self,

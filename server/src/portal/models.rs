@@ -15,7 +15,8 @@ use axum::http::{request::Parts, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::post;
 use axum::{Form, Json, Router};
-use tf_app::ssr::model_form::{self, Gate, ModelFlash};
+use tf_app::ssr::model_flash::ModelFlash;
+use tf_app::ssr::model_form::{self, Gate};
 use tf_app::ssr::Portal;
 
 use crate::lifecycle::transitions::Command;
