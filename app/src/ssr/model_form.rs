@@ -1,6 +1,6 @@
 //! The `/models` forms (upload, start, stop, delete) are plain axum handlers in the server crate,
-//! because the lifecycle service lives there and the upload is streamed (a server function would
-//! buffer it). This module gives those handlers the portal's own checks: [`in_portal`] runs them
+//! because the lifecycle service lives there and the upload is a multipart stream (the portal's
+//! server functions take url-encoded forms; server_fn's multipart codec is not enabled). This module gives those handlers the portal's own checks: [`in_portal`] runs them
 //! under the same reactive context a server function gets (the portal, the request parts), so
 //! the CSRF token, the signed-in member and the flash cookie are read and written exactly as the
 //! other forms do; [`gate`] is their prologue; [`ModelFlash`] names the messages they leave.
