@@ -93,10 +93,11 @@ async fn graph(pool: &PgPool, name: &str) -> (String, i32, i64, i64) {
     .unwrap()
 }
 
-/// How many times the graph entered `state`.
+/// How many times the graph entered `state` from another state.
 async fn entered(pool: &PgPool, name: &str, state: &str) -> i64 {
     sqlx::query_scalar(
-        "SELECT count(*) FROM lifecycle_history WHERE entity = 'graph' AND name = $1 AND to_state = $2",
+        "SELECT count(*) FROM lifecycle_history WHERE entity = 'graph' AND name = $1 AND to_state = $2
+             AND from_state IS DISTINCT FROM to_state",
     )
     .bind(name)
     .bind(state)
