@@ -127,10 +127,18 @@ impl Sleepy {
 }
 
 /// One chat completion: (status, request id, retry-after, body, time taken).
-async fn call(app: &TestApp, key: &str, model: &str) -> (u16, String, Option<String>, serde_json::Value, Duration) {
+async fn call(
+    app: &TestApp,
+    key: &str,
+    model: &str,
+) -> (u16, String, Option<String>, serde_json::Value, Duration) {
     let t = Instant::now();
     let r = app
-        .post(key, "/v1/chat/completions", chat(model, "wake up please", 4))
+        .post(
+            key,
+            "/v1/chat/completions",
+            chat(model, "wake up please", 4),
+        )
         .send()
         .await
         .unwrap();
@@ -171,7 +179,10 @@ async fn fifty_requests_on_two_replicas_wake_an_idle_graph_once_and_are_billed_o
 
     // One wake, whatever the number of requests and replicas.
     let (state, desired, wakes, failures) = graph(&pool, GRAPH).await;
-    assert_eq!((state.as_str(), desired, wakes, failures), ("ready", 1, 1, 0));
+    assert_eq!(
+        (state.as_str(), desired, wakes, failures),
+        ("ready", 1, 1, 0)
+    );
     assert_eq!(entered(&pool, GRAPH, "waking").await, 1);
     assert_eq!(h.app.app.fleet_metrics.wakes(), 1);
     assert_eq!(
@@ -196,7 +207,10 @@ async fn fifty_requests_on_two_replicas_wake_an_idle_graph_once_and_are_billed_o
         let event = h.app.event(id).await;
         assert_eq!(event.status, UsageStatus::Ok);
         assert_eq!(event.prompt_tokens, i64::from(entries[0].prompt_tokens));
-        assert_eq!(event.completion_tokens, i64::from(entries[0].completion_tokens));
+        assert_eq!(
+            event.completion_tokens,
+            i64::from(entries[0].completion_tokens)
+        );
     }
     let events = h.app.events().await;
     assert_eq!(
@@ -215,12 +229,21 @@ async fn fifty_requests_on_two_replicas_wake_an_idle_graph_once_and_are_billed_o
         .await
         .unwrap();
     assert!(metrics.contains("tf_fleet_wakes_total 1"), "{metrics}");
-    assert!(metrics.contains("tf_gateway_cold_ttft_seconds_count 25"), "{metrics}");
+    assert!(
+        metrics.contains("tf_gateway_cold_ttft_seconds_count 25"),
+        "{metrics}"
+    );
 }
 
 #[sqlx::test(migrator = "tf_core::db::MIGRATOR")]
 async fn a_failed_wake_answers_every_held_request_503_and_bills_nothing(pool: PgPool) {
-    let h = start(pool.clone(), SimConfig::default(), Duration::from_millis(300), 120_000).await;
+    let h = start(
+        pool.clone(),
+        SimConfig::default(),
+        Duration::from_millis(300),
+        120_000,
+    )
+    .await;
     let acme = h.app.tenant("acme").await;
     h.served(&acme, SLEEPY).await;
     h.asleep().await;
@@ -239,7 +262,10 @@ async fn a_failed_wake_answers_every_held_request_503_and_bills_nothing(pool: Pg
     }
     let (state, desired, wakes, failures) = graph(&pool, GRAPH).await;
     assert_eq!((state.as_str(), desired), ("asleep", 0));
-    assert!(wakes >= 1 && wakes == failures, "{wakes} wakes, {failures} failed");
+    assert!(
+        wakes >= 1 && wakes == failures,
+        "{wakes} wakes, {failures} failed"
+    );
     assert!(h.fleet.replicas(GRAPH).await.is_empty());
     // Recorded, billed nothing.
     for (_, id, ..) in &results {
@@ -276,7 +302,11 @@ async fn the_hold_limit_is_honoured_and_a_hang_up_while_held_bills_nothing(pool:
     // A client that gives up while held: recorded as an abort with zero tokens.
     let gave_up = h
         .replica
-        .post(&acme.key, "/v1/chat/completions", chat(SLEEPY, "never mind", 4))
+        .post(
+            &acme.key,
+            "/v1/chat/completions",
+            chat(SLEEPY, "never mind", 4),
+        )
         .timeout(Duration::from_millis(200))
         .send()
         .await;
@@ -306,7 +336,13 @@ async fn a_graph_in_use_never_sleeps_and_its_cotenants_adapter_wakes_it_later(po
     let (acme, globex) = (h.app.tenant("acme").await, h.app.tenant("globex").await);
     h.served(&globex, SLEEPY).await;
     let (config, weights) = valid_adapter(SLEEPY);
-    assert_eq!(h.app.upload(&acme, "quiet-bot", SLEEPY, &config, &weights).await.0, 201);
+    assert_eq!(
+        h.app
+            .upload(&acme, "quiet-bot", SLEEPY, &config, &weights)
+            .await
+            .0,
+        201
+    );
     h.app.manage(&acme, "quiet-bot", "start").await;
     eventually(SETTLE, "ready", || async {
         h.app.state_of(&acme, "quiet-bot").await == "ready"
@@ -317,12 +353,21 @@ async fn a_graph_in_use_never_sleeps_and_its_cotenants_adapter_wakes_it_later(po
     // graph stays up under it, and its tokens never stall.
     let mut body = chat(SLEEPY, "a long story please", 150);
     body["stream"] = true.into();
-    let r = h.replica.post(&globex.key, "/v1/chat/completions", body).send().await.unwrap();
+    let r = h
+        .replica
+        .post(&globex.key, "/v1/chat/completions", body)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 200);
     let (gaps, tokens) = stream_gaps(r).await;
     assert_eq!(tokens, 150);
     assert!(gaps < Duration::from_millis(750), "longest gap {gaps:?}");
-    assert_eq!(entered(&pool, GRAPH, "asleep").await, 0, "slept under a stream");
+    assert_eq!(
+        entered(&pool, GRAPH, "asleep").await,
+        0,
+        "slept under a stream"
+    );
 
     // Idle once it ended; the co-tenant's adapter, asked for, wakes the graph and is there.
     h.asleep().await;
@@ -346,7 +391,12 @@ async fn an_always_on_base_keeps_serving_while_its_neighbour_sleeps_and_wakes(po
     // The warm base streams while the sleepy one goes to sleep, and then is woken.
     let mut body = chat(WARM, "a long story please", 200);
     body["stream"] = true.into();
-    let r = h.app.post(&globex.key, "/v1/chat/completions", body).send().await.unwrap();
+    let r = h
+        .app
+        .post(&globex.key, "/v1/chat/completions", body)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 200);
     let neighbour = async {
         h.asleep().await;
