@@ -131,6 +131,13 @@ pub async fn build(pool: PgPool, options: AppOptions) -> anyhow::Result<App> {
         ),
     };
     let limits = quota.limits().clone();
+    let fleet_metrics = Arc::new(crate::lifecycle::FleetMetrics::default());
+    let activity = Arc::new(crate::gateway::activity::Activity::default());
+    tracker.spawn(crate::gateway::activity::flush(
+        activity.clone(),
+        pool.clone(),
+        cancel.clone(),
+    ));
     let gateway = Gateway::new(GatewayInner {
         keys: keys.clone(),
         routes: routes.clone(),
@@ -140,6 +147,9 @@ pub async fn build(pool: PgPool, options: AppOptions) -> anyhow::Result<App> {
         max_body_bytes: options.gateway.max_body_bytes,
         body_timing: options.gateway.body_timing(),
         quota,
+        activity,
+        hold_limit: options.gateway.hold_limit(),
+        fleet_metrics: fleet_metrics.clone(),
     });
 
     tracker.spawn(crate::notify::listen(
@@ -154,7 +164,6 @@ pub async fn build(pool: PgPool, options: AppOptions) -> anyhow::Result<App> {
         crate::lifecycle::AdapterStore::new(options.lifecycle.adapter_dir.clone()),
         options.lifecycle.limits,
     );
-    let fleet_metrics = Arc::new(crate::lifecycle::FleetMetrics::default());
     if let Some(backend) = &options.lifecycle.backend {
         let controller = crate::lifecycle::Controller::new(
             pool.clone(),

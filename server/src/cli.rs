@@ -226,6 +226,10 @@ pub struct GatewayArgs {
     /// Slowest a request body may arrive after that, in bytes per second (slower: 408).
     #[arg(long, env = "TF_BODY_MIN_BYTES_PER_SEC", default_value_t = GatewayOptions::default().body_min_bytes_per_sec)]
     pub body_min_bytes_per_sec: u64,
+    /// Longest a request for an idle model is held while its graph wakes, in milliseconds
+    /// (longer: 503 with `retry-after`).
+    #[arg(long, env = "TF_HOLD_LIMIT_MS", default_value_t = GatewayOptions::default().hold_limit_ms)]
+    pub hold_limit_ms: u64,
 }
 
 impl From<&GatewayArgs> for GatewayOptions {
@@ -238,6 +242,7 @@ impl From<&GatewayArgs> for GatewayOptions {
             upstream_pool_idle: a.upstream_pool_idle,
             body_timeout_ms: a.body_timeout_ms,
             body_min_bytes_per_sec: a.body_min_bytes_per_sec,
+            hold_limit_ms: a.hold_limit_ms,
         }
     }
 }

@@ -28,6 +28,7 @@ fn spec(base: &str, replicas: i32) -> GraphSpec {
         graph_state: None,
         replicas_desired: None,
         replicas_ready: None,
+        sleep: Default::default(),
     })
 }
 
@@ -85,6 +86,7 @@ async fn a_graph_scales_to_zero_and_back_keeping_its_frontend_and_adapters() {
     fleet.apply_adapter(&adapter).await.unwrap();
     let asleep = fleet.apply_graph(&spec("sleepy", 0)).await.unwrap();
     assert_eq!((asleep.replicas_ready, asleep.replicas_desired), (0, 0));
+    assert_eq!(asleep.phase, tokenfactory::fleet::backend::Phase::Asleep);
     assert_eq!(asleep.frontend_url, awake.frontend_url);
     assert!(fleet.replicas("local-sim/sleepy").await.is_empty());
     let woken = fleet.apply_graph(&spec("sleepy", 2)).await.unwrap();

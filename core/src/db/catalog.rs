@@ -108,6 +108,10 @@ pub struct RouteRow {
     pub created: i64,
     /// `ready`, or `starting` (answered 503 with `retry-after` until it is ready).
     pub state: String,
+    /// The base's graph is asleep or waking: requests are held until it serves (issue 18).
+    pub asleep: bool,
+    /// Wakes of the graph that failed so far (a held request that sees this grow gives up).
+    pub wake_failures: i64,
 }
 
 /// Every routable name: offered bases with a graph, and ready or starting adapters of active
@@ -120,14 +124,18 @@ pub async fn routes(pool: &PgPool) -> sqlx::Result<Vec<RouteRow>> {
                   b.upstream_model AS "upstream_model!", b.price_key AS "price_key!",
                   b.shared_cache AS "shared_cache!", b.continuous_usage AS "continuous_usage!",
                   b.denied_fields AS "denied_fields?", b.prompt_estimator AS "prompt_estimator!",
-                  extract(epoch FROM b.created_at)::bigint AS "created!", 'ready' AS "state!"
-           FROM base_models b WHERE b.offered AND b.upstream_url <> ''
+                  extract(epoch FROM b.created_at)::bigint AS "created!", 'ready' AS "state!",
+                  COALESCE(g.state IN ('asleep', 'waking'), false) AS "asleep!",
+                  COALESCE(g.wake_failures, 0) AS "wake_failures!"
+           FROM base_models b LEFT JOIN graphs g ON g.base_model_id = b.id
+           WHERE b.offered AND b.upstream_url <> ''
            UNION ALL
            SELECT a.name, a.tenant_id, b.name, a.id, a.version, b.graph, b.upstream_url, a.upstream_model,
                   a.price_key, a.shared_cache, b.continuous_usage, b.denied_fields, b.prompt_estimator,
-                  extract(epoch FROM a.created_at)::bigint, a.state
+                  extract(epoch FROM a.created_at)::bigint, a.state,
+                  COALESCE(g.state IN ('asleep', 'waking'), false), COALESCE(g.wake_failures, 0)
            FROM adapters a JOIN base_models b ON b.id = a.base_model_id
-                JOIN tenants t ON t.id = a.tenant_id
+                JOIN tenants t ON t.id = a.tenant_id LEFT JOIN graphs g ON g.base_model_id = b.id
            WHERE a.state IN ('ready', 'starting') AND a.desired = 'running'
                  AND b.upstream_url <> '' AND t.status = 'active'"#,
     )

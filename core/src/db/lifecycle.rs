@@ -24,6 +24,8 @@ pub struct TemplateRow {
     pub config_json: Value,
     pub tokenizer_json: Option<Value>,
     pub allow_dora: bool,
+    /// `None`: always on; else the graph sleeps (zero replicas) after this many idle seconds.
+    pub idle_after_secs: Option<i32>,
 }
 
 /// A base the controller manages, with its template and its graph as last observed.
@@ -40,6 +42,22 @@ pub struct TemplatedBase {
     pub graph_state: Option<String>,
     pub replicas_desired: Option<i32>,
     pub replicas_ready: Option<i32>,
+    /// The graph's scale-to-zero bookkeeping, read in SQL against the database's clock.
+    pub sleep: SleepFacts,
+}
+
+/// What the controller needs to put a graph to sleep or wake it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SleepFacts {
+    /// Its policy allows sleeping and nothing arrived or ran for longer than `idle_after_secs`
+    /// since the later of its last activity and its last state change.
+    pub idle: bool,
+    /// A request was seen after the graph's last state change.
+    pub used_since_change: bool,
+    /// Seconds since the last state change.
+    pub changed_secs_ago: f64,
+    /// A held request asked for a wake.
+    pub wake_requested: bool,
 }
 
 /// Offers `name` as a base served by `fleet` from `template` (idempotent by name). Its URL stays
@@ -73,8 +91,8 @@ pub async fn offer_base(
     sqlx::query!(
         "INSERT INTO base_templates (base_model_id, model, image, tensor_parallel_size, quantization,
              max_loras, max_lora_rank, extra_args, gpus_per_replica, replicas_min, replicas_max,
-             env_from_secret, config_json, tokenizer_json, allow_dora)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
+             env_from_secret, config_json, tokenizer_json, allow_dora, idle_after_secs)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)
          ON CONFLICT (base_model_id) DO UPDATE SET model = EXCLUDED.model, image = EXCLUDED.image,
              tensor_parallel_size = EXCLUDED.tensor_parallel_size, quantization = EXCLUDED.quantization,
              max_loras = EXCLUDED.max_loras, max_lora_rank = EXCLUDED.max_lora_rank,
@@ -82,7 +100,7 @@ pub async fn offer_base(
              replicas_min = EXCLUDED.replicas_min, replicas_max = EXCLUDED.replicas_max,
              env_from_secret = EXCLUDED.env_from_secret, config_json = EXCLUDED.config_json,
              tokenizer_json = EXCLUDED.tokenizer_json, allow_dora = EXCLUDED.allow_dora,
-             updated_at = now()",
+             idle_after_secs = EXCLUDED.idle_after_secs, updated_at = now()",
         id,
         t.model,
         t.image,
@@ -98,6 +116,7 @@ pub async fn offer_base(
         t.config_json,
         t.tokenizer_json,
         t.allow_dora,
+        t.idle_after_secs,
     )
     .execute(&mut *tx)
     .await?;
@@ -111,9 +130,14 @@ pub async fn templated_bases(db: impl PgExecutor<'_>) -> sqlx::Result<Vec<Templa
         r#"SELECT b.id, b.name, b.graph, b.fleet, b.offered, b.upstream_url,
                   t.model, t.image, t.tensor_parallel_size, t.quantization, t.max_loras, t.max_lora_rank,
                   t.extra_args, t.gpus_per_replica, t.replicas_min, t.replicas_max, t.env_from_secret,
-                  t.config_json, t.tokenizer_json, t.allow_dora,
+                  t.config_json, t.tokenizer_json, t.allow_dora, t.idle_after_secs,
                   g.state AS "graph_state?", g.replicas_desired AS "replicas_desired?",
-                  g.replicas_ready AS "replicas_ready?"
+                  g.replicas_ready AS "replicas_ready?",
+                  COALESCE(GREATEST(g.last_active_at, g.state_since)
+                      < now() - make_interval(secs => t.idle_after_secs), false) AS "idle!",
+                  COALESCE(g.last_active_at > g.state_since, false) AS "used_since_change!",
+                  COALESCE(extract(epoch FROM now() - g.state_since)::float8, 0) AS "changed_secs_ago!",
+                  g.wake_requested_at IS NOT NULL AS "wake_requested!"
            FROM base_models b JOIN base_templates t ON t.base_model_id = b.id
                 LEFT JOIN graphs g ON g.base_model_id = b.id
            ORDER BY b.name"#,
@@ -144,10 +168,17 @@ pub async fn templated_bases(db: impl PgExecutor<'_>) -> sqlx::Result<Vec<Templa
                 config_json: r.config_json,
                 tokenizer_json: r.tokenizer_json,
                 allow_dora: r.allow_dora,
+                idle_after_secs: r.idle_after_secs,
             },
             graph_state: r.graph_state,
             replicas_desired: r.replicas_desired,
             replicas_ready: r.replicas_ready,
+            sleep: SleepFacts {
+                idle: r.idle,
+                used_since_change: r.used_since_change,
+                changed_secs_ago: r.changed_secs_ago,
+                wake_requested: r.wake_requested,
+            },
         })
         .collect())
 }
@@ -416,7 +447,12 @@ pub async fn set_graph(pool: &PgPool, g: &GraphWrite<'_>) -> sqlx::Result<Option
          VALUES ($1, $2, $3, $4, $5, $6)
          ON CONFLICT (base_model_id) DO UPDATE SET name = EXCLUDED.name, state = EXCLUDED.state,
              reason = EXCLUDED.reason, replicas_ready = EXCLUDED.replicas_ready,
-             replicas_desired = EXCLUDED.replicas_desired, updated_at = now()",
+             replicas_desired = EXCLUDED.replicas_desired,
+             updated_at = now(),
+             state_since = CASE WHEN graphs.state = EXCLUDED.state THEN graphs.state_since
+                 ELSE now() END,
+             wake_requested_at = CASE WHEN EXCLUDED.state = 'ready' THEN NULL
+                 ELSE graphs.wake_requested_at END",
         g.base_model_id,
         g.name,
         g.state,
@@ -506,13 +542,21 @@ pub struct GraphRow {
     pub replicas_ready: i32,
     pub replicas_desired: i32,
     pub updated_at: OffsetDateTime,
+    /// Wakes from zero replicas so far, and how many of them failed.
+    pub wakes: i64,
+    pub wake_failures: i64,
+    /// The sleep policy (`None`: always on).
+    pub idle_after_secs: Option<i32>,
 }
 
 pub async fn graphs(db: impl PgExecutor<'_>) -> sqlx::Result<Vec<GraphRow>> {
     sqlx::query_as!(
         GraphRow,
-        "SELECT b.name AS base, g.name, g.state, g.reason, g.replicas_ready, g.replicas_desired, g.updated_at
-         FROM graphs g JOIN base_models b ON b.id = g.base_model_id ORDER BY b.name",
+        r#"SELECT b.name AS base, g.name, g.state, g.reason, g.replicas_ready, g.replicas_desired,
+                  g.updated_at, g.wakes, g.wake_failures, t.idle_after_secs AS "idle_after_secs?"
+           FROM graphs g JOIN base_models b ON b.id = g.base_model_id
+                LEFT JOIN base_templates t ON t.base_model_id = b.id
+           ORDER BY b.name"#,
     )
     .fetch_all(db)
     .await

@@ -16,6 +16,7 @@
 //! | [`sessions`] | `portal_sessions` |
 //! | [`settings`] | a tenant's settings (`tenants`: display name, body logging) |
 //! | [`lifecycle`] | `base_templates`, `graphs`, managed `adapters`, `lifecycle_history` |
+//! | [`sleep`] | `graphs` scale-to-zero: activity, wake requests, wakes (with history) |
 //! | [`leader`] | advisory locks (one leader per cluster) |
 //! | [`dashboard`] | the tenant home's month totals and usable models |
 //! | [`reports`] | the usage page (`usage_daily` rollup) and the request log |
@@ -40,6 +41,7 @@ pub mod replicas;
 pub mod reports;
 pub mod sessions;
 pub mod settings;
+pub mod sleep;
 pub mod spend;
 pub mod usage;
 

@@ -56,6 +56,9 @@ pub enum Phase {
     /// Accepted, not serving yet.
     Pending,
     Ready,
+    /// Scaled to zero on purpose (issue 18): no replicas, the frontend and the registered
+    /// adapters kept, so a wake needs only replicas.
+    Asleep,
     /// Will not become ready without a change; the reason is shown to its owner.
     Failed(String),
 }

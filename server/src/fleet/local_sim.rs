@@ -62,6 +62,7 @@ pub fn template(base: &str, replicas: i32) -> TemplateRow {
         config_json: sim_base_config(),
         tokenizer_json: None,
         allow_dora: false,
+        idle_after_secs: None,
     }
 }
 

@@ -5,7 +5,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use serde_json::json;
@@ -25,6 +27,8 @@ pub struct SimReplica {
     pub addr: SocketAddr,
     pub sim: EngineSim,
     stop: CancellationToken,
+    /// When it takes requests (its start-up delay after it was started).
+    ready_at: Instant,
 }
 
 struct SimGraph {
@@ -44,6 +48,10 @@ pub struct SimFleet {
     pacing: SimConfig,
     graphs: Mutex<HashMap<String, SimGraph>>,
     http: reqwest::Client,
+    /// How long a new replica takes before it serves (a model loading its weights).
+    startup_delay: Duration,
+    /// Fault injection: replicas fail to start (a wake that fails).
+    fail_starts: AtomicBool,
 }
 
 impl SimFleet {
@@ -55,7 +63,21 @@ impl SimFleet {
             pacing,
             graphs: Mutex::new(HashMap::new()),
             http: reqwest::Client::new(),
+            startup_delay: Duration::ZERO,
+            fail_starts: AtomicBool::new(false),
         }
+    }
+
+    /// New replicas serve only `delay` after they start (reported `Pending` until then).
+    #[must_use]
+    pub fn with_startup_delay(mut self, delay: Duration) -> Self {
+        self.startup_delay = delay;
+        self
+    }
+
+    /// From now on, replicas fail to start (`true`) or start normally (`false`).
+    pub fn fail_starts(&self, fail: bool) {
+        self.fail_starts.store(fail, Ordering::Relaxed);
     }
 
     /// A graph's replicas (tests read their ledgers and LoRA lists).
@@ -118,7 +140,12 @@ impl SimFleet {
                 tracing::error!(error = %e, "simulated replica stopped");
             }
         });
-        Ok(SimReplica { addr, sim, stop })
+        Ok(SimReplica {
+            addr,
+            sim,
+            stop,
+            ready_at: Instant::now() + self.startup_delay,
+        })
     }
 
     /// POSTs a LoRA call to one replica; `ok_also` is the status and message vLLM answers when
@@ -173,10 +200,24 @@ impl SimFleet {
     }
 }
 
+/// What the graph looks like now; the frontend sends to the replicas that finished starting.
 fn observed(g: &SimGraph, desired: u32) -> GraphObserved {
+    let now = Instant::now();
+    let ready: Vec<SocketAddr> = g
+        .replicas
+        .iter()
+        .filter(|r| r.ready_at <= now)
+        .map(|r| r.addr)
+        .collect();
+    let n = u32::try_from(ready.len()).unwrap_or(u32::MAX);
+    g.front.set(ready);
     GraphObserved {
-        phase: Phase::Ready,
-        replicas_ready: u32::try_from(g.replicas.len()).unwrap_or(u32::MAX),
+        phase: match (desired, n) {
+            (0, 0) => Phase::Asleep,
+            (d, n) if n >= d => Phase::Ready,
+            _ => Phase::Pending,
+        },
+        replicas_ready: n,
         replicas_desired: desired,
         frontend_url: format!("http://{}/v1", g.frontend),
     }
@@ -223,6 +264,11 @@ impl FleetBackend for SimFleet {
                 spec.graph, g.base, spec.base
             )));
         }
+        if g.replicas.len() < want as usize && self.fail_starts.load(Ordering::Relaxed) {
+            let mut o = observed(g, want);
+            o.phase = Phase::Failed("the engine exited while loading the model (simulated)".into());
+            return Ok(o);
+        }
         while g.replicas.len() < want as usize {
             let r = self.start_replica(&g.base, &g.loras, &g.stop).await?;
             g.replicas.push(r);
@@ -232,7 +278,6 @@ impl FleetBackend for SimFleet {
                 r.stop.cancel();
             }
         }
-        g.front.set(g.replicas.iter().map(|r| r.addr).collect());
         Ok(observed(g, want))
     }
 

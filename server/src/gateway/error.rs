@@ -8,6 +8,9 @@ use serde_json::json;
 /// `retry-after` of a model that is starting (an adapter loads in seconds).
 pub const MODEL_STARTING_RETRY_SECS: u64 = 2;
 
+/// `retry-after` of a model still waking when its hold limit ran out, or whose wake failed.
+pub const MODEL_WAKING_RETRY_SECS: u64 = 10;
+
 /// Longest model name echoed in an error message.
 const ECHOED_NAME_CHARS: usize = 128;
 
@@ -68,6 +71,12 @@ pub enum GatewayError {
     /// 503: the tenant's model is being started; retry after a moment.
     #[error("The model `{0}` is starting. Retry in a few seconds.")]
     ModelStarting(String),
+    /// 503 `model_waking`: held while the model's idle graph woke, longer than the hold limit.
+    #[error("The model `{0}` is waking up from idle and was not ready in time. Retry shortly.")]
+    ModelWaking(String),
+    /// 503 `model_wake_failed`: the model's idle graph could not be woken.
+    #[error("The model `{0}` could not be started. Retry later.")]
+    WakeFailed(String),
     /// 503: a dependency we need for this request (the database, for an uncached key) is down.
     #[error("The service is temporarily unavailable. Please retry.")]
     ServiceUnavailable,
@@ -97,6 +106,8 @@ impl GatewayError {
             Self::UpstreamTimeout => "upstream_timeout",
             Self::ServiceUnavailable => "service_unavailable",
             Self::ModelStarting(_) => "model_starting",
+            Self::ModelWaking(_) => "model_waking",
+            Self::WakeFailed(_) => "model_wake_failed",
             Self::RateLimited(_) => "rate_limited",
         }
     }
@@ -131,7 +142,10 @@ impl GatewayError {
             Self::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
             Self::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             Self::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
-            Self::ServiceUnavailable | Self::ModelStarting(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::ServiceUnavailable
+            | Self::ModelStarting(_)
+            | Self::ModelWaking(_)
+            | Self::WakeFailed(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
         }
     }
@@ -195,6 +209,16 @@ impl GatewayError {
                 json!("model_starting"),
                 Some("model"),
             ),
+            Self::ModelWaking(_) => (
+                "service_unavailable".into(),
+                json!("model_waking"),
+                Some("model"),
+            ),
+            Self::WakeFailed(_) => (
+                "service_unavailable".into(),
+                json!("model_wake_failed"),
+                Some("model"),
+            ),
             Self::RateLimited(r) => (
                 "rate_limit_error".into(),
                 json!(super::rate_headers::code(r)),
@@ -245,6 +269,12 @@ impl IntoResponse for GatewayError {
             response.headers_mut().insert(
                 axum::http::header::RETRY_AFTER,
                 HeaderValue::from(MODEL_STARTING_RETRY_SECS),
+            );
+        }
+        if let Self::ModelWaking(_) | Self::WakeFailed(_) = &self {
+            response.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                HeaderValue::from(MODEL_WAKING_RETRY_SECS),
             );
         }
         if let Self::TooManyKeyFailures(wait) = &self {

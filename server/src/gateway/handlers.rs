@@ -20,7 +20,7 @@ use super::exchange::{self, Exchange, Reply};
 use super::request;
 use super::Gateway;
 use crate::endpoint::Endpoint;
-use crate::metering::context::MeterContext;
+use crate::metering::context::{settle, MeterContext, Pending};
 use crate::usage::{Provenance, UsageEvent, UsageStatus};
 
 // The body is taken unread: the key is checked from the headers first, so an unauthenticated
@@ -150,7 +150,6 @@ async fn handle(
         }
     };
     let limit_headers = admitted.as_ref().map(crate::quota::Admitted::rate_status);
-    let upstream_body = req.upstream_body(stream, &route, principal.tenant_id)?;
     let ctx = MeterContext {
         event,
         started,
@@ -159,7 +158,15 @@ async fn handle(
         cut: gw.cut.clone(),
         admitted,
         tracker: gw.tracker.clone(),
+        holds: Some(Box::new(gw.activity.begin(&route.graph))),
     };
+    let cold = route.asleep;
+    let (route, ctx) = if cold {
+        hold(&gw, principal.tenant_id, &req.model, route, ctx).await?
+    } else {
+        (route, ctx)
+    };
+    let upstream_body = req.upstream_body(stream, &route, principal.tenant_id)?;
 
     let x = Exchange {
         upstream: route.upstream.clone(),
@@ -169,7 +176,11 @@ async fn handle(
         wants,
         max_body_bytes: gw.max_body_bytes.max(64 << 20),
     };
-    let mut response = match exchange::run(x, ctx).await {
+    let reply = exchange::run(x, ctx).await;
+    if cold && !matches!(reply, Reply::Failed(_)) {
+        gw.fleet_metrics.cold_ttft(started.elapsed());
+    }
+    let mut response = match reply {
         Reply::Failed(e) => e.into_response(),
         Reply::Stream(stream) => Response::builder()
             .header(header::CONTENT_TYPE, "text/event-stream")
@@ -192,4 +203,30 @@ async fn handle(
         super::rate_headers::apply(&h, response.headers_mut());
     }
     Ok(response)
+}
+
+/// Holds an admitted request while its model's graph wakes (`super::hold`). A client that hangs
+/// up meanwhile is recorded as an abort with zero tokens (the accounting guard's drop); a hold
+/// that ends without the graph serving is recorded with zero tokens and answered 503: nothing is
+/// billed for a request the engine never saw.
+async fn hold(
+    gw: &Gateway,
+    tenant: Uuid,
+    name: &str,
+    asleep: std::sync::Arc<super::resolve::Route>,
+    ctx: MeterContext,
+) -> Result<(std::sync::Arc<super::resolve::Route>, MeterContext), GatewayError> {
+    let mut pending = Pending::new(ctx);
+    let held = super::hold::until_awake(&gw.routes, tenant, name, &asleep, gw.hold_limit).await;
+    let Some(mut ctx) = pending.take() else {
+        return Err(GatewayError::ServiceUnavailable);
+    };
+    match held {
+        Ok(route) => Ok((route, ctx)),
+        Err(e) => {
+            ctx.estimate_prompt = Box::new(|| 0);
+            settle(ctx, None, false, 0, UsageStatus::UpstreamError).await;
+            Err(e)
+        }
+    }
 }

@@ -1,10 +1,13 @@
-//! The OpenAI-compatible request path: auth -> resolve -> (admit) -> forward -> meter.
+//! The OpenAI-compatible request path: auth -> resolve -> (admit) -> (hold while an idle model
+//! wakes) -> forward -> meter.
 
+pub mod activity;
 pub mod auth;
 pub(crate) mod body;
 pub(crate) mod error;
 pub(crate) mod exchange;
 mod handlers;
+pub(crate) mod hold;
 pub(crate) mod options;
 pub mod rate_headers;
 pub(crate) mod request;

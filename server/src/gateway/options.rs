@@ -22,6 +22,9 @@ pub struct GatewayOptions {
     pub body_timeout_ms: u64,
     /// Slowest a request body may arrive after that (slower: 408).
     pub body_min_bytes_per_sec: u64,
+    /// Longest a request for an idle (asleep) model is held while it wakes, in milliseconds;
+    /// longer: 503 with `retry-after`.
+    pub hold_limit_ms: u64,
 }
 
 impl Default for GatewayOptions {
@@ -34,6 +37,7 @@ impl Default for GatewayOptions {
             upstream_pool_idle: 256,
             body_timeout_ms: 10_000,
             body_min_bytes_per_sec: 65_536,
+            hold_limit_ms: 120_000,
         }
     }
 }
@@ -45,6 +49,10 @@ impl GatewayOptions {
             base: Duration::from_millis(self.body_timeout_ms),
             min_bytes_per_sec: self.body_min_bytes_per_sec,
         }
+    }
+
+    pub fn hold_limit(&self) -> Duration {
+        Duration::from_millis(self.hold_limit_ms)
     }
 
     /// What every upstream client is built with.

@@ -323,6 +323,8 @@ mod tests {
             policy: crate::engine_policy::EnginePolicy::default(),
             created: 0,
             starting: false,
+            asleep: false,
+            wake_failures: 0,
         }
     }
 

@@ -43,6 +43,10 @@ pub struct Route {
     pub created: i64,
     /// An adapter being loaded: answered 503 with `retry-after` until it is ready.
     pub starting: bool,
+    /// The graph is asleep or waking: requests are held until it serves (`gateway::hold`).
+    pub asleep: bool,
+    /// The graph's failed wakes so far (a held request that sees this grow gives up).
+    pub wake_failures: i64,
 }
 
 /// One immutable snapshot.
@@ -85,6 +89,8 @@ pub struct RouteTable {
     options: UpstreamOptions,
     /// Serialises rebuilds so an older read never overwrites a newer one.
     reload_lock: tokio::sync::Mutex<()>,
+    /// Bumped after every rebuild: held requests wait on it for their graph to wake.
+    reloaded: tokio::sync::watch::Sender<u64>,
 }
 
 impl RouteTable {
@@ -95,7 +101,18 @@ impl RouteTable {
             upstreams: Mutex::new(HashMap::new()),
             options,
             reload_lock: tokio::sync::Mutex::new(()),
+            reloaded: tokio::sync::watch::Sender::new(0),
         }
+    }
+
+    /// Changes whenever a new snapshot is swapped in.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.reloaded.subscribe()
+    }
+
+    /// The database the table is read from (held requests ask it for wakes).
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
     }
 
     /// The current snapshot; hold it for the whole request so one request sees one table.
@@ -130,6 +147,8 @@ impl RouteTable {
                 ),
                 created: row.created,
                 starting: row.state == "starting",
+                asleep: row.asleep,
+                wake_failures: row.wake_failures,
             });
             match row.owner {
                 None => {
@@ -144,6 +163,7 @@ impl RouteTable {
             }
         }
         self.current.store(Arc::new(next));
+        self.reloaded.send_modify(|n| *n = n.wrapping_add(1));
         Ok(())
     }
 

@@ -4,6 +4,11 @@
 //! failed half-way is finished by the next; a failing graph or adapter backs off on its own
 //! without holding up the others, and every error is counted by kind.
 //!
+//! Scale to zero (issue 18): a graph whose base has an idle policy and saw no request for that
+//! long goes `asleep` (routes first: requests are held; replicas stopped after a grace), and a
+//! held request's wake request takes it through `waking` back to `ready`; a wake that fails
+//! goes back to `asleep` with the reason.
+//!
 //! Start = the base's graph exists (created if needed), then the adapter is registered on it;
 //! stop = that adapter is deregistered, nothing else; delete = deregistered, its files removed,
 //! its row removed, and the graph torn down when no model is left on it (unless the bare base is
@@ -15,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use sqlx::{Connection, PgConnection, PgPool};
 use tf_core::db::lifecycle::{self as db, AdapterRow, GraphWrite, TemplatedBase};
+use tf_core::db::sleep as sleep_db;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -33,6 +39,10 @@ const FIRST_BACKOFF: Duration = Duration::from_millis(250);
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 /// How long a replica that is not the leader waits before trying to take the lock again.
 const FOLLOWER_RETRY: Duration = Duration::from_secs(2);
+/// How long an asleep graph keeps its replicas before they stop: longer than a gateway's
+/// activity flush (`gateway::activity`), so a request forwarded just before the routes changed
+/// is seen, and the graph goes back to ready instead of losing replicas under it.
+const SLEEP_GRACE_SECS: f64 = 2.5;
 
 /// Adapter states that keep a model on its base (so its graph stays up).
 const ON_BASE: [&str; 5] = ["stopped", "starting", "ready", "stopping", "failed"];
@@ -148,9 +158,16 @@ impl Controller {
                         && ON_BASE.contains(&a.state.as_str())
                 })
         };
+        // An adapter started on an asleep base wakes it, like a request.
+        let wake = |base: &TemplatedBase| {
+            base.sleep.wake_requested
+                || adapters.iter().any(|a| {
+                    a.base_model_id == base.id && a.desired == "running" && a.state == "starting"
+                })
+        };
         let mut ready_graphs = HashSet::new();
         for base in bases.iter().filter(|b| needed(b)) {
-            if self.ensure_graph(base).await? {
+            if self.ensure_graph(base, wake(base)).await? {
                 ready_graphs.insert(base.id);
             }
         }
@@ -170,11 +187,21 @@ impl Controller {
         Ok(())
     }
 
-    /// Makes the base's graph exist; returns whether it is ready to take adapters.
-    async fn ensure_graph(&mut self, base: &TemplatedBase) -> sqlx::Result<bool> {
+    /// Makes the base's graph exist (and sleep or wake per its policy); returns whether it is
+    /// ready to take adapters.
+    async fn ensure_graph(&mut self, base: &TemplatedBase, wake: bool) -> sqlx::Result<bool> {
         let key = format!("graph:{}", base.id);
         if self.waiting(&key) {
             return Ok(base.graph_state.as_deref() == Some("ready"));
+        }
+        match base.graph_state.as_deref() {
+            Some("ready") if base.sleep.idle && !wake => {
+                self.fall_asleep(base).await?;
+                return Ok(false);
+            }
+            Some("asleep") => return self.asleep(base, wake).await,
+            Some("waking") => return self.waking(base).await,
+            _ => {}
         }
         let spec = graph_spec(base);
         let observed = if base.graph_state.as_deref() == Some("ready") {
@@ -189,7 +216,13 @@ impl Controller {
         match observed {
             Ok(o) => {
                 self.succeeded(&key);
-                self.write_graph(base, &o).await?;
+                let (state, reason) = match &o.phase {
+                    Phase::Pending => ("pending", None),
+                    Phase::Ready => ("ready", None),
+                    Phase::Asleep => ("asleep", None),
+                    Phase::Failed(r) => ("failed", Some(r.as_str())),
+                };
+                self.write_graph(base, state, reason, &o).await?;
                 Ok(o.phase == Phase::Ready)
             }
             Err(e) => {
@@ -199,12 +232,117 @@ impl Controller {
         }
     }
 
-    async fn write_graph(&self, base: &TemplatedBase, o: &GraphObserved) -> sqlx::Result<()> {
-        let (state, reason) = match &o.phase {
-            Phase::Pending => ("pending", None),
-            Phase::Ready => ("ready", None),
-            Phase::Failed(r) => ("failed", Some(r.as_str())),
+    /// Idle past its policy: the routes first (new requests are held from now on), the replicas
+    /// after [`SLEEP_GRACE_SECS`] ([`Self::asleep`]).
+    async fn fall_asleep(&self, base: &TemplatedBase) -> sqlx::Result<()> {
+        let reason = idle_reason(base);
+        db::set_graph(
+            &self.pool,
+            &GraphWrite {
+                base_model_id: base.id,
+                name: &base.graph,
+                state: "asleep",
+                reason: Some(&reason),
+                replicas_ready: base.replicas_ready.unwrap_or(0),
+                replicas_desired: base.replicas_desired.unwrap_or(0),
+            },
+        )
+        .await?;
+        tracing::info!(graph = %base.graph, "graph idle: going to sleep");
+        Ok(())
+    }
+
+    /// An asleep graph: woken when asked; else its replicas stop once the grace is over, unless
+    /// a request reached it meanwhile (forwarded before this replica's routes changed), which
+    /// puts it back to ready.
+    async fn asleep(&mut self, base: &TemplatedBase, wake: bool) -> sqlx::Result<bool> {
+        let key = format!("graph:{}", base.id);
+        if wake {
+            if sleep_db::begin_wake(&self.pool, base.id, &base.graph, base.template.replicas_min)
+                .await?
+            {
+                self.metrics.wake();
+                tracing::info!(graph = %base.graph, "waking graph");
+            }
+            return self.waking(base).await;
+        }
+        let (ready, desired) = (
+            base.replicas_ready.unwrap_or(0),
+            base.replicas_desired.unwrap_or(0),
+        );
+        if desired == 0 && ready == 0 {
+            return Ok(false);
+        }
+        if base.sleep.used_since_change && desired > 0 {
+            let o = GraphObserved {
+                phase: Phase::Ready,
+                replicas_ready: u32::try_from(ready).unwrap_or(0),
+                replicas_desired: u32::try_from(desired).unwrap_or(0),
+                frontend_url: base.upstream_url.clone(),
+            };
+            self.write_graph(base, "ready", None, &o).await?;
+            return Ok(false);
+        }
+        if base.sleep.changed_secs_ago < SLEEP_GRACE_SECS {
+            return Ok(false);
+        }
+        let mut spec = graph_spec(base);
+        spec.template.replicas = 0;
+        match self.backend.apply_graph(&spec).await {
+            Ok(o) => {
+                self.succeeded(&key);
+                let reason = idle_reason(base);
+                self.write_graph(base, "asleep", Some(&reason), &o).await?;
+            }
+            Err(e) => self.failed(&key, &e),
+        }
+        Ok(false)
+    }
+
+    /// A waking graph: scaled back to its floor until the backend reports it ready; a wake that
+    /// cannot succeed puts it back to sleep, and every held request gives up.
+    async fn waking(&mut self, base: &TemplatedBase) -> sqlx::Result<bool> {
+        let key = format!("graph:{}", base.id);
+        let spec = graph_spec(base);
+        let failure = match self.backend.apply_graph(&spec).await {
+            Ok(o) => match &o.phase {
+                Phase::Ready => {
+                    self.succeeded(&key);
+                    self.write_graph(base, "ready", None, &o).await?;
+                    return Ok(true);
+                }
+                Phase::Failed(r) => r.clone(),
+                Phase::Pending | Phase::Asleep => {
+                    self.succeeded(&key);
+                    self.write_graph(base, "waking", None, &o).await?;
+                    return Ok(false);
+                }
+            },
+            Err(FleetError::Rejected(r)) => r,
+            Err(e) => {
+                self.failed(&key, &e);
+                return Ok(false);
+            }
         };
+        let mut down = spec;
+        down.template.replicas = 0;
+        if let Err(e) = self.backend.apply_graph(&down).await {
+            tracing::warn!(graph = %base.graph, error = %e, "could not stop a failed wake's replicas");
+        }
+        let reason = format!("wake failed: {failure}");
+        sleep_db::wake_failed(&self.pool, base.id, &base.graph, &reason).await?;
+        self.metrics.wake_failed();
+        self.failed(&key, &FleetError::Rejected(reason));
+        Ok(false)
+    }
+
+    async fn write_graph(
+        &self,
+        base: &TemplatedBase,
+        state: &str,
+        reason: Option<&str>,
+        o: &GraphObserved,
+    ) -> sqlx::Result<()> {
         let desired = i32::try_from(o.replicas_desired).unwrap_or(i32::MAX);
         let ready = i32::try_from(o.replicas_ready).unwrap_or(i32::MAX);
         let unchanged = base.graph_state.as_deref() == Some(state)
@@ -265,7 +403,7 @@ impl Controller {
                 match self.backend.apply_adapter(&spec).await {
                     Ok(o) => match o.phase {
                         Phase::Ready => self.transition(a, "ready", None).await.map(|()| Ok(())),
-                        Phase::Pending => Ok(Ok(())),
+                        Phase::Pending | Phase::Asleep => Ok(Ok(())),
                         Phase::Failed(r) => self
                             .transition(a, "failed", Some(&r))
                             .await
@@ -369,6 +507,14 @@ impl Controller {
             },
         );
     }
+}
+
+/// Why an asleep graph sleeps, for the admin page.
+fn idle_reason(base: &TemplatedBase) -> String {
+    format!(
+        "idle for {} s",
+        base.template.idle_after_secs.unwrap_or_default()
+    )
 }
 
 /// The backend's view of a templated base.

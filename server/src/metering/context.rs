@@ -26,6 +26,10 @@ pub struct MeterContext {
     pub admitted: Option<crate::quota::Admitted>,
     /// Where a hung-up stream's accounting runs (shutdown waits for it).
     pub tracker: tokio_util::task::TaskTracker,
+    /// Whatever must last as long as the request (the mark that keeps its graph awake): never
+    /// read, dropped with the accounting.
+    #[allow(dead_code, reason = "held for its Drop")]
+    pub holds: Option<Box<dyn Send + Sync>>,
 }
 
 impl MeterContext {

@@ -1,6 +1,6 @@
 //! `/admin/fleet`: every templated base with its serving template, every graph with its live state
 //! and replicas, every tenant's managed adapters with state and reason, as the lifecycle
-//! controller last recorded them (`tf_core::db::lifecycle`). Read-only.
+//! controller last recorded them (with sleep policy and wakes, issue 18) (`tf_core::db::lifecycle`). Read-only.
 
 use leptos::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -34,6 +34,11 @@ pub struct GraphItem {
     pub reason: Option<String>,
     pub replicas_ready: i32,
     pub replicas_desired: i32,
+    /// Wakes from zero replicas so far, and how many failed.
+    pub wakes: i64,
+    pub wake_failures: i64,
+    /// Seconds idle before the graph sleeps; `None`: always on.
+    pub idle_after_secs: Option<i32>,
 }
 
 /// A tenant's managed adapter.
@@ -96,6 +101,9 @@ pub async fn admin_fleet() -> Result<FleetView, PortalError> {
             reason: g.reason,
             replicas_ready: g.replicas_ready,
             replicas_desired: g.replicas_desired,
+            wakes: g.wakes,
+            wake_failures: g.wake_failures,
+            idle_after_secs: g.idle_after_secs,
         })
         .collect();
     let adapters = lifecycle::managed_adapters(pool)

@@ -1,4 +1,5 @@
-//! `/admin/fleet`: bases and their serving templates, graphs with live state and replicas, and
+//! `/admin/fleet`: bases and their serving templates, graphs with live state, replicas, sleep
+//! policy and wakes (an `asleep` graph has no replicas and wakes on the next request), and
 //! every tenant's adapters with state and reason. Read-only.
 
 use leptos::prelude::*;
@@ -41,12 +42,19 @@ fn base_row(b: BaseItem) -> AnyView {
 }
 
 fn graph_row(g: GraphItem) -> AnyView {
+    let wakes = if g.wake_failures > 0 {
+        format!("{} ({} failed)", g.wakes, g.wake_failures)
+    } else {
+        g.wakes.to_string()
+    };
     view! {
         <tr>
             <td>{g.base}</td>
             <td class="mono">{g.name}</td>
             <td>{g.state}</td>
             <td class="num">{format!("{} / {}", g.replicas_ready, g.replicas_desired)}</td>
+            <td>{g.idle_after_secs.map_or_else(|| "always on".to_owned(), |s| format!("idle {s} s"))}</td>
+            <td class="num">{wakes}</td>
             <td>{g.reason.unwrap_or_default()}</td>
         </tr>
     }
@@ -90,7 +98,8 @@ fn body(v: FleetView) -> AnyView {
             <table class="list">
                 <thead><tr>
                     <th>"Base"</th><th>"Graph"</th><th>"State"</th>
-                    <th class="num">"Replicas ready / desired"</th><th>"Reason"</th>
+                    <th class="num">"Replicas ready / desired"</th><th>"Sleeps"</th>
+                    <th class="num">"Wakes"</th><th>"Reason"</th>
                 </tr></thead>
                 <tbody>{v.graphs.into_iter().map(graph_row).collect_view()}</tbody>
             </table>

@@ -1,0 +1,437 @@
+//! Scale to zero (issue 18), against real PostgreSQL and the `local-sim` fleet with a start-up
+//! delay: an idle graph goes to zero replicas; requests for it are held (not refused) while one
+//! wake brings it back, however many requests and gateway replicas ask; a failed wake answers
+//! every held request 503 and bills nothing; the hold limit is honoured; a hang-up while held is
+//! recorded with zero tokens; a graph in use, and an always-on base beside a sleeping one, never
+//! pause.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may fail loudly
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::lifecycle::{self, valid_adapter};
+use common::{chat, eventually, request_id, Tenant, TestApp};
+use futures::StreamExt;
+use sqlx::PgPool;
+use tf_engine_sim::SimConfig;
+use tokenfactory::fleet::sim_fleet::SimFleet;
+use tokenfactory::gateway::GatewayOptions;
+use tokenfactory::lifecycle::{ControllerOptions, LifecycleOptions};
+use tokenfactory::usage::UsageStatus;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+/// The base with an idle policy.
+const SLEEPY: &str = "sleepy-base";
+const GRAPH: &str = "local-sim/sleepy-base";
+/// Always on, beside it.
+const WARM: &str = "warm-base";
+const IDLE_SECS: i32 = 2;
+const SETTLE: Duration = Duration::from_secs(20);
+
+/// Two gateway replicas (the first runs the controller) over one simulated fleet.
+struct Sleepy {
+    app: TestApp,
+    replica: TestApp,
+    fleet: Arc<SimFleet>,
+    _dir: tempfile::TempDir,
+}
+
+async fn start(pool: PgPool, pacing: SimConfig, startup: Duration, hold_ms: u64) -> Sleepy {
+    lifecycle::offer(&pool, SLEEPY, 1, true).await;
+    lifecycle::offer(&pool, WARM, 1, true).await;
+    assert!(
+        tf_core::db::sleep::set_idle_after(&pool, SLEEPY, Some(IDLE_SECS))
+            .await
+            .unwrap()
+    );
+    let fleet = Arc::new(
+        SimFleet::new(TaskTracker::new(), CancellationToken::new(), pacing)
+            .with_startup_delay(startup),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let gateway = GatewayOptions {
+        hold_limit_ms: hold_ms,
+        ..GatewayOptions::default()
+    };
+    let app = TestApp::builder(pool.clone())
+        .gateway(gateway.clone())
+        .lifecycle(LifecycleOptions {
+            adapter_dir: dir.path().to_path_buf(),
+            backend: Some(fleet.clone()),
+            controller: ControllerOptions {
+                tick: Duration::from_millis(50),
+            },
+            ..LifecycleOptions::default()
+        })
+        .start()
+        .await;
+    let replica = TestApp::builder(pool)
+        .gateway(gateway)
+        .replica_of(&app)
+        .start()
+        .await;
+    Sleepy {
+        app,
+        replica,
+        fleet,
+        _dir: dir,
+    }
+}
+
+/// (state, replicas desired, wakes, failed wakes) of the sleepy graph.
+async fn graph(pool: &PgPool, name: &str) -> (String, i32, i64, i64) {
+    sqlx::query_as(
+        "SELECT state, replicas_desired, wakes, wake_failures FROM graphs WHERE name = $1",
+    )
+    .bind(name)
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+/// How many times the graph entered `state` from another state.
+async fn entered(pool: &PgPool, name: &str, state: &str) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM lifecycle_history WHERE entity = 'graph' AND name = $1 AND to_state = $2
+             AND from_state IS DISTINCT FROM to_state",
+    )
+    .bind(name)
+    .bind(state)
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+impl Sleepy {
+    /// Waits until the sleepy graph is asleep with no replica left; returns when it was seen.
+    async fn asleep(&self) -> Instant {
+        eventually(SETTLE, "the idle graph asleep at zero replicas", || async {
+            let (state, desired, ..) = graph(&self.app.pool, GRAPH).await;
+            state == "asleep" && desired == 0 && self.fleet.replicas(GRAPH).await.is_empty()
+        })
+        .await;
+        Instant::now()
+    }
+
+    /// Waits until `tenant` is served `model`.
+    async fn served(&self, tenant: &Tenant, model: &str) {
+        eventually(SETTLE, "served", || async {
+            self.app.ask(tenant, model).await.0 == 200
+        })
+        .await;
+    }
+}
+
+/// One chat completion: (status, request id, retry-after, body, time taken).
+async fn call(
+    app: &TestApp,
+    key: &str,
+    model: &str,
+) -> (u16, String, Option<String>, serde_json::Value, Duration) {
+    let t = Instant::now();
+    let r = app
+        .post(
+            key,
+            "/v1/chat/completions",
+            chat(model, "wake up please", 4),
+        )
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    let id = request_id(&r);
+    let retry = r
+        .headers()
+        .get("retry-after")
+        .map(|v| v.to_str().unwrap().to_owned());
+    let body = r.json().await.unwrap_or(serde_json::Value::Null);
+    (status, id, retry, body, t.elapsed())
+}
+
+#[sqlx::test(migrator = "tf_core::db::MIGRATOR")]
+async fn fifty_requests_on_two_replicas_wake_an_idle_graph_once_and_are_billed_once(pool: PgPool) {
+    let startup = Duration::from_millis(1500);
+    let h = start(pool.clone(), SimConfig::default(), startup, 120_000).await;
+    let acme = h.app.tenant("acme").await;
+    h.served(&acme, SLEEPY).await;
+    let awake_at = Instant::now();
+    let asleep_at = h.asleep().await;
+    // Idle for IDLE_SECS, then the replicas stop after the grace.
+    assert!(asleep_at - awake_at >= Duration::from_secs(IDLE_SECS as u64));
+    assert_eq!(entered(&pool, GRAPH, "asleep").await, 1);
+
+    let calls = (0..50).map(|i| {
+        let app = if i % 2 == 0 { &h.app } else { &h.replica };
+        call(app, &acme.key, SLEEPY)
+    });
+    let results = futures::future::join_all(calls).await;
+    for (status, _, _, body, took) in &results {
+        assert_eq!(*status, 200, "{body}");
+        // Held through the cold start, not refused.
+        assert!(*took >= startup - Duration::from_millis(100), "{took:?}");
+    }
+    let slowest = results.iter().map(|r| r.4).max().unwrap();
+    println!("cold start {startup:?}: slowest of 50 held requests {slowest:?}");
+
+    // One wake, whatever the number of requests and replicas.
+    let (state, desired, wakes, failures) = graph(&pool, GRAPH).await;
+    assert_eq!(
+        (state.as_str(), desired, wakes, failures),
+        ("ready", 1, 1, 0)
+    );
+    assert_eq!(entered(&pool, GRAPH, "waking").await, 1);
+    assert_eq!(h.app.app.fleet_metrics.wakes(), 1);
+    assert_eq!(
+        h.app.app.fleet_metrics.cold_requests() + h.replica.app.fleet_metrics.cold_requests(),
+        50
+    );
+
+    // Each billed once, exactly what the engine (the woken replica's ledger) produced.
+    let ledger: Vec<_> = h
+        .fleet
+        .replicas(GRAPH)
+        .await
+        .iter()
+        .flat_map(|r| r.sim.ledger())
+        .collect();
+    for (_, id, ..) in &results {
+        let entries: Vec<_> = ledger
+            .iter()
+            .filter(|e| e.request_id.as_deref() == Some(id.as_str()))
+            .collect();
+        assert_eq!(entries.len(), 1, "{id} reached the engine once");
+        let event = h.app.event(id).await;
+        assert_eq!(event.status, UsageStatus::Ok);
+        assert_eq!(event.prompt_tokens, i64::from(entries[0].prompt_tokens));
+        assert_eq!(
+            event.completion_tokens,
+            i64::from(entries[0].completion_tokens)
+        );
+    }
+    let events = h.app.events().await;
+    assert_eq!(
+        events.iter().filter(|e| e.served_name == SLEEPY).count(),
+        51,
+        "the warm-up request and the 50, once each"
+    );
+    let metrics = h
+        .app
+        .http
+        .get(h.app.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(metrics.contains("tf_fleet_wakes_total 1"), "{metrics}");
+    assert!(
+        metrics.contains("tf_gateway_cold_ttft_seconds_count 25"),
+        "{metrics}"
+    );
+}
+
+#[sqlx::test(migrator = "tf_core::db::MIGRATOR")]
+async fn a_failed_wake_answers_every_held_request_503_and_bills_nothing(pool: PgPool) {
+    let h = start(
+        pool.clone(),
+        SimConfig::default(),
+        Duration::from_millis(300),
+        120_000,
+    )
+    .await;
+    let acme = h.app.tenant("acme").await;
+    h.served(&acme, SLEEPY).await;
+    h.asleep().await;
+    h.fleet.fail_starts(true);
+
+    let calls = (0..20).map(|i| {
+        let app = if i % 2 == 0 { &h.app } else { &h.replica };
+        call(app, &acme.key, SLEEPY)
+    });
+    let results = futures::future::join_all(calls).await;
+    for (status, _, retry, body, _) in &results {
+        assert_eq!(*status, 503, "{body}");
+        assert_eq!(body["error"]["code"], "model_wake_failed", "{body}");
+        assert_eq!(body["error"]["type"], "service_unavailable");
+        assert_eq!(retry.as_deref(), Some("10"));
+    }
+    let (state, desired, wakes, failures) = graph(&pool, GRAPH).await;
+    assert_eq!((state.as_str(), desired), ("asleep", 0));
+    assert!(
+        wakes >= 1 && wakes == failures,
+        "{wakes} wakes, {failures} failed"
+    );
+    assert!(h.fleet.replicas(GRAPH).await.is_empty());
+    // Recorded, billed nothing.
+    for (_, id, ..) in &results {
+        let event = h.app.event(id).await;
+        assert_eq!(event.status, UsageStatus::UpstreamError);
+        assert_eq!((event.prompt_tokens, event.completion_tokens), (0, 0));
+    }
+
+    // The next request, once starts work again, wakes it.
+    h.fleet.fail_starts(false);
+    h.served(&acme, SLEEPY).await;
+    assert_eq!(graph(&pool, GRAPH).await.0, "ready");
+}
+
+#[sqlx::test(migrator = "tf_core::db::MIGRATOR")]
+async fn the_hold_limit_is_honoured_and_a_hang_up_while_held_bills_nothing(pool: PgPool) {
+    let startup = Duration::from_secs(3);
+    let h = start(pool.clone(), SimConfig::default(), startup, 500).await;
+    let acme = h.app.tenant("acme").await;
+    h.served(&acme, SLEEPY).await;
+    h.asleep().await;
+
+    let (status, id, retry, body, took) = call(&h.app, &acme.key, SLEEPY).await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["error"]["code"], "model_waking", "{body}");
+    assert_eq!(retry.as_deref(), Some("10"));
+    assert!(
+        took >= Duration::from_millis(500) && took < Duration::from_millis(1500),
+        "held {took:?} for a 500 ms limit"
+    );
+    let event = h.app.event(&id).await;
+    assert_eq!((event.prompt_tokens, event.completion_tokens), (0, 0));
+
+    // A client that gives up while held: recorded as an abort with zero tokens.
+    let gave_up = h
+        .replica
+        .post(
+            &acme.key,
+            "/v1/chat/completions",
+            chat(SLEEPY, "never mind", 4),
+        )
+        .timeout(Duration::from_millis(200))
+        .send()
+        .await;
+    assert!(gave_up.is_err());
+    let abort = eventually(SETTLE, "the hang-up recorded", || async {
+        h.app
+            .events()
+            .await
+            .into_iter()
+            .find(|e| e.status == UsageStatus::ClientAbort)
+    })
+    .await;
+    assert_eq!((abort.prompt_tokens, abort.completion_tokens), (0, 0));
+
+    // The wake went on: retrying as told succeeds.
+    h.served(&acme, SLEEPY).await;
+    assert_eq!(graph(&pool, GRAPH).await.2, 1);
+}
+
+#[sqlx::test(migrator = "tf_core::db::MIGRATOR")]
+async fn a_graph_in_use_never_sleeps_and_its_cotenants_adapter_wakes_it_later(pool: PgPool) {
+    let pacing = SimConfig {
+        decode_tokens_per_sec: 25,
+        ..SimConfig::default()
+    };
+    let h = start(pool.clone(), pacing, Duration::from_millis(500), 120_000).await;
+    let (acme, globex) = (h.app.tenant("acme").await, h.app.tenant("globex").await);
+    h.served(&globex, SLEEPY).await;
+    let (config, weights) = valid_adapter(SLEEPY);
+    assert_eq!(
+        h.app
+            .upload(&acme, "quiet-bot", SLEEPY, &config, &weights)
+            .await
+            .0,
+        201
+    );
+    h.app.manage(&acme, "quiet-bot", "start").await;
+    eventually(SETTLE, "ready", || async {
+        h.app.state_of(&acme, "quiet-bot").await == "ready"
+    })
+    .await;
+
+    // One stream of 150 tokens at 25/s (6 s) outlasts the idle policy and the grace: the
+    // graph stays up under it, and its tokens never stall.
+    let mut body = chat(SLEEPY, "a long story please", 150);
+    body["stream"] = true.into();
+    let r = h
+        .replica
+        .post(&globex.key, "/v1/chat/completions", body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let (gaps, tokens) = stream_gaps(r).await;
+    assert_eq!(tokens, 150);
+    assert!(gaps < Duration::from_millis(750), "longest gap {gaps:?}");
+    assert_eq!(
+        entered(&pool, GRAPH, "asleep").await,
+        0,
+        "slept under a stream"
+    );
+
+    // Idle once it ended; the co-tenant's adapter, asked for, wakes the graph and is there.
+    h.asleep().await;
+    let (status, _, _, body, _) = call(&h.app, &acme.key, "quiet-bot").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(graph(&pool, GRAPH).await.2, 1);
+}
+
+#[sqlx::test(migrator = "tf_core::db::MIGRATOR")]
+async fn an_always_on_base_keeps_serving_while_its_neighbour_sleeps_and_wakes(pool: PgPool) {
+    let pacing = SimConfig {
+        decode_tokens_per_sec: 25,
+        ..SimConfig::default()
+    };
+    let h = start(pool.clone(), pacing, Duration::from_millis(500), 120_000).await;
+    let (acme, globex) = (h.app.tenant("acme").await, h.app.tenant("globex").await);
+    h.served(&acme, SLEEPY).await;
+    h.served(&globex, WARM).await;
+    let warm_graph = "local-sim/warm-base";
+
+    // The warm base streams while the sleepy one goes to sleep, and then is woken.
+    let mut body = chat(WARM, "a long story please", 200);
+    body["stream"] = true.into();
+    let r = h
+        .app
+        .post(&globex.key, "/v1/chat/completions", body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let neighbour = async {
+        h.asleep().await;
+        let (status, ..) = call(&h.replica, &acme.key, SLEEPY).await;
+        assert_eq!(status, 200);
+    };
+    let ((gaps, tokens), ()) = tokio::join!(stream_gaps(r), neighbour);
+    assert_eq!(tokens, 200);
+    assert!(gaps < Duration::from_millis(750), "longest gap {gaps:?}");
+    assert_eq!(graph(&pool, GRAPH).await.2, 1, "the neighbour woke once");
+    let (state, desired, wakes, _) = graph(&pool, warm_graph).await;
+    assert_eq!((state.as_str(), desired, wakes), ("ready", 1, 0));
+    assert_eq!(entered(&pool, warm_graph, "asleep").await, 0);
+}
+
+/// Reads an SSE stream to its end: (longest gap between content chunks, content chunks).
+async fn stream_gaps(r: reqwest::Response) -> (Duration, usize) {
+    let mut stream = r.bytes_stream();
+    let (mut buf, mut stamps, mut done) = (String::new(), Vec::new(), false);
+    while let Some(chunk) = stream.next().await {
+        buf.push_str(&String::from_utf8_lossy(&chunk.unwrap()));
+        while let Some(end) = buf.find("\n\n") {
+            let event: String = buf.drain(..end + 2).collect();
+            if event.contains("[DONE]") {
+                done = true;
+            } else if event.contains("\"content\"") && !event.contains("\"content\":\"\"") {
+                stamps.push(Instant::now());
+            }
+        }
+    }
+    assert!(done, "the stream ended normally");
+    let gap = stamps
+        .windows(2)
+        .map(|w| w[1] - w[0])
+        .max()
+        .unwrap_or_default();
+    (gap, stamps.len())
+}
