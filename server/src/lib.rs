@@ -70,6 +70,7 @@ pub mod portal;
 pub mod replica_report;
 // Assembly.
 pub mod admin;
+pub mod billing;
 pub mod app;
 pub mod cli;
 pub mod demo;
