@@ -1,5 +1,7 @@
-//! Money: integer micro-units of currency, never floats. The one price formula of the product
-//! (quota's estimates and settlements, `admin limits`, later billing) lives here.
+//! Money: integer micro-units of currency, never floats. The price formulas of the product live
+//! here: [`cost_micros`], the placeholder flat price per 1,000 tokens that quota's estimates and
+//! settlements, the usage pages and the spend limit still use, and [`line_micros`], the rated
+//! price of a billing charge line (versioned prices, three rates, `db::billing`).
 
 /// Cost in micro-units of `tokens` at `micros_per_1k` micro-units per 1000 tokens, rounded up per
 /// request: a request that used any token of a priced model costs at least one micro. A negative
@@ -35,7 +37,8 @@ pub struct Rates {
 /// Computed in i128 so no product overflows; saturates at `i64::MAX`.
 ///
 /// INVARIANT: the SQL rater (`billing_rate_batch` in migration 20261206100000_billing.sql)
-/// computes the same per line.
+/// computes the same per line (test: server/tests/billing.rs,
+/// random_events_and_price_histories_rate_and_invoice_exactly).
 pub fn line_micros(q: Quantities, r: Rates) -> i64 {
     let sum = i128::from(q.fresh.max(0)) * i128::from(r.fresh_per_m.max(0))
         + i128::from(q.cached.max(0)) * i128::from(r.cached_per_m.max(0))

@@ -42,12 +42,15 @@ fn main() {
             cached_per_m: 75_000 * m,
             output_per_m: 600_000 * m,
         };
-        for key in ["llama", "qwen"] {
-            billing::set_price(&pool, datetime!(2026-11-01 0:00 UTC), key, "standard", rates(1), "bench")
-                .await
-                .unwrap()
-                .unwrap();
-        }
+        billing::set_prices(
+            &pool,
+            datetime!(2026-11-01 0:00 UTC),
+            &[("llama", "standard", rates(1)), ("qwen", "standard", rates(1))],
+            "bench",
+        )
+        .await
+        .unwrap()
+        .unwrap();
         billing::set_price(&pool, datetime!(2026-11-15 12:00 UTC), "llama", "standard", rates(2), "bench")
             .await
             .unwrap()

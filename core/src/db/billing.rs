@@ -9,7 +9,7 @@
 //! | function | what |
 //! | --- | --- |
 //! | [`live_run`], [`rate_batch`], [`drain`] | the continuous run and rating batches (the rater task) |
-//! | [`versions`], [`prices_at`], [`prices_of_version`], [`set_price`] | price book (append-only) |
+//! | [`versions`], [`prices_at`], [`prices_of_version`], [`set_price`], [`set_prices`] | price book (append-only, forward only) |
 //! | [`add_tier`], [`set_tenant_tier`] | tiers |
 //! | [`rerate`], [`runs_of`] | a new run for a tenant and period under one version |
 //! | [`build_draft`], [`issue`], [`adjust`], [`correct`] | invoices (admin) |
@@ -127,16 +127,27 @@ pub async fn prices_at(
     }
 }
 
-/// Sets the price of `price_key` for `tier` from `effective_from` on: a new version holding the
-/// prices of the latest version with this one changed (a price is never edited). Versions only
-/// go forward: None, and nothing written, unless `effective_from` is after the latest version's
-/// (a version dated before a later one would leave the later one without the change).
+/// Sets the price of `price_key` for `tier` from `effective_from` on; see [`set_prices`].
 pub async fn set_price(
     pool: &PgPool,
     effective_from: OffsetDateTime,
     price_key: &str,
     tier: &str,
     rates: Rates,
+    by: &str,
+) -> sqlx::Result<Option<i64>> {
+    set_prices(pool, effective_from, &[(price_key, tier, rates)], by).await
+}
+
+/// Sets prices (key, tier, rates) from `effective_from` on: one new version holding the prices
+/// of the latest version with these changed (a price is never edited). Versions only go forward:
+/// None, and nothing written, unless `effective_from` is after the latest version's (a version
+/// dated before a later one would leave the later one without the change). A version dated in
+/// the past does not change lines already rated: re-rate to apply it.
+pub async fn set_prices(
+    pool: &PgPool,
+    effective_from: OffsetDateTime,
+    prices: &[(&str, &str, Rates)],
     by: &str,
 ) -> sqlx::Result<Option<i64>> {
     let mut tx = pool.begin().await?;
@@ -152,42 +163,51 @@ pub async fn set_price(
     if latest.is_some_and(|l| l >= effective_from) {
         return Ok(None);
     }
+    let keys: Vec<String> = prices.iter().map(|p| p.0.to_owned()).collect();
+    let tiers: Vec<String> = prices.iter().map(|p| p.1.to_owned()).collect();
+    let note = prices
+        .iter()
+        .map(|(k, t, _)| format!("{k}/{t}"))
+        .collect::<Vec<_>>()
+        .join(", ");
     let version = sqlx::query_scalar!(
         "INSERT INTO price_versions (book, effective_from, created_by, note)
-         VALUES ('default', $1, $2, 'set ' || $3 || ' / ' || $4) RETURNING id",
+         VALUES ('default', $1, $2, 'set ' || $3) RETURNING id",
         effective_from,
         by,
-        price_key,
-        tier,
+        note,
     )
     .fetch_one(&mut *tx)
     .await?;
     sqlx::query!(
         "INSERT INTO prices (version_id, price_key, tier, fresh_input_per_m, cached_input_per_m, output_per_m)
-         SELECT $1, price_key, tier, fresh_input_per_m, cached_input_per_m, output_per_m
-         FROM prices
-         WHERE version_id = (SELECT id FROM price_versions WHERE book = 'default' AND effective_from < $2
-                             ORDER BY effective_from DESC LIMIT 1)
-           AND NOT (price_key = $3 AND tier = $4)",
+         SELECT $1, p.price_key, p.tier, p.fresh_input_per_m, p.cached_input_per_m, p.output_per_m
+         FROM prices p
+         WHERE p.version_id = (SELECT id FROM price_versions WHERE book = 'default' AND effective_from < $2
+                               ORDER BY effective_from DESC LIMIT 1)
+           AND NOT EXISTS (SELECT 1 FROM unnest($3::text[], $4::text[]) AS c(price_key, tier)
+                           WHERE c.price_key = p.price_key AND c.tier = p.tier)",
         version,
         effective_from,
-        price_key,
-        tier,
+        &keys,
+        &tiers,
     )
     .execute(&mut *tx)
     .await?;
-    sqlx::query!(
-        "INSERT INTO prices (version_id, price_key, tier, fresh_input_per_m, cached_input_per_m, output_per_m)
-         VALUES ($1, $2, $3, $4, $5, $6)",
-        version,
-        price_key,
-        tier,
-        rates.fresh_per_m,
-        rates.cached_per_m,
-        rates.output_per_m,
-    )
-    .execute(&mut *tx)
-    .await?;
+    for (price_key, tier, rates) in prices {
+        sqlx::query!(
+            "INSERT INTO prices (version_id, price_key, tier, fresh_input_per_m, cached_input_per_m, output_per_m)
+             VALUES ($1, $2, $3, $4, $5, $6)",
+            version,
+            price_key,
+            tier,
+            rates.fresh_per_m,
+            rates.cached_per_m,
+            rates.output_per_m,
+        )
+        .execute(&mut *tx)
+        .await?;
+    }
     tx.commit().await?;
     Ok(Some(version))
 }
