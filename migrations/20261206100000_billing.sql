@@ -78,25 +78,40 @@ CREATE TABLE rating_runs (
 CREATE UNIQUE INDEX rating_runs_one_live ON rating_runs ((kind)) WHERE kind = 'live';
 INSERT INTO rating_runs (kind) VALUES ('live');
 
--- The live run's work list: every stored event not yet rated. Filled in the shipper's own
--- INSERT statement (a statement trigger with the inserted rows, as usage_daily), so an event that
--- commits late is never skipped (a time cursor could pass it); the rater deletes what it rates
--- in the same transaction as the lines, so a crash loses or doubles nothing.
+-- The live run's work list: every stored event not yet rated (rejected ones are never queued).
+-- Filled in the shipper's own INSERT statement (a statement trigger with the inserted rows, as
+-- usage_daily), so an event that commits late is never skipped (a time cursor could pass it);
+-- the rater deletes what it rates in the same statement as the lines, so a crash loses or doubles
+-- nothing.
 CREATE TABLE rating_queue (
-    request_id uuid PRIMARY KEY
+    request_id  uuid PRIMARY KEY,
+    -- What rating needs, copied from the event so a batch never reads usage_events.
+    tenant_id   uuid NOT NULL,
+    price_key   text NOT NULL,
+    started_at  timestamptz NOT NULL,
+    provenance  text NOT NULL,
+    fresh       bigint NOT NULL,
+    cached      bigint NOT NULL,
+    output      bigint NOT NULL
 );
 CREATE FUNCTION rating_enqueue() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    INSERT INTO rating_queue (request_id)
-    SELECT request_id FROM inserted WHERE status <> 'rejected'
+    INSERT INTO rating_queue (request_id, tenant_id, price_key, started_at, provenance, fresh,
+                              cached, output)
+    SELECT request_id, tenant_id, price_key, started_at, provenance,
+           prompt_tokens - cached_tokens, cached_tokens, completion_tokens
+    FROM inserted WHERE status <> 'rejected'
     ON CONFLICT DO NOTHING;
     RETURN NULL;
 END $$;
 CREATE TRIGGER rating_enqueue AFTER INSERT ON usage_events
     REFERENCING NEW TABLE AS inserted
     FOR EACH STATEMENT EXECUTE FUNCTION rating_enqueue();
-INSERT INTO rating_queue (request_id)
-SELECT request_id FROM usage_events WHERE status <> 'rejected';
+INSERT INTO rating_queue (request_id, tenant_id, price_key, started_at, provenance, fresh, cached,
+                          output)
+SELECT request_id, tenant_id, price_key, started_at, provenance, prompt_tokens - cached_tokens,
+       cached_tokens, completion_tokens
+FROM usage_events WHERE status <> 'rejected';
 
 -- A re-rate's position: its tenant's events in (started_at, request_id) order up to here.
 CREATE TABLE rating_cursor (
@@ -126,8 +141,8 @@ CREATE TABLE charge_lines (
     flag             text NOT NULL DEFAULT '',
     PRIMARY KEY (run_id, request_id)
 );
-CREATE INDEX charge_lines_tenant_time_idx ON charge_lines (run_id, tenant_id, started_at);
-CREATE INDEX charge_lines_time_idx ON charge_lines (run_id, started_at);
+-- No other index: every insert pays for each, and the readers (an invoice's lines, exports) walk
+-- usage_events' time indexes and join here by the key.
 
 -- Per run, tenant, UTC day, price key and price version: what a month's invoice sums (at most
 -- ~31 x keys rows), kept by the rater in the same statement as the lines it inserts.
@@ -153,48 +168,49 @@ CREATE TABLE rated_daily (
 CREATE FUNCTION billing_rate_batch(p_run bigint, p_limit integer) RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
-    r    rating_runs%ROWTYPE;
-    ids  uuid[];
-    last_started timestamptz;
-    last_request uuid;
+    r     rating_runs%ROWTYPE;
+    taken integer;
 BEGIN
     SELECT * INTO STRICT r FROM rating_runs WHERE id = p_run;
-    IF r.kind = 'live' THEN
-        WITH taken AS (
-            DELETE FROM rating_queue WHERE request_id IN (
-                SELECT request_id FROM rating_queue ORDER BY request_id LIMIT p_limit
-                FOR UPDATE SKIP LOCKED)
-            RETURNING request_id)
-        SELECT array_agg(request_id) INTO ids FROM taken;
-    ELSE
+    IF r.kind <> 'live' THEN
         INSERT INTO rating_cursor (run_id) VALUES (p_run) ON CONFLICT DO NOTHING;
-        SELECT array_agg(s.request_id ORDER BY s.started_at, s.request_id),
-               (array_agg(s.started_at ORDER BY s.started_at DESC, s.request_id DESC))[1],
-               (array_agg(s.request_id ORDER BY s.started_at DESC, s.request_id DESC))[1]
-        INTO ids, last_started, last_request
-        FROM (SELECT e.request_id, e.started_at
-              FROM usage_events e, rating_cursor c
-              WHERE c.run_id = p_run AND e.tenant_id = r.tenant_id
-                AND e.started_at >= greatest(r.period_start, c.after_started)
-                AND e.started_at < r.period_end
-                AND (e.started_at, e.request_id) > (c.after_started, c.after_request)
-              ORDER BY e.started_at, e.request_id LIMIT p_limit) s;
     END IF;
-    IF ids IS NULL THEN RETURN 0; END IF;
 
-    WITH ev AS (
+    WITH queued AS (
+        -- The live run: the oldest queued events, removed in this same transaction.
+        DELETE FROM rating_queue WHERE r.kind = 'live' AND request_id IN (
+            SELECT request_id FROM rating_queue ORDER BY request_id LIMIT p_limit
+            FOR UPDATE SKIP LOCKED)
+        RETURNING request_id, tenant_id, price_key, started_at, provenance, fresh, cached, output,
+                  'ok'::text AS status
+    ), walked AS (
+        -- A re-rate: its tenant's period in (started_at, request_id) order after its cursor.
         SELECT e.request_id, e.tenant_id, e.price_key, e.started_at, e.provenance,
                e.prompt_tokens - e.cached_tokens AS fresh, e.cached_tokens AS cached,
-               e.completion_tokens AS output,
+               e.completion_tokens AS output, e.status
+        FROM usage_events e, rating_cursor c
+        WHERE r.kind <> 'live' AND c.run_id = p_run AND e.tenant_id = r.tenant_id
+          AND e.started_at >= r.period_start AND e.started_at < r.period_end
+          AND (e.started_at, e.request_id) > (c.after_started, c.after_request)
+        ORDER BY e.started_at, e.request_id LIMIT p_limit
+    ), src AS (
+        SELECT * FROM queued UNION ALL SELECT * FROM walked
+    ), moved AS (
+        UPDATE rating_cursor c SET after_started = w.started_at, after_request = w.request_id
+        FROM (SELECT started_at, request_id FROM walked
+              ORDER BY started_at DESC, request_id DESC LIMIT 1) w
+        WHERE c.run_id = p_run
+    ), ev AS (
+        SELECT s.*,
                CASE WHEN r.kind = 'live' THEN v.id ELSE r.price_version_id END AS version_id,
                COALESCE(t.tier, 'standard') AS tier
-        FROM usage_events e
-             LEFT JOIN tenants t ON t.id = e.tenant_id
+        FROM src s
+             LEFT JOIN tenants t ON t.id = s.tenant_id
              LEFT JOIN LATERAL (
                  SELECT pv.id FROM price_versions pv
-                 WHERE r.kind = 'live' AND pv.book = 'default' AND pv.effective_from <= e.started_at
+                 WHERE r.kind = 'live' AND pv.book = 'default' AND pv.effective_from <= s.started_at
                  ORDER BY pv.effective_from DESC LIMIT 1) v ON true
-        WHERE e.request_id = ANY (ids) AND e.status <> 'rejected'
+        WHERE s.status <> 'rejected'
     ), priced AS (
         SELECT ev.*, p.version_id AS priced_by, p.fresh_input_per_m, p.cached_input_per_m,
                p.output_per_m
@@ -215,27 +231,25 @@ BEGIN
                     WHEN provenance = 'engine' THEN '' ELSE provenance END
         FROM priced
         ON CONFLICT (run_id, request_id) DO NOTHING
-        RETURNING *
+        RETURNING run_id, tenant_id, started_at, price_key, price_version_id, fresh_tokens,
+                  cached_tokens, output_tokens, amount_micros
+    ), rolled AS (
+        INSERT INTO rated_daily AS d (run_id, tenant_id, day, price_key, price_version_id, events,
+                                      fresh_tokens, cached_tokens, output_tokens, amount_micros)
+        SELECT run_id, tenant_id, (started_at AT TIME ZONE 'UTC')::date, price_key,
+               COALESCE(price_version_id, 0), count(*), sum(fresh_tokens), sum(cached_tokens),
+               sum(output_tokens), sum(amount_micros)
+        FROM lines GROUP BY 1, 2, 3, 4, 5
+        ORDER BY 1, 2, 3, 4, 5
+        ON CONFLICT (run_id, tenant_id, day, price_key, price_version_id) DO UPDATE SET
+            events = d.events + EXCLUDED.events,
+            fresh_tokens = d.fresh_tokens + EXCLUDED.fresh_tokens,
+            cached_tokens = d.cached_tokens + EXCLUDED.cached_tokens,
+            output_tokens = d.output_tokens + EXCLUDED.output_tokens,
+            amount_micros = d.amount_micros + EXCLUDED.amount_micros
     )
-    INSERT INTO rated_daily AS d (run_id, tenant_id, day, price_key, price_version_id, events,
-                                  fresh_tokens, cached_tokens, output_tokens, amount_micros)
-    SELECT run_id, tenant_id, (started_at AT TIME ZONE 'UTC')::date, price_key,
-           COALESCE(price_version_id, 0), count(*), sum(fresh_tokens), sum(cached_tokens),
-           sum(output_tokens), sum(amount_micros)
-    FROM lines GROUP BY 1, 2, 3, 4, 5
-    ORDER BY 1, 2, 3, 4, 5
-    ON CONFLICT (run_id, tenant_id, day, price_key, price_version_id) DO UPDATE SET
-        events = d.events + EXCLUDED.events,
-        fresh_tokens = d.fresh_tokens + EXCLUDED.fresh_tokens,
-        cached_tokens = d.cached_tokens + EXCLUDED.cached_tokens,
-        output_tokens = d.output_tokens + EXCLUDED.output_tokens,
-        amount_micros = d.amount_micros + EXCLUDED.amount_micros;
-
-    IF r.kind <> 'live' THEN
-        UPDATE rating_cursor SET after_started = last_started, after_request = last_request
-        WHERE run_id = p_run;
-    END IF;
-    RETURN cardinality(ids);
+    SELECT count(*) INTO taken FROM src;
+    RETURN taken;
 END $$;
 
 -- Prepaid credit: grants with expiry and priority that burn down before charges are invoiced

@@ -618,12 +618,14 @@ pub async fn invoice_lines(pool: &PgPool, tenant: Uuid, id: Uuid) -> sqlx::Resul
         Line,
         "SELECT c.request_id, c.started_at, c.price_key, c.price_version_id, c.fresh_tokens,
                 c.cached_tokens, c.output_tokens, c.amount_micros, c.flag
-         FROM invoices i JOIN charge_lines c
-              ON c.run_id = i.run_id AND c.tenant_id = i.tenant_id
-             AND c.started_at >= (i.period_start::timestamp AT TIME ZONE 'UTC')
-             AND c.started_at < ((i.period_start + interval '1 month') AT TIME ZONE 'UTC')
+         FROM invoices i
+              JOIN usage_events e
+                ON e.tenant_id = i.tenant_id
+               AND e.started_at >= (i.period_start::timestamp AT TIME ZONE 'UTC')
+               AND e.started_at < ((i.period_start + interval '1 month') AT TIME ZONE 'UTC')
+              JOIN charge_lines c ON c.run_id = i.run_id AND c.request_id = e.request_id
          WHERE i.tenant_id = $1 AND i.id = $2
-         ORDER BY c.started_at, c.request_id",
+         ORDER BY e.started_at, e.request_id",
         tenant,
         id
     )
@@ -739,13 +741,14 @@ pub async fn rated_usage(
                   e.served_name, e.base_model, c.price_key, c.started_at, e.status, e.provenance,
                   e.prompt_tokens, e.cached_tokens, e.completion_tokens, c.price_version_id,
                   c.amount_micros, c.flag
-           FROM charge_lines c
-                JOIN usage_events e ON e.request_id = c.request_id
+           FROM usage_events e
+                JOIN charge_lines c
+                  ON c.run_id = (SELECT id FROM rating_runs WHERE kind = 'live')
+                 AND c.request_id = e.request_id
                 LEFT JOIN tenants t ON t.id = c.tenant_id
-           WHERE c.run_id = (SELECT id FROM rating_runs WHERE kind = 'live')
-             AND c.started_at >= $1 AND c.started_at < $2
-             AND ($3::timestamptz IS NULL OR (c.started_at, c.request_id) > ($3, $4::uuid))
-           ORDER BY c.started_at, c.request_id
+           WHERE e.started_at >= $1 AND e.started_at < $2
+             AND ($3::timestamptz IS NULL OR (e.started_at, e.request_id) > ($3, $4::uuid))
+           ORDER BY e.started_at, e.request_id
            LIMIT $5"#,
         since,
         until,
