@@ -178,9 +178,10 @@ BEGIN
 
     WITH queued AS (
         -- The live run: the oldest queued events, removed in this same transaction.
-        DELETE FROM rating_queue WHERE r.kind = 'live' AND request_id IN (
-            SELECT request_id FROM rating_queue ORDER BY request_id LIMIT p_limit
-            FOR UPDATE SKIP LOCKED)
+        -- (by ctid: a TID scan of just these rows, not a join with the whole queue)
+        DELETE FROM rating_queue WHERE r.kind = 'live' AND ctid = ANY (ARRAY(
+            SELECT ctid FROM rating_queue ORDER BY request_id LIMIT p_limit
+            FOR UPDATE SKIP LOCKED))
         RETURNING request_id, tenant_id, price_key, started_at, provenance, fresh, cached, output,
                   'ok'::text AS status
     ), walked AS (

@@ -51,10 +51,18 @@ mod tests {
     use super::{cost_micros, line_micros, Quantities, Rates};
 
     fn q(fresh: i64, cached: i64, output: i64) -> Quantities {
-        Quantities { fresh, cached, output }
+        Quantities {
+            fresh,
+            cached,
+            output,
+        }
     }
     fn r(fresh_per_m: i64, cached_per_m: i64, output_per_m: i64) -> Rates {
-        Rates { fresh_per_m, cached_per_m, output_per_m }
+        Rates {
+            fresh_per_m,
+            cached_per_m,
+            output_per_m,
+        }
     }
 
     #[test]
@@ -66,7 +74,10 @@ mod tests {
         // Once per line: three quantities of 0.4 each make 1.2 -> 1, not 0 + 0 + 0.
         assert_eq!(line_micros(q(1, 1, 1), r(400_000, 400_000, 400_000)), 1);
         // 7 fresh at 1/token, 3 cached at 0.5, 7 output at 2: 22.5 -> 23.
-        assert_eq!(line_micros(q(7, 3, 7), r(1_000_000, 500_000, 2_000_000)), 23);
+        assert_eq!(
+            line_micros(q(7, 3, 7), r(1_000_000, 500_000, 2_000_000)),
+            23
+        );
         assert_eq!(line_micros(q(i64::MAX, 0, 0), r(i64::MAX, 0, 0)), i64::MAX);
         assert_eq!(line_micros(q(-5, 0, 0), r(1_000_000, 0, 0)), 0);
     }

@@ -174,7 +174,11 @@ pub async fn build(pool: PgPool, options: AppOptions) -> anyhow::Result<App> {
     tracker.spawn(flush_last_used(keys, cancel.clone()));
     tracker.spawn(purge_sessions(pool.clone(), cancel.clone()));
     if let Some(rater) = options.rater {
-        tracker.spawn(crate::billing::rater::run(pool.clone(), rater, cancel.clone()));
+        tracker.spawn(crate::billing::rater::run(
+            pool.clone(),
+            rater,
+            cancel.clone(),
+        ));
     }
     let http_metrics = Arc::new(ServerMetrics::default());
     let replica_id = uuid::Uuid::now_v7();

@@ -70,8 +70,8 @@ pub mod portal;
 pub mod replica_report;
 // Assembly.
 pub mod admin;
-pub mod billing;
 pub mod app;
+pub mod billing;
 pub mod cli;
 pub mod demo;
 pub mod serve;

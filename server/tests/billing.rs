@@ -161,9 +161,16 @@ async fn check(pool: &PgPool, n: usize, case: &Case) {
     // A price set before the latest version is refused (versions only go forward).
     let back = prices[0].0;
     assert_eq!(
-        billing::set_price(pool, window + Duration::seconds(back), &keys[0], "standard", rates((1, 1, 1)), "t")
-            .await
-            .unwrap(),
+        billing::set_price(
+            pool,
+            window + Duration::seconds(back),
+            &keys[0],
+            "standard",
+            rates((1, 1, 1)),
+            "t"
+        )
+        .await
+        .unwrap(),
         None
     );
     let in_effect = |k: usize, at: OffsetDateTime| -> Option<(Rates, i64)> {
@@ -173,7 +180,13 @@ async fn check(pool: &PgPool, n: usize, case: &Case) {
             .rev()
             .find(|(from, _, _)| *from <= at)
             .map(|(_, r, _)| *r)
-            .zip(versions.iter().rev().find(|(from, _)| *from <= at).map(|(_, v)| *v))
+            .zip(
+                versions
+                    .iter()
+                    .rev()
+                    .find(|(from, _)| *from <= at)
+                    .map(|(_, v)| *v),
+            )
     };
 
     let mut events = Vec::new();
@@ -186,12 +199,19 @@ async fn check(pool: &PgPool, n: usize, case: &Case) {
         } else {
             start + Duration::seconds(offset % (next - start).whole_seconds())
         };
-        let mut e = event(tenant, &keys[k], at, (prompt, prompt * cached_pct / 100, output));
+        let mut e = event(
+            tenant,
+            &keys[k],
+            at,
+            (prompt, prompt * cached_pct / 100, output),
+        );
         e.status = STATUSES[status];
         e.provenance = PROVENANCES[prov];
         events.push(e);
     }
-    tf_core::db::usage::insert_batch(pool, &events).await.unwrap();
+    tf_core::db::usage::insert_batch(pool, &events)
+        .await
+        .unwrap();
 
     let live = billing::live_run(pool).await.unwrap();
     billing::drain(pool, live, 37).await.unwrap();
@@ -253,15 +273,24 @@ async fn check(pool: &PgPool, n: usize, case: &Case) {
         assert_eq!(entries.iter().map(|x| x.amount_micros).sum::<i64>(), want);
         let csv = billing::invoice_lines(pool, tenant, id).await.unwrap();
         assert_eq!(csv.iter().map(|l| l.amount_micros).sum::<i64>(), want);
-        assert!(csv.iter().all(|l| l.started_at >= start && l.started_at < next));
+        assert!(csv
+            .iter()
+            .all(|l| l.started_at >= start && l.started_at < next));
     }
 
     // Re-rating the whole window under each version: a new run, every non-rejected event once,
     // at that version's prices; events whose live version it was get the same amounts.
     for &(_, v) in &versions {
-        let run = billing::rerate(pool, tenant, window, month_start(year, 3) + Duration::minutes(5), v, "test")
-            .await
-            .unwrap();
+        let run = billing::rerate(
+            pool,
+            tenant,
+            window,
+            month_start(year, 3) + Duration::minutes(5),
+            v,
+            "test",
+        )
+        .await
+        .unwrap();
         assert_ne!(run, live);
         let again = lines(pool, run, tenant).await;
         assert_eq!(again.len(), expected.len());
@@ -317,7 +346,9 @@ async fn rated_events(pool: &PgPool, tenant: Uuid, at: &[OffsetDateTime]) -> Vec
         .iter()
         .map(|t| event(tenant, "m", *t, (10, 3, 7)))
         .collect();
-    tf_core::db::usage::insert_batch(pool, &events).await.unwrap();
+    tf_core::db::usage::insert_batch(pool, &events)
+        .await
+        .unwrap();
     let live = billing::live_run(pool).await.unwrap();
     billing::drain(pool, live, 1000).await.unwrap();
     events
@@ -337,7 +368,11 @@ async fn an_issued_invoice_cannot_be_changed_even_with_sql(pool: PgPool) {
     };
     // 7 + 1.5 + 14 = 22.5 -> 23 per line, rounded once per line.
     assert_eq!(
-        billing::invoice(&pool, t, id).await.unwrap().unwrap().total_micros,
+        billing::invoice(&pool, t, id)
+            .await
+            .unwrap()
+            .unwrap()
+            .total_micros,
         46
     );
     // A draft may change.
@@ -366,7 +401,11 @@ async fn an_issued_invoice_cannot_be_changed_even_with_sql(pool: PgPool) {
     .await;
     assert!(inserted.is_err(), "an entry was added to an issued invoice");
     assert_eq!(
-        billing::invoice(&pool, t, id).await.unwrap().unwrap().total_micros,
+        billing::invoice(&pool, t, id)
+            .await
+            .unwrap()
+            .unwrap()
+            .total_micros,
         40
     );
     // Prices are append-only too.
@@ -383,8 +422,14 @@ async fn an_issued_invoice_cannot_be_changed_even_with_sql(pool: PgPool) {
     // Another tenant sees none of it.
     let other = tenant(&pool, "globex").await;
     assert!(billing::invoice(&pool, other, id).await.unwrap().is_none());
-    assert!(billing::invoice_entries(&pool, other, id).await.unwrap().is_empty());
-    assert!(billing::invoice_lines(&pool, other, id).await.unwrap().is_empty());
+    assert!(billing::invoice_entries(&pool, other, id)
+        .await
+        .unwrap()
+        .is_empty());
+    assert!(billing::invoice_lines(&pool, other, id)
+        .await
+        .unwrap()
+        .is_empty());
     assert!(billing::invoices(&pool, other).await.unwrap().is_empty());
 }
 
@@ -422,7 +467,10 @@ async fn credits_burn_down_before_charges_and_a_correction_gives_them_back(pool:
     assert_eq!(billing::credit_balance(&pool, t).await.unwrap(), 58);
     let grants = billing::credit_grants(&pool, t).await.unwrap();
     assert_eq!(
-        grants.iter().map(|g| (g.id, g.remaining_micros)).collect::<Vec<_>>(),
+        grants
+            .iter()
+            .map(|g| (g.id, g.remaining_micros))
+            .collect::<Vec<_>>(),
         vec![(first, 0), (second, 58)]
     );
 
@@ -432,7 +480,11 @@ async fn credits_burn_down_before_charges_and_a_correction_gives_them_back(pool:
     assert_eq!(billing::credit_balance(&pool, t).await.unwrap(), 150);
     let note_row = billing::invoice(&pool, t, note).await.unwrap().unwrap();
     assert_eq!(
-        (note_row.kind.as_str(), note_row.status.as_str(), note_row.corrects),
+        (
+            note_row.kind.as_str(),
+            note_row.status.as_str(),
+            note_row.corrects
+        ),
         ("credit_note", "issued", Some(id))
     );
     let Draft::Built(new) = billing::build_draft(&pool, t, month, live).await.unwrap() else {
@@ -456,23 +508,42 @@ async fn exports_parse_as_cloudevents_and_lago_batches(pool: PgPool) {
         events.iter().map(|e| e.request_id.to_string()).collect();
 
     let mut out = Vec::new();
-    export::export(&pool, Format::CloudEvents, since, until, "tf-test", &mut out)
-        .await
-        .unwrap();
+    export::export(
+        &pool,
+        Format::CloudEvents,
+        since,
+        until,
+        "tf-test",
+        &mut out,
+    )
+    .await
+    .unwrap();
     let mut seen = std::collections::BTreeSet::new();
     for line in String::from_utf8(out).unwrap().lines() {
         let v: serde_json::Value = serde_json::from_str(line).unwrap();
         assert_eq!(v["specversion"], "1.0");
         for field in ["id", "source", "type", "subject", "time", "datacontenttype"] {
-            assert!(v[field].as_str().is_some_and(|s| !s.is_empty()), "{field}: {v}");
+            assert!(
+                v[field].as_str().is_some_and(|s| !s.is_empty()),
+                "{field}: {v}"
+            );
         }
         assert_eq!(v["source"], "tf-test");
         assert_eq!(v["subject"], t.to_string());
-        OffsetDateTime::parse(v["time"].as_str().unwrap(), &time::format_description::well_known::Rfc3339)
-            .unwrap();
+        OffsetDateTime::parse(
+            v["time"].as_str().unwrap(),
+            &time::format_description::well_known::Rfc3339,
+        )
+        .unwrap();
         let data = &v["data"];
         assert!(data["model"].is_string());
-        for n in ["prompt_tokens", "cached_tokens", "output_tokens", "total_tokens", "amount_micros"] {
+        for n in [
+            "prompt_tokens",
+            "cached_tokens",
+            "output_tokens",
+            "total_tokens",
+            "amount_micros",
+        ] {
             assert!(data[n].is_i64(), "{n}: {data}");
         }
         assert_eq!(data["prompt_tokens"], 10);
@@ -517,9 +588,16 @@ async fn exports_parse_as_cloudevents_and_lago_batches(pool: PgPool) {
     assert!(rows.iter().all(|r| r.split(',').count() == cols));
     // Outside the range: nothing.
     let mut out = Vec::new();
-    let n = export::export(&pool, Format::CloudEvents, until, until + Duration::days(1), "x", &mut out)
-        .await
-        .unwrap();
+    let n = export::export(
+        &pool,
+        Format::CloudEvents,
+        until,
+        until + Duration::days(1),
+        "x",
+        &mut out,
+    )
+    .await
+    .unwrap();
     assert_eq!(n, 0);
 }
 
@@ -540,17 +618,52 @@ async fn admin_cli_sets_prices_rerates_and_exports(pool: PgPool) {
         cmd
     };
     let mut out = Vec::new();
-    let cmd = run(&["prices", "set", "--key", "m", "--fresh", "2000000", "--cached", "0", "--output", "0", "--from", "2026-09-01T00:00:00Z"]);
-    tokenfactory::admin::run_on(&pool, cmd, &mut out).await.unwrap();
+    let cmd = run(&[
+        "prices",
+        "set",
+        "--key",
+        "m",
+        "--fresh",
+        "2000000",
+        "--cached",
+        "0",
+        "--output",
+        "0",
+        "--from",
+        "2026-09-01T00:00:00Z",
+    ]);
+    tokenfactory::admin::run_on(&pool, cmd, &mut out)
+        .await
+        .unwrap();
     for args in [
         &["prices", "versions"][..],
         &["prices", "show", "--at", "2026-09-02T00:00:00Z"],
-        &["rerate", "--tenant", "acme", "--since", "2026-09-01T00:00:00Z", "--until", "2026-10-01T00:00:00Z"],
-        &["export", "--format", "csv", "--since", "2026-09-01T00:00:00Z", "--until", "2026-10-01T00:00:00Z"],
-        &["invoices", "build", "--tenant", "acme", "--month", "2026-09"],
+        &[
+            "rerate",
+            "--tenant",
+            "acme",
+            "--since",
+            "2026-09-01T00:00:00Z",
+            "--until",
+            "2026-10-01T00:00:00Z",
+        ],
+        &[
+            "export",
+            "--format",
+            "csv",
+            "--since",
+            "2026-09-01T00:00:00Z",
+            "--until",
+            "2026-10-01T00:00:00Z",
+        ],
+        &[
+            "invoices", "build", "--tenant", "acme", "--month", "2026-09",
+        ],
         &["invoices", "list", "--tenant", "acme"],
     ] {
-        tokenfactory::admin::run_on(&pool, run(args), &mut out).await.unwrap();
+        tokenfactory::admin::run_on(&pool, run(args), &mut out)
+            .await
+            .unwrap();
     }
     let text = String::from_utf8(out).unwrap();
     assert!(text.contains("m\tstandard\t2000000\t0\t0"), "{text}");
@@ -558,6 +671,21 @@ async fn admin_cli_sets_prices_rerates_and_exports(pool: PgPool) {
     assert!(text.contains(": 3 events, 42 micros"), "{text}");
     assert!(text.contains("draft "), "{text}");
     // A backdated price is refused.
-    let cmd = run(&["prices", "set", "--key", "m", "--fresh", "1", "--cached", "1", "--output", "1", "--from", "2026-08-01T00:00:00Z"]);
-    assert!(tokenfactory::admin::run_on(&pool, cmd, &mut Vec::new()).await.is_err());
+    let cmd = run(&[
+        "prices",
+        "set",
+        "--key",
+        "m",
+        "--fresh",
+        "1",
+        "--cached",
+        "1",
+        "--output",
+        "1",
+        "--from",
+        "2026-08-01T00:00:00Z",
+    ]);
+    assert!(tokenfactory::admin::run_on(&pool, cmd, &mut Vec::new())
+        .await
+        .is_err());
 }

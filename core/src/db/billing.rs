@@ -33,13 +33,9 @@ pub async fn live_run(pool: &PgPool) -> sqlx::Result<i64> {
 /// Rates up to `limit` events of `run`; returns how many events it took up (0: none left).
 /// Idempotent: an event already rated in the run is skipped.
 pub async fn rate_batch(pool: &PgPool, run: i64, limit: i32) -> sqlx::Result<i64> {
-    let n = sqlx::query_scalar!(
-        r#"SELECT billing_rate_batch($1, $2) AS "n!""#,
-        run,
-        limit
-    )
-    .fetch_one(pool)
-    .await?;
+    let n = sqlx::query_scalar!(r#"SELECT billing_rate_batch($1, $2) AS "n!""#, run, limit)
+        .fetch_one(pool)
+        .await?;
     Ok(i64::from(n))
 }
 
@@ -303,7 +299,12 @@ pub enum Draft {
 /// draft kept, then credit entries burning the tenant's grants (lowest priority number first, then
 /// earliest expiry) down to zero at most. A grant counts for a month unless it expired by the
 /// month's start; what it has left is what issued invoices have not burned.
-pub async fn build_draft(pool: &PgPool, tenant: Uuid, month: Date, run: i64) -> sqlx::Result<Draft> {
+pub async fn build_draft(
+    pool: &PgPool,
+    tenant: Uuid,
+    month: Date,
+    run: i64,
+) -> sqlx::Result<Draft> {
     let mut tx = pool.begin().await?;
     // One builder per tenant at a time (two would race on the draft).
     sqlx::query!("SELECT id FROM tenants WHERE id = $1 FOR UPDATE", tenant)

@@ -204,7 +204,10 @@ pub async fn invoices(
             let Some(note) = db::correct(pool, id, BY).await? else {
                 bail!("{id} is not an issued, uncorrected invoice");
             };
-            say(out, &format!("credit note {note} issued; build the month again"))?;
+            say(
+                out,
+                &format!("credit note {note} issued; build the month again"),
+            )?;
         }
     }
     Ok(())

@@ -65,7 +65,9 @@ pub fn csv_row(r: &Rated) -> String {
         (r.prompt_tokens - r.cached_tokens).to_string(),
         r.cached_tokens.to_string(),
         r.completion_tokens.to_string(),
-        r.price_version_id.map(|v| v.to_string()).unwrap_or_default(),
+        r.price_version_id
+            .map(|v| v.to_string())
+            .unwrap_or_default(),
         r.amount_micros.to_string(),
         r.flag.clone(),
     ]
