@@ -8,7 +8,12 @@
 //! `tokenfactory_bench_billing`). Env: `TF_BENCH_EVENTS` (default 10000000),
 //! `TF_BENCH_BATCH` (events per rating statement, default 20000).
 
-#![allow(clippy::print_stdout, clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::print_stdout,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic
+)]
 
 mod common;
 

@@ -20,14 +20,16 @@ use time::{Date, Duration, Month, OffsetDateTime};
 use tokenfactory::billing::export::{self, Format};
 use uuid::Uuid;
 
+/// A random event: (month 0..3, near a boundary?, offset seconds, key index, prompt, cached
+/// percent, output, status index, provenance index).
+type EventSpec = (i64, bool, i64, usize, i64, i64, i64, usize, usize);
+
 /// One random case: price changes and events in a three-month window.
 #[derive(Debug, Clone)]
 struct Case {
     /// (seconds into the window, key index, rates).
     prices: Vec<(i64, usize, (i64, i64, i64))>,
-    /// (month 0..3, near a boundary?, offset seconds, key index, prompt, cached share, output,
-    /// status index, provenance index).
-    events: Vec<(i64, bool, i64, usize, i64, i64, i64, usize, usize)>,
+    events: Vec<EventSpec>,
 }
 
 const KEYS: usize = 3; // key 2 is never priced
