@@ -44,6 +44,8 @@ pub struct AppOptions {
     pub replica_report_every: Duration,
     /// Adapter storage, upload limits and the fleet backend the controller drives.
     pub lifecycle: crate::lifecycle::LifecycleOptions,
+    /// The billing rater (one leader per cluster); `None` leaves usage unrated.
+    pub rater: Option<crate::billing::rater::RaterOptions>,
 }
 
 impl Default for AppOptions {
@@ -58,6 +60,7 @@ impl Default for AppOptions {
             quota: crate::quota::QuotaOptions::default(),
             replica_report_every: crate::replica_report::REPORT_EVERY,
             lifecycle: crate::lifecycle::LifecycleOptions::default(),
+            rater: Some(crate::billing::rater::RaterOptions::default()),
         }
     }
 }
@@ -179,6 +182,13 @@ pub async fn build(pool: PgPool, options: AppOptions) -> anyhow::Result<App> {
     });
     tracker.spawn(flush_last_used(keys, cancel.clone()));
     tracker.spawn(purge_sessions(pool.clone(), cancel.clone()));
+    if let Some(rater) = options.rater {
+        tracker.spawn(crate::billing::rater::run(
+            pool.clone(),
+            rater,
+            cancel.clone(),
+        ));
+    }
     let http_metrics = Arc::new(ServerMetrics::default());
     let replica_id = uuid::Uuid::now_v7();
     let reporter = crate::replica_report::Reporter {

@@ -361,6 +361,154 @@ pub enum AdminCommand {
     },
     /// Set or show the limits of a tenant or a key (no value flags: show limits and consumption).
     Limits(LimitsArgs),
+    /// Show or set prices, or list the price versions (a change is a new version, never an edit).
+    Prices(PricesArgs),
+    /// Re-rate a tenant's events of a period under one price version: a new rating run, the old
+    /// runs kept for audit, the events untouched.
+    Rerate {
+        #[command(flatten)]
+        db: DbArgs,
+        /// Tenant handle.
+        #[arg(long)]
+        tenant: String,
+        /// Events started at or after this RFC 3339 time.
+        #[arg(long)]
+        since: String,
+        /// Events started before this RFC 3339 time.
+        #[arg(long)]
+        until: String,
+        /// The price version (see `admin prices versions`); default: the one in effect now.
+        #[arg(long)]
+        version: Option<i64>,
+    },
+    /// Export rated usage for a billing platform, to stdout.
+    Export {
+        #[command(flatten)]
+        db: DbArgs,
+        #[arg(long, value_enum)]
+        format: ExportFormat,
+        /// Events started at or after this RFC 3339 time.
+        #[arg(long)]
+        since: String,
+        /// Events started before this RFC 3339 time.
+        #[arg(long)]
+        until: String,
+        /// This deployment's name (CloudEvents `source`).
+        #[arg(long, default_value = "tokenfactory")]
+        source: String,
+    },
+    /// Invoices: build a month's draft, issue it, correct an issued one, or list a tenant's.
+    Invoices(InvoicesArgs),
+    /// Grant a tenant prepaid credit (burns down before charges are invoiced).
+    Credit {
+        #[command(flatten)]
+        db: DbArgs,
+        /// Tenant handle.
+        #[arg(long)]
+        tenant: String,
+        /// Amount in micro-units.
+        #[arg(long)]
+        amount: i64,
+        /// Burn order: lower first.
+        #[arg(long, default_value_t = 0)]
+        priority: i32,
+        /// RFC 3339 expiry; none: never.
+        #[arg(long)]
+        expires: Option<String>,
+        #[arg(long, default_value = "")]
+        note: String,
+    },
+}
+
+/// An export format of `admin export`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ExportFormat {
+    Csv,
+    Cloudevents,
+    Lago,
+}
+
+/// Flags of `admin prices`.
+#[derive(Debug, Clone, Args)]
+pub struct PricesArgs {
+    #[command(flatten)]
+    pub db: DbArgs,
+    #[command(subcommand)]
+    pub action: PricesAction,
+}
+
+#[derive(Debug, Clone, Subcommand)]
+pub enum PricesAction {
+    /// The prices in effect (now, or at --at).
+    Show {
+        /// RFC 3339 time.
+        #[arg(long)]
+        at: Option<String>,
+    },
+    /// Set one price from a time on (a new version).
+    Set {
+        /// Price key: a model or base name.
+        #[arg(long)]
+        key: String,
+        #[arg(long, default_value = "standard")]
+        tier: String,
+        /// Micro-units per million fresh (uncached) input tokens.
+        #[arg(long)]
+        fresh: i64,
+        /// Micro-units per million cached input tokens.
+        #[arg(long)]
+        cached: i64,
+        /// Micro-units per million output tokens.
+        #[arg(long)]
+        output: i64,
+        /// RFC 3339 time from which it applies; default now.
+        #[arg(long)]
+        from: Option<String>,
+    },
+    /// Every version, oldest first.
+    Versions,
+}
+
+/// Flags of `admin invoices`.
+#[derive(Debug, Clone, Args)]
+pub struct InvoicesArgs {
+    #[command(flatten)]
+    pub db: DbArgs,
+    #[command(subcommand)]
+    pub action: InvoicesAction,
+}
+
+#[derive(Debug, Clone, Subcommand)]
+pub enum InvoicesAction {
+    /// A tenant's invoices and credit notes.
+    List {
+        #[arg(long)]
+        tenant: String,
+    },
+    /// Build (or rebuild) a tenant's draft for a UTC month from the live run or --run.
+    Build {
+        #[arg(long)]
+        tenant: String,
+        /// The month, YYYY-MM.
+        #[arg(long)]
+        month: String,
+        /// A rating run (see `admin rerate`); default the live one.
+        #[arg(long)]
+        run: Option<i64>,
+    },
+    /// Issue a draft (immutable from then on).
+    Issue { id: uuid::Uuid },
+    /// Add an adjustment entry to a draft (negative: a refund).
+    Adjust {
+        id: uuid::Uuid,
+        #[arg(long)]
+        description: String,
+        /// Micro-units.
+        #[arg(long, allow_hyphen_values = true)]
+        amount: i64,
+    },
+    /// Correct an issued invoice: a credit note; then `build` makes the new invoice.
+    Correct { id: uuid::Uuid },
 }
 
 impl AdminCommand {
@@ -374,8 +522,13 @@ impl AdminCommand {
             | Self::RevokeKey { db, .. }
             | Self::SuspendTenant { db, .. }
             | Self::ReactivateTenant { db, .. }
-            | Self::Usage { db, .. } => db,
+            | Self::Usage { db, .. }
+            | Self::Rerate { db, .. }
+            | Self::Export { db, .. }
+            | Self::Credit { db, .. } => db,
             Self::Limits(args) => &args.db,
+            Self::Prices(args) => &args.db,
+            Self::Invoices(args) => &args.db,
         }
     }
 }

@@ -71,6 +71,7 @@ pub mod replica_report;
 // Assembly.
 pub mod admin;
 pub mod app;
+pub mod billing;
 pub mod cli;
 pub mod demo;
 pub mod serve;

@@ -7,6 +7,7 @@
 //! | --- | --- |
 //! | [`accounts`] | `tenants`, `users` |
 //! | [`audit`] | `audit_log` (append-only) |
+//! | [`billing`] | prices, rating runs, charge lines, invoices, credits (issue 16) |
 //! | [`keys`] | `api_keys` |
 //! | [`catalog`] | `base_models`, `adapters` (routes, placeholder prices) |
 //! | [`limits`] | `tenant_limits`, `key_limits` |
@@ -29,6 +30,7 @@
 
 pub mod accounts;
 pub mod audit;
+pub mod billing;
 pub mod catalog;
 pub mod dashboard;
 pub mod keys;

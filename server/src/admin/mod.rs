@@ -5,6 +5,7 @@
 //! operator actions on tenants, keys and limits go through `tf_core::operator`, the code path
 //! the admin pages use, which writes their audit rows (actor `cli`) in the same transaction.
 
+pub mod billing;
 pub mod limits;
 
 use std::io::Write;
@@ -212,6 +213,30 @@ pub async fn run_on(pool: &PgPool, cmd: AdminCommand, out: &mut impl Write) -> a
         AdminCommand::Limits(args) => {
             say(out, limits::run(pool, &args).await?.trim_end())?;
         }
+        AdminCommand::Prices(args) => billing::prices(pool, args, out).await?,
+        AdminCommand::Rerate {
+            db: _,
+            tenant,
+            since,
+            until,
+            version,
+        } => billing::rerate(pool, &tenant, since, until, version, out).await?,
+        AdminCommand::Export {
+            db: _,
+            format,
+            since,
+            until,
+            source,
+        } => billing::export(pool, format, since, until, &source, out).await?,
+        AdminCommand::Invoices(args) => billing::invoices(pool, args, out).await?,
+        AdminCommand::Credit {
+            db: _,
+            tenant,
+            amount,
+            priority,
+            expires,
+            note,
+        } => billing::credit(pool, &tenant, amount, priority, expires, &note, out).await?,
     }
     Ok(())
 }

@@ -1,0 +1,762 @@
+//! Billing, the exact side of money: versioned prices, the set-based rater, re-rating runs,
+//! monthly invoices and prepaid credits. Rating happens in SQL (`billing_rate_batch`, migration
+//! 20261206100000_billing.sql): one statement per batch joins the events to the price version in
+//! effect at their start, inserts the charge lines and updates the daily rollup, so a month's
+//! invoice sums at most ~31 x price keys rows instead of every line.
+//!
+//! API (every tenant-facing read takes the tenant id and filters by it):
+//!
+//! | function | what |
+//! | --- | --- |
+//! | [`live_run`], [`rate_batch`], [`drain`] | the continuous run and rating batches (the rater task) |
+//! | [`versions`], [`prices_at`], [`prices_of_version`], [`set_price`], [`set_prices`] | price book (append-only, forward only) |
+//! | [`add_tier`], [`set_tenant_tier`] | tiers |
+//! | [`rerate`], [`runs_of`] | a new run for a tenant and period under one version |
+//! | [`build_draft`], [`issue`], [`adjust`], [`correct`] | invoices (admin) |
+//! | [`invoices`], [`invoice`], [`invoice_entries`], [`invoice_lines`] | tenant's list, detail, CSV lines |
+//! | [`grant_credit`], [`credit_grants`], [`credit_balance`] | prepaid credit |
+//! | [`rated_usage`] | export pages of the live run's lines (CSV, CloudEvents, Lago) |
+
+use sqlx::PgPool;
+use time::{Date, OffsetDateTime};
+use uuid::Uuid;
+
+use crate::money::Rates;
+
+/// The id of the continuous ('live') rating run.
+pub async fn live_run(pool: &PgPool) -> sqlx::Result<i64> {
+    sqlx::query_scalar!("SELECT id FROM rating_runs WHERE kind = 'live'")
+        .fetch_one(pool)
+        .await
+}
+
+/// Rates up to `limit` events of `run`; returns how many events it took up (0: none left).
+/// Idempotent: an event already rated in the run is skipped.
+pub async fn rate_batch(pool: &PgPool, run: i64, limit: i32) -> sqlx::Result<i64> {
+    let n = sqlx::query_scalar!(r#"SELECT billing_rate_batch($1, $2) AS "n!""#, run, limit)
+        .fetch_one(pool)
+        .await?;
+    Ok(i64::from(n))
+}
+
+/// Rates batches of `run` until none is left; returns the events taken up.
+pub async fn drain(pool: &PgPool, run: i64, batch: i32) -> sqlx::Result<i64> {
+    let mut total = 0;
+    loop {
+        let n = rate_batch(pool, run, batch).await?;
+        if n == 0 {
+            return Ok(total);
+        }
+        total += n;
+    }
+}
+
+/// A version of the default price book.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Version {
+    pub id: i64,
+    pub effective_from: OffsetDateTime,
+    pub note: String,
+    pub created_by: String,
+    pub created_at: OffsetDateTime,
+}
+
+/// Every version of the default book, oldest first.
+pub async fn versions(pool: &PgPool) -> sqlx::Result<Vec<Version>> {
+    sqlx::query_as!(
+        Version,
+        "SELECT id, effective_from, note, created_by, created_at FROM price_versions
+         WHERE book = 'default' ORDER BY effective_from"
+    )
+    .fetch_all(pool)
+    .await
+}
+
+/// One price of a version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Price {
+    pub version_id: i64,
+    pub price_key: String,
+    pub tier: String,
+    pub rates: Rates,
+}
+
+/// The prices of `version`, by key and tier.
+pub async fn prices_of_version(pool: &PgPool, version: i64) -> sqlx::Result<Vec<Price>> {
+    let rows = sqlx::query!(
+        "SELECT version_id, price_key, tier, fresh_input_per_m, cached_input_per_m, output_per_m
+         FROM prices WHERE version_id = $1 ORDER BY price_key, tier",
+        version
+    )
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| Price {
+            version_id: r.version_id,
+            price_key: r.price_key,
+            tier: r.tier,
+            rates: Rates {
+                fresh_per_m: r.fresh_input_per_m,
+                cached_per_m: r.cached_input_per_m,
+                output_per_m: r.output_per_m,
+            },
+        })
+        .collect())
+}
+
+/// The version in effect at `at` (none before the first) and its prices.
+pub async fn prices_at(
+    pool: &PgPool,
+    at: OffsetDateTime,
+) -> sqlx::Result<Option<(i64, Vec<Price>)>> {
+    let version = sqlx::query_scalar!(
+        "SELECT id FROM price_versions WHERE book = 'default' AND effective_from <= $1
+         ORDER BY effective_from DESC LIMIT 1",
+        at
+    )
+    .fetch_optional(pool)
+    .await?;
+    match version {
+        Some(v) => Ok(Some((v, prices_of_version(pool, v).await?))),
+        None => Ok(None),
+    }
+}
+
+/// Sets the price of `price_key` for `tier` from `effective_from` on; see [`set_prices`].
+pub async fn set_price(
+    pool: &PgPool,
+    effective_from: OffsetDateTime,
+    price_key: &str,
+    tier: &str,
+    rates: Rates,
+    by: &str,
+) -> sqlx::Result<Option<i64>> {
+    set_prices(pool, effective_from, &[(price_key, tier, rates)], by).await
+}
+
+/// Sets prices (key, tier, rates) from `effective_from` on: one new version holding the prices
+/// of the latest version with these changed (a price is never edited). Versions only go forward:
+/// None, and nothing written, unless `effective_from` is after the latest version's (a version
+/// dated before a later one would leave the later one without the change). A version dated in
+/// the past does not change lines already rated: re-rate to apply it.
+pub async fn set_prices(
+    pool: &PgPool,
+    effective_from: OffsetDateTime,
+    prices: &[(&str, &str, Rates)],
+    by: &str,
+) -> sqlx::Result<Option<i64>> {
+    let mut tx = pool.begin().await?;
+    // One writer of the book at a time.
+    sqlx::query!("SELECT name FROM price_books WHERE name = 'default' FOR UPDATE")
+        .fetch_one(&mut *tx)
+        .await?;
+    let latest = sqlx::query_scalar!(
+        "SELECT max(effective_from) FROM price_versions WHERE book = 'default'"
+    )
+    .fetch_one(&mut *tx)
+    .await?;
+    if latest.is_some_and(|l| l >= effective_from) {
+        return Ok(None);
+    }
+    let keys: Vec<String> = prices.iter().map(|p| p.0.to_owned()).collect();
+    let tiers: Vec<String> = prices.iter().map(|p| p.1.to_owned()).collect();
+    let note = prices
+        .iter()
+        .map(|(k, t, _)| format!("{k}/{t}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let version = sqlx::query_scalar!(
+        "INSERT INTO price_versions (book, effective_from, created_by, note)
+         VALUES ('default', $1, $2, 'set ' || $3) RETURNING id",
+        effective_from,
+        by,
+        note,
+    )
+    .fetch_one(&mut *tx)
+    .await?;
+    sqlx::query!(
+        "INSERT INTO prices (version_id, price_key, tier, fresh_input_per_m, cached_input_per_m, output_per_m)
+         SELECT $1, p.price_key, p.tier, p.fresh_input_per_m, p.cached_input_per_m, p.output_per_m
+         FROM prices p
+         WHERE p.version_id = (SELECT id FROM price_versions WHERE book = 'default' AND effective_from < $2
+                               ORDER BY effective_from DESC LIMIT 1)
+           AND NOT EXISTS (SELECT 1 FROM unnest($3::text[], $4::text[]) AS c(price_key, tier)
+                           WHERE c.price_key = p.price_key AND c.tier = p.tier)",
+        version,
+        effective_from,
+        &keys,
+        &tiers,
+    )
+    .execute(&mut *tx)
+    .await?;
+    for (price_key, tier, rates) in prices {
+        sqlx::query!(
+            "INSERT INTO prices (version_id, price_key, tier, fresh_input_per_m, cached_input_per_m, output_per_m)
+             VALUES ($1, $2, $3, $4, $5, $6)",
+            version,
+            price_key,
+            tier,
+            rates.fresh_per_m,
+            rates.cached_per_m,
+            rates.output_per_m,
+        )
+        .execute(&mut *tx)
+        .await?;
+    }
+    tx.commit().await?;
+    Ok(Some(version))
+}
+
+/// Adds a tier (nothing if it exists).
+pub async fn add_tier(pool: &PgPool, name: &str) -> sqlx::Result<()> {
+    sqlx::query!(
+        "INSERT INTO billing_tiers (name) VALUES ($1) ON CONFLICT DO NOTHING",
+        name
+    )
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// Puts a tenant in a tier; false when the tenant does not exist.
+pub async fn set_tenant_tier(pool: &PgPool, tenant: Uuid, tier: &str) -> sqlx::Result<bool> {
+    let done = sqlx::query!("UPDATE tenants SET tier = $2 WHERE id = $1", tenant, tier)
+        .execute(pool)
+        .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Starts a re-rate of `tenant`'s events started in `[start, end)` under `version` and rates it
+/// fully: a new run, earlier runs kept for audit, events untouched. Returns the run.
+pub async fn rerate(
+    pool: &PgPool,
+    tenant: Uuid,
+    start: OffsetDateTime,
+    end: OffsetDateTime,
+    version: i64,
+    by: &str,
+) -> sqlx::Result<i64> {
+    let run = sqlx::query_scalar!(
+        "INSERT INTO rating_runs (kind, tenant_id, period_start, period_end, price_version_id, created_by)
+         VALUES ('rerate', $1, $2, $3, $4, $5) RETURNING id",
+        tenant,
+        start,
+        end,
+        version,
+        by,
+    )
+    .fetch_one(pool)
+    .await?;
+    drain(pool, run, 50_000).await?;
+    Ok(run)
+}
+
+/// A rating run with its totals for a tenant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Run {
+    pub id: i64,
+    pub kind: String,
+    pub period_start: Option<OffsetDateTime>,
+    pub period_end: Option<OffsetDateTime>,
+    pub price_version_id: Option<i64>,
+    pub created_by: String,
+    pub created_at: OffsetDateTime,
+    pub events: i64,
+    pub amount_micros: i64,
+}
+
+/// The runs that rated `tenant`'s events (the live one first), with the tenant's totals in each.
+pub async fn runs_of(pool: &PgPool, tenant: Uuid) -> sqlx::Result<Vec<Run>> {
+    sqlx::query_as!(
+        Run,
+        r#"SELECT r.id, r.kind, r.period_start, r.period_end, r.price_version_id, r.created_by,
+                  r.created_at,
+                  COALESCE((SELECT sum(d.events) FROM rated_daily d
+                            WHERE d.run_id = r.id AND d.tenant_id = $1), 0)::bigint AS "events!",
+                  COALESCE((SELECT sum(d.amount_micros) FROM rated_daily d
+                            WHERE d.run_id = r.id AND d.tenant_id = $1), 0)::bigint AS "amount_micros!"
+           FROM rating_runs r
+           WHERE r.kind = 'live' OR r.tenant_id = $1
+           ORDER BY r.id"#,
+        tenant
+    )
+    .fetch_all(pool)
+    .await
+}
+
+/// What [`build_draft`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Draft {
+    /// The month's draft (new or rebuilt).
+    Built(Uuid),
+    /// The month has an issued invoice that no credit note corrects: correct it first.
+    AlreadyIssued(Uuid),
+}
+
+/// (Re)builds the draft invoice of `tenant` for the UTC month starting `month` (a first of the
+/// month) from `run`'s daily rollup: one usage entry per price key, the adjustments already on the
+/// draft kept, then credit entries burning the tenant's grants (lowest priority number first, then
+/// earliest expiry) down to zero at most. A grant counts for a month unless it expired by the
+/// month's start; what it has left is what issued invoices have not burned.
+pub async fn build_draft(
+    pool: &PgPool,
+    tenant: Uuid,
+    month: Date,
+    run: i64,
+) -> sqlx::Result<Draft> {
+    let mut tx = pool.begin().await?;
+    // One builder per tenant at a time (two would race on the draft).
+    sqlx::query!("SELECT id FROM tenants WHERE id = $1 FOR UPDATE", tenant)
+        .fetch_optional(&mut *tx)
+        .await?;
+    let issued = sqlx::query_scalar!(
+        "SELECT i.id FROM invoices i
+         WHERE i.tenant_id = $1 AND i.period_start = $2 AND i.kind = 'invoice' AND i.status = 'issued'
+           AND NOT EXISTS (SELECT 1 FROM invoices n WHERE n.kind = 'credit_note' AND n.corrects = i.id)",
+        tenant,
+        month,
+    )
+    .fetch_optional(&mut *tx)
+    .await?;
+    if let Some(id) = issued {
+        return Ok(Draft::AlreadyIssued(id));
+    }
+    let existing = sqlx::query_scalar!(
+        "SELECT id FROM invoices WHERE tenant_id = $1 AND period_start = $2 AND kind = 'invoice'
+           AND status = 'draft'",
+        tenant,
+        month,
+    )
+    .fetch_optional(&mut *tx)
+    .await?;
+    let id = match existing {
+        Some(id) => {
+            sqlx::query!(
+                "DELETE FROM invoice_entries WHERE invoice_id = $1 AND kind <> 'adjustment'",
+                id
+            )
+            .execute(&mut *tx)
+            .await?;
+            sqlx::query!("UPDATE invoices SET run_id = $2 WHERE id = $1", id, run)
+                .execute(&mut *tx)
+                .await?;
+            id
+        }
+        None => {
+            let id = Uuid::now_v7();
+            // A month corrected by a credit note: the new invoice names the one it replaces.
+            sqlx::query!(
+                "INSERT INTO invoices (id, tenant_id, period_start, run_id, corrects)
+                 VALUES ($1, $2, $3, $4,
+                         (SELECT i.id FROM invoices i
+                          WHERE i.tenant_id = $2 AND i.period_start = $3 AND i.kind = 'invoice'
+                            AND i.status = 'issued' ORDER BY i.issued_at DESC LIMIT 1))",
+                id,
+                tenant,
+                month,
+                run,
+            )
+            .execute(&mut *tx)
+            .await?;
+            id
+        }
+    };
+    sqlx::query!(
+        r#"INSERT INTO invoice_entries (invoice_id, position, kind, description, price_key, events,
+                                        fresh_tokens, cached_tokens, output_tokens, amount_micros)
+           SELECT $1, (row_number() OVER (ORDER BY price_key))::int, 'usage', price_key, price_key,
+                  sum(events)::bigint, sum(fresh_tokens)::bigint, sum(cached_tokens)::bigint,
+                  sum(output_tokens)::bigint, sum(amount_micros)::bigint
+           FROM rated_daily
+           WHERE run_id = $2 AND tenant_id = $3 AND day >= $4
+             AND day < ($4::date + interval '1 month')::date
+           GROUP BY price_key"#,
+        id,
+        run,
+        tenant,
+        month,
+    )
+    .execute(&mut *tx)
+    .await?;
+    // Each grant's remaining balance is its amount plus the (negative) credit entries of issued
+    // invoices and the (positive) ones of credit notes; applied in order while charges remain.
+    sqlx::query!(
+        r#"WITH due AS (SELECT COALESCE(sum(amount_micros), 0)::bigint AS micros
+                        FROM invoice_entries WHERE invoice_id = $1),
+                g AS (SELECT c.id, c.amount_micros + COALESCE((
+                             SELECT sum(x.amount_micros) FROM invoice_entries x
+                             JOIN invoices i ON i.id = x.invoice_id
+                             WHERE x.grant_id = c.id AND i.status = 'issued'), 0) AS remaining,
+                             c.priority, c.expires_at, c.granted_at
+                      FROM credit_grants c
+                      WHERE c.tenant_id = $2
+                        AND (c.expires_at IS NULL OR c.expires_at > $3::date)),
+                ordered AS (SELECT g.id, g.remaining,
+                                   COALESCE(sum(g.remaining) OVER (
+                                       ORDER BY g.priority, g.expires_at NULLS LAST, g.granted_at, g.id
+                                       ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS before
+                            FROM g WHERE g.remaining > 0)
+           INSERT INTO invoice_entries (invoice_id, position, kind, description, amount_micros, grant_id)
+           SELECT $1, 100000 + (row_number() OVER (ORDER BY o.before))::int, 'credit', 'prepaid credit',
+                  (-least(o.remaining, due.micros - o.before))::bigint, o.id
+           FROM ordered o, due WHERE due.micros > o.before"#,
+        id,
+        tenant,
+        month,
+    )
+    .execute(&mut *tx)
+    .await?;
+    set_total(&mut tx, id).await?;
+    tx.commit().await?;
+    Ok(Draft::Built(id))
+}
+
+async fn set_total(tx: &mut sqlx::PgConnection, id: Uuid) -> sqlx::Result<()> {
+    sqlx::query!(
+        "UPDATE invoices SET total_micros = (SELECT COALESCE(sum(amount_micros), 0)::bigint
+                                             FROM invoice_entries WHERE invoice_id = $1)
+         WHERE id = $1",
+        id,
+    )
+    .execute(tx)
+    .await?;
+    Ok(())
+}
+
+/// Adds an adjustment entry (positive charges, negative refunds) to a draft; false when the
+/// invoice is not a draft. Rebuilding the draft keeps it.
+pub async fn adjust(
+    pool: &PgPool,
+    invoice: Uuid,
+    description: &str,
+    amount_micros: i64,
+) -> sqlx::Result<bool> {
+    let mut tx = pool.begin().await?;
+    let draft = sqlx::query_scalar!(
+        "SELECT id FROM invoices WHERE id = $1 AND status = 'draft' FOR UPDATE",
+        invoice
+    )
+    .fetch_optional(&mut *tx)
+    .await?;
+    if draft.is_none() {
+        return Ok(false);
+    }
+    sqlx::query!(
+        "INSERT INTO invoice_entries (invoice_id, position, kind, description, amount_micros)
+         VALUES ($1, 200000 + (SELECT count(*) FROM invoice_entries
+                               WHERE invoice_id = $1 AND kind = 'adjustment')::int,
+                 'adjustment', $2, $3)",
+        invoice,
+        description,
+        amount_micros,
+    )
+    .execute(&mut *tx)
+    .await?;
+    set_total(&mut tx, invoice).await?;
+    tx.commit().await?;
+    Ok(true)
+}
+
+/// Issues a draft: from then on the database refuses any change to it or its entries. False
+/// when it was not a draft.
+pub async fn issue(pool: &PgPool, invoice: Uuid, by: &str) -> sqlx::Result<bool> {
+    let done = sqlx::query!(
+        "UPDATE invoices SET status = 'issued', issued_at = now(), issued_by = $2
+         WHERE id = $1 AND status = 'draft'",
+        invoice,
+        by,
+    )
+    .execute(pool)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Corrects an issued invoice: an issued credit note negating every entry (credits burned come
+/// back to their grants), after which [`build_draft`] makes the month's new invoice. Returns the
+/// credit note; None when the invoice is not an issued invoice or is already corrected.
+pub async fn correct(pool: &PgPool, invoice: Uuid, by: &str) -> sqlx::Result<Option<Uuid>> {
+    let mut tx = pool.begin().await?;
+    let original = sqlx::query!(
+        "SELECT tenant_id, period_start, run_id FROM invoices i
+         WHERE id = $1 AND kind = 'invoice' AND status = 'issued'
+           AND NOT EXISTS (SELECT 1 FROM invoices n WHERE n.kind = 'credit_note' AND n.corrects = i.id)",
+        invoice
+    )
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some(original) = original else {
+        return Ok(None);
+    };
+    let note = Uuid::now_v7();
+    sqlx::query!(
+        "INSERT INTO invoices (id, tenant_id, period_start, kind, corrects, run_id)
+         VALUES ($1, $2, $3, 'credit_note', $4, $5)",
+        note,
+        original.tenant_id,
+        original.period_start,
+        invoice,
+        original.run_id,
+    )
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query!(
+        "INSERT INTO invoice_entries (invoice_id, position, kind, description, price_key, events,
+                                      fresh_tokens, cached_tokens, output_tokens, amount_micros, grant_id)
+         SELECT $1, position, kind, description, price_key, events, fresh_tokens, cached_tokens,
+                output_tokens, -amount_micros, grant_id
+         FROM invoice_entries WHERE invoice_id = $2",
+        note,
+        invoice,
+    )
+    .execute(&mut *tx)
+    .await?;
+    set_total(&mut tx, note).await?;
+    sqlx::query!(
+        "UPDATE invoices SET status = 'issued', issued_at = now(), issued_by = $2 WHERE id = $1",
+        note,
+        by,
+    )
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(Some(note))
+}
+
+/// An invoice or credit note.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Invoice {
+    pub id: Uuid,
+    pub tenant_id: Uuid,
+    pub period_start: Date,
+    /// 'invoice' or 'credit_note'.
+    pub kind: String,
+    pub corrects: Option<Uuid>,
+    /// 'draft' or 'issued'.
+    pub status: String,
+    pub run_id: i64,
+    pub total_micros: i64,
+    pub issued_at: Option<OffsetDateTime>,
+    pub created_at: OffsetDateTime,
+}
+
+/// A tenant's invoices and credit notes, newest period first.
+pub async fn invoices(pool: &PgPool, tenant: Uuid) -> sqlx::Result<Vec<Invoice>> {
+    sqlx::query_as!(
+        Invoice,
+        "SELECT id, tenant_id, period_start, kind, corrects, status, run_id, total_micros,
+                issued_at, created_at
+         FROM invoices WHERE tenant_id = $1 ORDER BY period_start DESC, created_at DESC",
+        tenant
+    )
+    .fetch_all(pool)
+    .await
+}
+
+/// One of `tenant`'s invoices (None for another tenant's).
+pub async fn invoice(pool: &PgPool, tenant: Uuid, id: Uuid) -> sqlx::Result<Option<Invoice>> {
+    sqlx::query_as!(
+        Invoice,
+        "SELECT id, tenant_id, period_start, kind, corrects, status, run_id, total_micros,
+                issued_at, created_at
+         FROM invoices WHERE tenant_id = $1 AND id = $2",
+        tenant,
+        id
+    )
+    .fetch_optional(pool)
+    .await
+}
+
+/// An entry of an invoice: usage per price key, a credit or an adjustment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub position: i32,
+    /// 'usage', 'credit' or 'adjustment'.
+    pub kind: String,
+    pub description: String,
+    pub price_key: Option<String>,
+    pub events: i64,
+    pub fresh_tokens: i64,
+    pub cached_tokens: i64,
+    pub output_tokens: i64,
+    pub amount_micros: i64,
+}
+
+/// The entries of one of `tenant`'s invoices, in order (empty for another tenant's).
+pub async fn invoice_entries(pool: &PgPool, tenant: Uuid, id: Uuid) -> sqlx::Result<Vec<Entry>> {
+    sqlx::query_as!(
+        Entry,
+        "SELECT x.position, x.kind, x.description, x.price_key, x.events, x.fresh_tokens,
+                x.cached_tokens, x.output_tokens, x.amount_micros
+         FROM invoice_entries x JOIN invoices i ON i.id = x.invoice_id
+         WHERE i.tenant_id = $1 AND x.invoice_id = $2 ORDER BY x.position",
+        tenant,
+        id
+    )
+    .fetch_all(pool)
+    .await
+}
+
+/// One rated event (a charge line).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Line {
+    pub request_id: Uuid,
+    pub started_at: OffsetDateTime,
+    pub price_key: String,
+    pub price_version_id: Option<i64>,
+    pub fresh_tokens: i64,
+    pub cached_tokens: i64,
+    pub output_tokens: i64,
+    pub amount_micros: i64,
+    /// '', 'partial', 'estimated' or 'unpriced'.
+    pub flag: String,
+}
+
+/// The charge lines behind one of `tenant`'s invoices (its run, its UTC month), oldest first:
+/// the CSV download. Empty for another tenant's invoice.
+pub async fn invoice_lines(pool: &PgPool, tenant: Uuid, id: Uuid) -> sqlx::Result<Vec<Line>> {
+    sqlx::query_as!(
+        Line,
+        "SELECT c.request_id, c.started_at, c.price_key, c.price_version_id, c.fresh_tokens,
+                c.cached_tokens, c.output_tokens, c.amount_micros, c.flag
+         FROM invoices i
+              JOIN usage_events e
+                ON e.tenant_id = i.tenant_id
+               AND e.started_at >= (i.period_start::timestamp AT TIME ZONE 'UTC')
+               AND e.started_at < ((i.period_start + interval '1 month') AT TIME ZONE 'UTC')
+              JOIN charge_lines c ON c.run_id = i.run_id AND c.request_id = e.request_id
+         WHERE i.tenant_id = $1 AND i.id = $2
+         ORDER BY e.started_at, e.request_id",
+        tenant,
+        id
+    )
+    .fetch_all(pool)
+    .await
+}
+
+/// Grants `tenant` prepaid credit; returns the grant.
+pub async fn grant_credit(
+    pool: &PgPool,
+    tenant: Uuid,
+    amount_micros: i64,
+    priority: i32,
+    expires_at: Option<OffsetDateTime>,
+    note: &str,
+    by: &str,
+) -> sqlx::Result<Uuid> {
+    let id = Uuid::now_v7();
+    sqlx::query!(
+        "INSERT INTO credit_grants (id, tenant_id, amount_micros, priority, expires_at, note, granted_by)
+         VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        id,
+        tenant,
+        amount_micros,
+        priority,
+        expires_at,
+        note,
+        by,
+    )
+    .execute(pool)
+    .await?;
+    Ok(id)
+}
+
+/// A grant with what is left of it (issued invoices burned the rest).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grant {
+    pub id: Uuid,
+    pub amount_micros: i64,
+    pub remaining_micros: i64,
+    pub priority: i32,
+    pub expires_at: Option<OffsetDateTime>,
+    pub note: String,
+    pub granted_at: OffsetDateTime,
+}
+
+/// A tenant's grants in burn order.
+pub async fn credit_grants(pool: &PgPool, tenant: Uuid) -> sqlx::Result<Vec<Grant>> {
+    sqlx::query_as!(
+        Grant,
+        r#"SELECT c.id, c.amount_micros,
+                  (c.amount_micros + COALESCE((
+                    SELECT sum(x.amount_micros) FROM invoice_entries x
+                    JOIN invoices i ON i.id = x.invoice_id
+                    WHERE x.grant_id = c.id AND i.status = 'issued'), 0))::bigint AS "remaining_micros!",
+                  c.priority, c.expires_at, c.note, c.granted_at
+           FROM credit_grants c WHERE c.tenant_id = $1
+           ORDER BY c.priority, c.expires_at NULLS LAST, c.granted_at, c.id"#,
+        tenant
+    )
+    .fetch_all(pool)
+    .await
+}
+
+/// A tenant's remaining prepaid credit now: unexpired grants less what issued invoices burned.
+pub async fn credit_balance(pool: &PgPool, tenant: Uuid) -> sqlx::Result<i64> {
+    sqlx::query_scalar!(
+        r#"SELECT COALESCE(sum(c.amount_micros + COALESCE((
+                    SELECT sum(x.amount_micros) FROM invoice_entries x
+                    JOIN invoices i ON i.id = x.invoice_id
+                    WHERE x.grant_id = c.id AND i.status = 'issued'), 0)), 0)::bigint AS "micros!"
+           FROM credit_grants c
+           WHERE c.tenant_id = $1 AND (c.expires_at IS NULL OR c.expires_at > now())"#,
+        tenant,
+    )
+    .fetch_one(pool)
+    .await
+}
+
+/// One rated event for an export: the line and what the event says about it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rated {
+    pub request_id: Uuid,
+    pub tenant_id: Uuid,
+    pub tenant_name: String,
+    pub served_name: String,
+    pub base_model: String,
+    pub price_key: String,
+    pub started_at: OffsetDateTime,
+    pub status: String,
+    pub provenance: String,
+    pub prompt_tokens: i64,
+    pub cached_tokens: i64,
+    pub completion_tokens: i64,
+    pub price_version_id: Option<i64>,
+    pub amount_micros: i64,
+    pub flag: String,
+}
+
+/// A page of the live run's lines for events started in `[since, until)`, after `after` (the
+/// previous page's last `(started_at, request_id)`), oldest first.
+pub async fn rated_usage(
+    pool: &PgPool,
+    since: OffsetDateTime,
+    until: OffsetDateTime,
+    after: Option<(OffsetDateTime, Uuid)>,
+    limit: i64,
+) -> sqlx::Result<Vec<Rated>> {
+    let (after_t, after_id) = after.unzip();
+    sqlx::query_as!(
+        Rated,
+        r#"SELECT c.request_id, c.tenant_id, COALESCE(t.name, '') AS "tenant_name!",
+                  e.served_name, e.base_model, c.price_key, c.started_at, e.status, e.provenance,
+                  e.prompt_tokens, e.cached_tokens, e.completion_tokens, c.price_version_id,
+                  c.amount_micros, c.flag
+           FROM usage_events e
+                JOIN charge_lines c
+                  ON c.run_id = (SELECT id FROM rating_runs WHERE kind = 'live')
+                 AND c.request_id = e.request_id
+                LEFT JOIN tenants t ON t.id = c.tenant_id
+           WHERE e.started_at >= $1 AND e.started_at < $2
+             AND ($3::timestamptz IS NULL OR (e.started_at, e.request_id) > ($3, $4::uuid))
+           ORDER BY e.started_at, e.request_id
+           LIMIT $5"#,
+        since,
+        until,
+        after_t,
+        after_id as Option<Uuid>,
+        limit,
+    )
+    .fetch_all(pool)
+    .await
+}

@@ -1,0 +1,126 @@
+//! Billing benchmark: (1) events rated per second by the live rater's set-based batches
+//! (`billing_rate_batch`, target >= 50,000/s), (2) a month's invoice for one tenant built from
+//! the rated rollup (target < 10 s for 10,000,000 events). The events are inserted with one SQL
+//! statement per million (through the real `usage_events` triggers: usage rollup and rating
+//! queue), spread over November 2026 UTC, two price keys and a price change mid-month.
+//!
+//! `cargo bench -p tokenfactory --bench billing` (needs PostgreSQL; recreates database
+//! `tokenfactory_bench_billing`). Env: `TF_BENCH_EVENTS` (default 10000000),
+//! `TF_BENCH_BATCH` (events per rating statement, default 20000).
+
+#![allow(
+    clippy::print_stdout,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic
+)]
+
+mod common;
+
+use std::time::Instant;
+
+use tf_core::db::billing;
+use tf_core::money::Rates;
+use time::macros::{date, datetime};
+
+fn env(name: &str, default: i64) -> i64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn main() {
+    let n = env("TF_BENCH_EVENTS", 10_000_000);
+    let batch = i32::try_from(env("TF_BENCH_BATCH", 20_000)).unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async move {
+        let (pool, _) = common::fresh_database("tokenfactory_bench_billing", 4).await;
+        let tenant = tf_core::db::accounts::insert_tenant(&pool, "bench", "Bench")
+            .await
+            .unwrap();
+        let rates = |m: i64| Rates {
+            fresh_per_m: 150_000 * m,
+            cached_per_m: 75_000 * m,
+            output_per_m: 600_000 * m,
+        };
+        billing::set_prices(
+            &pool,
+            datetime!(2026-11-01 0:00 UTC),
+            &[("llama", "standard", rates(1)), ("qwen", "standard", rates(1))],
+            "bench",
+        )
+        .await
+        .unwrap()
+        .unwrap();
+        billing::set_price(&pool, datetime!(2026-11-15 12:00 UTC), "llama", "standard", rates(2), "bench")
+            .await
+            .unwrap()
+            .unwrap();
+
+        let t = Instant::now();
+        let mut inserted = 0;
+        while inserted < n {
+            let chunk = (n - inserted).min(1_000_000);
+            sqlx::query(
+                "INSERT INTO usage_events (request_id, tenant_id, served_name, base_model, graph,
+                     price_key, prompt_tokens, cached_tokens, completion_tokens, provenance, status,
+                     stream, duration_ms, started_at)
+                 SELECT gen_random_uuid(), $1, k, k, k, k, 100 + i % 4000, (i % 7) * 10,
+                        1 + i % 900, CASE WHEN i % 50 = 0 THEN 'estimated' ELSE 'engine' END,
+                        CASE WHEN i % 100 = 0 THEN 'rejected' ELSE 'ok' END, true, 5,
+                        timestamptz '2026-11-01 00:00:00+00'
+                          + (i::double precision / $3::bigint::double precision) * interval '30 days'
+                 FROM (SELECT i, CASE WHEN i % 3 = 0 THEN 'qwen' ELSE 'llama' END AS k
+                       FROM generate_series($2::bigint, $2::bigint + $4::bigint - 1) i) s",
+            )
+            .bind(tenant.id)
+            .bind(inserted)
+            .bind(n)
+            .bind(chunk)
+            .execute(&pool)
+            .await
+            .unwrap();
+            inserted += chunk;
+        }
+        println!("billing benchmark");
+        println!(
+            "inserted {n} events (November 2026 UTC) in {:.1} s",
+            t.elapsed().as_secs_f64()
+        );
+
+        let run = billing::live_run(&pool).await.unwrap();
+        let t = Instant::now();
+        let taken = billing::drain(&pool, run, batch).await.unwrap();
+        let secs = t.elapsed().as_secs_f64();
+        println!(
+            "rated {taken} events in {secs:.1} s: {:.0} events/s (batches of {batch}; target >= 50000/s)",
+            taken as f64 / secs
+        );
+
+        let t = Instant::now();
+        let draft = billing::build_draft(&pool, tenant.id, date!(2026 - 11 - 01), run)
+            .await
+            .unwrap();
+        let secs = t.elapsed().as_secs_f64();
+        let billing::Draft::Built(id) = draft else {
+            panic!("no draft: {draft:?}")
+        };
+        let invoice = billing::invoice(&pool, tenant.id, id).await.unwrap().unwrap();
+        let lines: i64 = sqlx::query_scalar(
+            "SELECT COALESCE(sum(amount_micros), 0)::bigint FROM charge_lines WHERE run_id = $1",
+        )
+        .bind(run)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        println!(
+            "invoice of the month ({n} events) built in {:.3} s (target < 10 s): total {} micros, sum of lines {lines}",
+            secs, invoice.total_micros
+        );
+        assert_eq!(invoice.total_micros, lines);
+    });
+}
