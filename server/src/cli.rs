@@ -356,6 +356,9 @@ pub enum AdminCommand {
     },
     /// Set or show the limits of a tenant or a key (no value flags: show limits and consumption).
     Limits(LimitsArgs),
+    /// Unit economics of every base on one UTC day: warm replica-hours, duty cycle, cost per
+    /// million tokens at full load and at the duty cycle, revenue, margin, idle floor cost.
+    Economics(EconomicsArgs),
 }
 
 impl AdminCommand {
@@ -371,6 +374,7 @@ impl AdminCommand {
             | Self::ReactivateTenant { db, .. }
             | Self::Usage { db, .. } => db,
             Self::Limits(args) => &args.db,
+            Self::Economics(args) => &args.db,
         }
     }
 }
@@ -393,6 +397,26 @@ impl std::str::FromStr for Setting {
             _ => Err(format!("{s:?} is not a non-negative integer or `none`")),
         }
     }
+}
+
+/// Flags of `admin economics`.
+#[derive(Debug, Clone, Args)]
+pub struct EconomicsArgs {
+    #[command(flatten)]
+    pub db: DbArgs,
+    /// The UTC day, `YYYY-MM-DD` (today: up to now).
+    #[arg(long)]
+    pub day: String,
+    /// `text` (a block per base) or `json` (one document, integers only).
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    pub format: OutputFormat,
+}
+
+/// How a report is printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OutputFormat {
+    Text,
+    Json,
 }
 
 /// Flags of `admin limits`.

@@ -20,6 +20,7 @@
 //! | [`dashboard`] | the tenant home's month totals and usable models |
 //! | [`reports`] | the usage page (`usage_daily` rollup) and the request log |
 //! | [`overview`] | the admin pages' tenant and user lists, tenant status by id |
+//! | [`economics`] | `base_costs` (append-only), graph history, tokens and revenue per base and day |
 //! | [`replicas`] | `replica_reports` (each replica's journal and shipping, for `/admin/ops`) |
 //!
 //! This file connects to PostgreSQL and applies migrations. A missing database is created (the
@@ -30,6 +31,7 @@ pub mod accounts;
 pub mod audit;
 pub mod catalog;
 pub mod dashboard;
+pub mod economics;
 pub mod keys;
 pub mod leader;
 pub mod lifecycle;

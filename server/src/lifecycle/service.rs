@@ -224,6 +224,7 @@ impl Lifecycle {
                 to_state: "uploading",
                 reason: Some(&format!("version {version}")),
                 replicas: None,
+                floor: None,
             },
         )
         .await?;
@@ -499,6 +500,7 @@ pub(crate) async fn record_adapter(
             to_state: to,
             reason,
             replicas: None,
+            floor: None,
         },
     )
     .await
