@@ -136,11 +136,13 @@ pub fn RatioChart(
                     <text class="tick" x=LEFT - 6 y=*y + 4 text-anchor="end">{label.clone()}</text>
                 }).collect_view()}
                 <line class="zero" x1=LEFT y1=chart.zero_y x2=right y2=chart.zero_y/>
-                {chart.bars.iter().map(|b| view! {
-                    <rect class=if b.clipped { "series-0 clipped" } else { "series-0" }
-                        x=b.x y=b.y width=b.width height=b.height>
-                        <title>{b.title.clone()}</title>
-                    </rect>
+                {chart.bars.iter().map(|b| {
+                    let class = if b.clipped { "series-0 clipped" } else { "series-0" };
+                    view! {
+                        <rect class=class x=b.x y=b.y width=b.width height=b.height>
+                            <title>{b.title.clone()}</title>
+                        </rect>
+                    }
                 }).collect_view()}
                 {chart.lines.iter().map(|l| {
                     let points = l.iter().map(|(x, y)| format!("{x},{y}")).collect::<Vec<_>>().join(" ");

@@ -183,8 +183,8 @@ fn what_if(
     // The version in effect now: the what-if is about running the base from today on.
     let cost: Option<CostVersion> = versions
         .iter()
-        .filter(|v| v.base_model == base && v.effective_from <= now)
-        .next_back()
+        .rev()
+        .find(|v| v.base_model == base && v.effective_from <= now)
         .map(CostRow::version);
     let Some(cost) = cost else {
         view.notice = Some(if base.is_empty() {

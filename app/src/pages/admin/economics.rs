@@ -260,7 +260,7 @@ fn cost_form(catalog: Vec<String>, csrf: String) -> AnyView {
                 <CsrfField token=csrf/>
                 <label>"Base"
                     <select name="base">
-                        {catalog.into_iter().map(|b| view! { <option value=b.clone()>{b}</option> })
+                        {catalog.into_iter().map(|b| view! { <option value=b.clone()>{b.clone()}</option> })
                             .collect_view()}
                     </select>
                 </label>
