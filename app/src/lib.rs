@@ -9,6 +9,7 @@ pub mod error;
 pub mod model;
 pub mod money;
 pub mod pages;
+pub mod ratio_chart;
 #[cfg(feature = "ssr")]
 pub mod ssr;
 
@@ -72,6 +73,7 @@ pub fn App() -> impl IntoView {
                 <Route path=path!("/admin/audit") view=pages::admin::audit::AuditPage ssr=SsrMode::Async/>
                 <Route path=path!("/admin/ops") view=pages::admin::ops::OpsPage ssr=SsrMode::Async/>
                 <Route path=path!("/admin/fleet") view=pages::admin::fleet::FleetPage ssr=SsrMode::Async/>
+                <Route path=path!("/admin/economics") view=pages::admin::economics::EconomicsPage ssr=SsrMode::Async/>
                 <Route path=path!("/admin/*any") view=pages::admin::AdminNotFound ssr=SsrMode::Async/>
             </Routes>
         </Router>

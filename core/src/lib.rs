@@ -4,11 +4,12 @@
 //! checked) and the replica's Redis connection slot. The portal (`tf-app`, server side) and the
 //! `tokenfactory` binary both use it.
 //!
-//! Inside, imports point one way: `tenancy`, `usage`, `money` (records) <- `db` (statements) <-
+//! Inside, imports point one way: `tenancy`, `usage`, `money`, `economics` (records and arithmetic) <- `db` (statements) <-
 //! `accounts`, `keys` (rules) <- `operator` (audited operator actions).
 
 pub mod accounts;
 pub mod db;
+pub mod economics;
 pub mod keys;
 pub mod money;
 pub mod operator;

@@ -339,6 +339,65 @@ pub async fn end_sessions(
     Ok(ended)
 }
 
+/// Appends a cost version of the base named `c.base_model` (which must exist in the catalog),
+/// audited as `economics.cost` with the values written. Costs are versioned like prices: an
+/// earlier version is never changed, and a second version at the same instant is refused
+/// ([`AccountError::Exists`]).
+pub async fn set_base_cost(
+    pool: &PgPool,
+    actor: &Actor<'_>,
+    c: &db::economics::NewCost<'_>,
+) -> Result<i64, AccountError> {
+    if c.gpu_micros_per_hour < 0 || c.gpus_per_replica <= 0 || c.peak_tokens_per_second <= 0 {
+        return Err(AccountError::Invalid(
+            "GPU cost must be 0 or more, GPUs per replica and peak tokens per second above 0"
+                .into(),
+        ));
+    }
+    let mut tx = pool.begin().await?;
+    if !db::economics::base_exists(&mut *tx, c.base_model).await? {
+        return Err(AccountError::NotFound(format!(
+            "base model {}",
+            c.base_model
+        )));
+    }
+    let id = match db::economics::insert_cost(&mut *tx, c).await {
+        Ok(id) => id,
+        Err(e)
+            if e.as_database_error()
+                .and_then(|d| d.code())
+                .is_some_and(|code| code == "23505") =>
+        {
+            return Err(AccountError::Exists(format!(
+                "a cost version of {} from that time",
+                c.base_model
+            )));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let from = c
+        .effective_from
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_default();
+    record(
+        &mut tx,
+        actor,
+        None,
+        "economics.cost",
+        c.base_model,
+        json!({
+            "version": id,
+            "effective_from": from,
+            "gpu_micros_per_hour": c.gpu_micros_per_hour,
+            "gpus_per_replica": c.gpus_per_replica,
+            "peak_tokens_per_second": c.peak_tokens_per_second,
+        }),
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(id)
+}
+
 /// A limit as typed into a form or on the command line: empty or `none` removes the limit, a
 /// whole number of 0 or more sets it; anything else is `None` (refused, nothing changed).
 pub fn parse_limit(typed: &str) -> Option<limits::Change> {

@@ -418,6 +418,9 @@ pub enum AdminCommand {
         #[arg(long, default_value = "")]
         note: String,
     },
+    /// Unit economics of every base on one UTC day: warm replica-hours, duty cycle, cost per
+    /// million tokens at full load and at the duty cycle, revenue, margin, idle floor cost.
+    Economics(EconomicsArgs),
 }
 
 /// An export format of `admin export`.
@@ -529,6 +532,7 @@ impl AdminCommand {
             Self::Limits(args) => &args.db,
             Self::Prices(args) => &args.db,
             Self::Invoices(args) => &args.db,
+            Self::Economics(args) => &args.db,
         }
     }
 }
@@ -551,6 +555,26 @@ impl std::str::FromStr for Setting {
             _ => Err(format!("{s:?} is not a non-negative integer or `none`")),
         }
     }
+}
+
+/// Flags of `admin economics`.
+#[derive(Debug, Clone, Args)]
+pub struct EconomicsArgs {
+    #[command(flatten)]
+    pub db: DbArgs,
+    /// The UTC day, `YYYY-MM-DD` (today: up to now).
+    #[arg(long)]
+    pub day: String,
+    /// `text` (a block per base) or `json` (one document, integers only).
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    pub format: OutputFormat,
+}
+
+/// How a report is printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OutputFormat {
+    Text,
+    Json,
 }
 
 /// Flags of `admin limits`.

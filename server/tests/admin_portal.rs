@@ -531,6 +531,7 @@ async fn the_top_bar_offers_what_the_role_may_reach_and_others_get_403(pool: PgP
         "/admin/users",
         "/admin/audit",
         "/admin/fleet",
+        "/admin/economics",
         "/admin/ops",
     ] {
         assert!(html.contains(&format!(r#"href="{link}""#)), "{link}");
@@ -557,6 +558,7 @@ async fn the_top_bar_offers_what_the_role_may_reach_and_others_get_403(pool: PgP
         "/admin/audit",
         "/admin/ops",
         "/admin/fleet",
+        "/admin/economics",
         "/admin/nothing-here",
     ] {
         let res = m.get(path).await;

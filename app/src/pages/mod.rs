@@ -68,13 +68,13 @@ fn failed(message: String) -> AnyView {
     .into_any()
 }
 
-/// What an admin may reach, in the top bar's order (Fleet, Prices and Economics join as their
-/// pages land).
+/// What an admin may reach, in the top bar's order (Prices joins when its page lands).
 pub const ADMIN_NAV: &[(&str, &str)] = &[
     ("/admin/tenants", "Tenants"),
     ("/admin/users", "Users"),
     ("/admin/audit", "Audit"),
     ("/admin/fleet", "Fleet"),
+    ("/admin/economics", "Economics"),
     ("/admin/ops", "Ops"),
 ];
 

@@ -97,6 +97,13 @@ pub enum AdminFlash {
     SessionsEnded,
     /// An admin's own password is not reset from the users list (it would end this session).
     NotYourself,
+    /// A base's cost version was appended.
+    CostSaved,
+    /// A cost field was not a whole number in range, or the time did not parse.
+    CostInvalid,
+    /// The base already has a cost version from that instant.
+    CostExists,
+    NoSuchBase,
 }
 
 impl AdminFlash {
@@ -110,6 +117,7 @@ impl AdminFlash {
                 | Self::LimitsSaved
                 | Self::PasswordReset
                 | Self::SessionsEnded
+                | Self::CostSaved
         )
     }
 }
@@ -129,6 +137,10 @@ const CODES: &[(AdminFlash, &str)] = &[
     (AdminFlash::PasswordReset, "password-reset"),
     (AdminFlash::SessionsEnded, "sessions-ended"),
     (AdminFlash::NotYourself, "not-yourself"),
+    (AdminFlash::CostSaved, "cost-saved"),
+    (AdminFlash::CostInvalid, "cost-invalid"),
+    (AdminFlash::CostExists, "cost-exists"),
+    (AdminFlash::NoSuchBase, "no-such-base"),
 ];
 
 impl AdminFlash {
@@ -171,6 +183,15 @@ impl AdminFlash {
             }
             Self::SessionsEnded => "The user's portal sessions were ended.",
             Self::NotYourself => "Change your own password from your settings, not here.",
+            Self::CostSaved => "Cost version saved: days from its time on are computed with it.",
+            Self::CostInvalid => {
+                "GPU cost is whole micro-units of 0 or more, GPUs and peak tokens per second whole \
+                 numbers above 0, and the time YYYY-MM-DDTHH:MM (UTC): nothing was saved."
+            }
+            Self::CostExists => {
+                "That base already has a cost version from that time: nothing was saved."
+            }
+            Self::NoSuchBase => "No such base model: nothing was saved.",
         }
     }
 }

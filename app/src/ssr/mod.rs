@@ -7,6 +7,7 @@ pub mod admin;
 pub mod cookies;
 pub mod csp;
 pub mod csrf;
+pub mod economics;
 pub mod form;
 pub mod member;
 pub mod model_flash;

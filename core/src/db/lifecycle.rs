@@ -379,12 +379,15 @@ pub struct HistoryEntry<'a> {
     pub to_state: &'a str,
     pub reason: Option<&'a str>,
     pub replicas: Option<i32>,
+    /// Graphs: the template's floor (minimum replicas) then, so the economics split floor from
+    /// scaled-up replica-hours as they were.
+    pub floor: Option<i32>,
 }
 
 pub async fn record_history(db: impl PgExecutor<'_>, h: &HistoryEntry<'_>) -> sqlx::Result<()> {
     sqlx::query!(
-        "INSERT INTO lifecycle_history (entity, entity_id, tenant_id, name, from_state, to_state, reason, replicas)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+        "INSERT INTO lifecycle_history (entity, entity_id, tenant_id, name, from_state, to_state, reason, replicas, floor)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
         h.entity,
         h.entity_id,
         h.tenant_id,
@@ -393,6 +396,7 @@ pub async fn record_history(db: impl PgExecutor<'_>, h: &HistoryEntry<'_>) -> sq
         h.to_state,
         h.reason,
         h.replicas,
+        h.floor,
     )
     .execute(db)
     .await?;
@@ -430,6 +434,8 @@ pub struct GraphWrite<'a> {
     pub reason: Option<&'a str>,
     pub replicas_ready: i32,
     pub replicas_desired: i32,
+    /// The template's minimum replicas, recorded with the history.
+    pub floor: i32,
 }
 
 /// Upserts the graph row; when its state or desired replicas changed, records history. Returns
@@ -477,6 +483,7 @@ pub async fn set_graph(pool: &PgPool, g: &GraphWrite<'_>) -> sqlx::Result<Option
                 to_state: g.state,
                 reason: g.reason,
                 replicas: Some(g.replicas_desired),
+                floor: Some(g.floor),
             },
         )
         .await?;
@@ -513,6 +520,7 @@ pub async fn delete_graph_row(pool: &PgPool, base_model_id: Uuid, name: &str) ->
                 to_state: "deleted",
                 reason: None,
                 replicas: Some(0),
+                floor: None,
             },
         )
         .await?;

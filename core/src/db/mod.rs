@@ -22,6 +22,7 @@
 //! | [`dashboard`] | the tenant home's month totals and usable models |
 //! | [`reports`] | the usage page (`usage_daily` rollup) and the request log |
 //! | [`overview`] | the admin pages' tenant and user lists, tenant status by id |
+//! | [`economics`] | `base_costs` (append-only), graph history, tokens and revenue per base and day |
 //! | [`replicas`] | `replica_reports` (each replica's journal and shipping, for `/admin/ops`) |
 //!
 //! This file connects to PostgreSQL and applies migrations. A missing database is created (the
@@ -33,6 +34,7 @@ pub mod audit;
 pub mod billing;
 pub mod catalog;
 pub mod dashboard;
+pub mod economics;
 pub mod keys;
 pub mod leader;
 pub mod lifecycle;

@@ -1,11 +1,12 @@
 //! The `migrate` and `admin` commands: what an operator does from a shell (`admin limits` is in
-//! [`limits`]). Secrets (generated passwords, new API keys) are printed once to stdout and never
+//! [`limits`], `admin economics` in [`economics`]). Secrets (generated passwords, new API keys) are printed once to stdout and never
 //! logged. Changes to keys and tenants reach every replica through the `tf_auth_changed` trigger (within a second); the
 //! commands that end portal sessions delete their rows, so the next request is signed out. The
 //! operator actions on tenants, keys and limits go through `tf_core::operator`, the code path
 //! the admin pages use, which writes their audit rows (actor `cli`) in the same transaction.
 
 pub mod billing;
+pub mod economics;
 pub mod limits;
 
 use std::io::Write;
@@ -237,6 +238,10 @@ pub async fn run_on(pool: &PgPool, cmd: AdminCommand, out: &mut impl Write) -> a
             expires,
             note,
         } => billing::credit(pool, &tenant, amount, priority, expires, &note, out).await?,
+        AdminCommand::Economics(args) => {
+            let report = economics::run(pool, &args, OffsetDateTime::now_utc()).await?;
+            say(out, report.trim_end())?;
+        }
     }
     Ok(())
 }

@@ -358,6 +358,7 @@ impl Controller {
                     reason,
                     replicas_ready: ready,
                     replicas_desired: desired,
+                    floor: base.template.replicas_min,
                 },
             )
             .await?;

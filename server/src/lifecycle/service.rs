@@ -230,6 +230,7 @@ impl Lifecycle {
                 to_state: "uploading",
                 reason: Some(&format!("version {version}")),
                 replicas: None,
+                floor: None,
             },
         )
         .await?;
@@ -505,6 +506,7 @@ pub(crate) async fn record_adapter(
             to_state: to,
             reason,
             replicas: None,
+            floor: None,
         },
     )
     .await

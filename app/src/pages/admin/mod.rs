@@ -3,6 +3,7 @@
 //! guarded by [`Access::Admin`]: a tenant user gets the 403 page, a visitor the login.
 
 pub mod audit;
+pub mod economics;
 pub mod fleet;
 pub mod ops;
 pub mod tenant;
