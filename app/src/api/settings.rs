@@ -206,3 +206,32 @@ pub async fn save_tenant_settings(
     tx.commit().await.map_err(failed)?;
     back(&jar, "/settings", Some(Flash::SettingsSaved))
 }
+
+/// Deletes every stored request body of the tenant (owners), audit-logged as
+/// `bodies.delete_all` with how many were deleted, in the same transaction.
+#[server(prefix = "/api", endpoint = "delete_stored_bodies")]
+pub async fn delete_stored_bodies(#[server(default)] csrf: String) -> Result<(), PortalError> {
+    use crate::ssr::cookies::Flash;
+    use crate::ssr::form::{audit, back, tenant_form, TenantForm};
+    use crate::ssr::internal;
+    use serde_json::json;
+
+    let Some(TenantForm {
+        portal,
+        jar,
+        member: m,
+        ..
+    }) = tenant_form(&csrf, "/settings", tf_core::TenantRole::manages_tenant).await?
+    else {
+        return Ok(());
+    };
+    let failed = |e| internal("deleting stored bodies", e);
+    let mut tx = portal.deps.pool.begin().await.map_err(failed)?;
+    let deleted = tf_core::db::bodies::delete_all(&mut *tx, m.tenant.id)
+        .await
+        .map_err(failed)?;
+    let target = m.tenant.name.clone();
+    audit(&mut tx, &m, "bodies.delete_all", &target, json!({ "deleted": deleted })).await?;
+    tx.commit().await.map_err(failed)?;
+    back(&jar, "/settings", Some(Flash::BodiesDeleted))
+}

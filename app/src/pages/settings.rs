@@ -7,8 +7,8 @@ use leptos_meta::Title;
 
 use super::{CsrfField, Guarded};
 use crate::api::settings::{
-    load_settings, ChangePassword, SaveProfile, SaveTenantSettings, SettingsView, MAX_DISPLAY_NAME,
-    RETENTION_DAYS,
+    load_settings, ChangePassword, DeleteStoredBodies, SaveProfile, SaveTenantSettings,
+    SettingsView, MAX_DISPLAY_NAME, RETENTION_DAYS,
 };
 use crate::model::{Access, PageState};
 use crate::PRODUCT;
@@ -82,6 +82,8 @@ fn tenant_panel(v: SettingsView, csrf: String) -> AnyView {
         .into_any();
     }
     let save = ServerAction::<SaveTenantSettings>::new();
+    let delete = ServerAction::<DeleteStoredBodies>::new();
+    let csrf2 = csrf.clone();
     view! {
         <section class="panel">
             <h2>"Tenant"</h2>
@@ -92,19 +94,25 @@ fn tenant_panel(v: SettingsView, csrf: String) -> AnyView {
                     maxlength=MAX_DISPLAY_NAME.to_string() value=v.tenant_display_name/>
                 <label class="check">
                     <input type="checkbox" name="body_logging" checked=v.body_logging/>
-                    " Store request bodies (prompt and completion, up to 64 KiB each) so they \
-                     can be read on the request log"
+                    " Store request bodies (prompt and completion, the first 32 KiB of each) so \
+                     they can be read on the request log"
                 </label>
                 <label for="retention">"Keep stored bodies for (days)"</label>
                 <input id="retention" type="number" name="retention_days"
                     min=RETENTION_DAYS.0.to_string() max=RETENTION_DAYS.1.to_string()
                     value=v.body_retention_days.to_string() required/>
                 <p class="muted">
-                    "Off by default. Turning it on or off and the retention period are recorded \
-                     in the audit log. This release keeps the setting; capturing the bodies \
-                     comes with the next one, so nothing is stored yet."
+                    "Off by default. When on, every API request's body and its answer (for a \
+                     stream, the events as sent) are stored, each cut at 32 KiB, and shown on \
+                     the request's page under Request log. Bodies older than the retention \
+                     period are deleted. Turning it on or off takes effect within a second; it, \
+                     the retention period and deleting are recorded in the audit log."
                 </p>
                 <button type="submit">"Save tenant settings"</button>
+            </ActionForm>
+            <ActionForm action=delete attr:class="inline">
+                <CsrfField token=csrf2/>
+                <button type="submit" class="danger">"Delete all stored bodies"</button>
             </ActionForm>
         </section>
     }

@@ -8,6 +8,7 @@
 //! | [`accounts`] | `tenants`, `users` |
 //! | [`audit`] | `audit_log` (append-only) |
 //! | [`keys`] | `api_keys` |
+//! | [`bodies`] | `stored_bodies` (opted-in tenants' prompts and completions) |
 //! | [`catalog`] | `base_models`, `adapters` (routes, placeholder prices) |
 //! | [`limits`] | `tenant_limits`, `key_limits` |
 //! | [`members`] | a tenant's users and roles, `invitations` |
@@ -28,6 +29,7 @@
 
 pub mod accounts;
 pub mod audit;
+pub mod bodies;
 pub mod catalog;
 pub mod dashboard;
 pub mod keys;

@@ -31,6 +31,8 @@ pub struct GatewayInner {
     pub body_timing: BodyTiming,
     /// Admission: rate limits, spend and concurrency caps, shared through Redis.
     pub quota: crate::quota::Quota,
+    /// Opted-in tenants' bodies go here (bounded queue; never waits).
+    pub bodies: Arc<crate::bodies::capture::BodyCapture>,
 }
 
 impl Gateway {
