@@ -19,6 +19,9 @@ CREATE TABLE stored_bodies (
 CREATE INDEX stored_bodies_tenant_created_idx ON stored_bodies (tenant_id, created_at);
 
 -- The gateway caches each key's tenant opt-in with the key (no I/O on the request path); an
--- opt-in or opt-out reaches every replica's cache the way a suspension does.
+-- opt-in or opt-out reaches every replica's cache the way a suspension does. Only a real change
+-- notifies (row level, WHEN): saving the settings page with the flag as it was must not empty
+-- every replica's key cache.
 CREATE TRIGGER tenants_body_logging_changed AFTER UPDATE OF body_logging ON tenants
-    FOR EACH STATEMENT EXECUTE FUNCTION notify_auth_changed();
+    FOR EACH ROW WHEN (OLD.body_logging IS DISTINCT FROM NEW.body_logging)
+    EXECUTE FUNCTION notify_auth_changed();

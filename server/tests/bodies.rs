@@ -336,3 +336,78 @@ async fn retention_deletes_only_old_rows_of_each_tenant(pool: PgPool) {
     // A second pass finds nothing more.
     assert_eq!(tokenfactory::bodies::retention::pass(&t.pool, now).await.unwrap(), 0);
 }
+
+/// Capture rides beside metering, never in it: the same requests meter the same with and
+/// without it, and a client hanging up mid-stream is still billed what the engine produced
+/// (as without capture), with the events relayed until then stored.
+#[sqlx::test(migrations = "../migrations")]
+async fn capture_leaves_metering_alone_and_a_hang_up_keeps_what_was_relayed(pool: PgPool) {
+    let t = TestApp::builder(pool).start().await;
+    let on = t.tenant("acme").await;
+    let off = t.tenant("globex").await;
+    set_logging(&t.pool, on.id, true).await;
+
+    let mut metered = Vec::new();
+    for tenant in [&on, &off] {
+        let mut row = Vec::new();
+        for stream in [false, true] {
+            let mut body = chat(BASE, "count the same words", 6);
+            body["stream"] = stream.into();
+            let r = t.post(&tenant.key, "/v1/chat/completions", body).send().await.unwrap();
+            assert_eq!(r.status(), StatusCode::OK);
+            let id = request_id(&r);
+            let _ = r.text().await.unwrap();
+            let ev = t.event(&id).await;
+            row.push((ev.status, ev.provenance, ev.prompt_tokens, ev.completion_tokens));
+        }
+        metered.push(row);
+    }
+    assert_eq!(metered[0], metered[1], "with capture as without");
+
+    let mut body = chat(BASE, "tell me a long story", 200);
+    body["stream"] = true.into();
+    body["sim"] = serde_json::json!({"token_interval_ms": 20});
+    let r = t.post(&on.key, "/v1/chat/completions", body).send().await.unwrap();
+    let id = request_id(&r);
+    common::read_events_then_hang_up(r, 4).await;
+    let truth = t.ledger_entry(&id).await;
+    assert!(truth.cancelled, "upstream work cancelled");
+    let ev = t.event(&id).await;
+    assert_eq!(ev.status, tokenfactory::usage::UsageStatus::ClientAbort);
+    assert_eq!(ev.completion_tokens, i64::from(truth.completion_tokens));
+    let row = stored(&t, on.id, &id).await;
+    assert!(row.completion.starts_with("data: "), "{}", row.completion);
+    assert!(!row.completion.contains("[DONE]"), "cut at the hang-up");
+    assert!(!row.completion_truncated);
+}
+
+/// The next notification's payload within 300 ms, if any.
+async fn next(l: &mut sqlx::postgres::PgListener) -> Option<String> {
+    tokio::time::timeout(Duration::from_millis(300), l.recv())
+        .await
+        .ok()
+        .map(|n| n.unwrap().payload().to_owned())
+}
+
+/// The opt-in flag is cached with the key, so only a real change of it may empty every
+/// replica's key cache: saving the settings with the flag as it was sends no notification.
+#[sqlx::test(migrations = "../migrations")]
+async fn only_a_change_of_the_opt_in_notifies_the_key_caches(pool: PgPool) {
+    let acme = tf_core::accounts::create_tenant(&pool, "acme", "Acme").await.unwrap();
+    let mut listener = sqlx::postgres::PgListener::connect_with(&pool).await.unwrap();
+    listener.listen("tf_auth_changed").await.unwrap();
+    let save = |logging: bool| {
+        sqlx::query!(
+            "UPDATE tenants SET display_name = 'Acme', body_logging = $2 WHERE id = $1",
+            acme.id,
+            logging
+        )
+        .execute(&pool)
+    };
+    save(false).await.unwrap();
+    assert_eq!(next(&mut listener).await, None, "unchanged: no notification");
+    save(true).await.unwrap();
+    assert_eq!(next(&mut listener).await.as_deref(), Some("tenants"));
+    save(true).await.unwrap();
+    assert_eq!(next(&mut listener).await, None);
+}

@@ -6,7 +6,7 @@ use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::hooks::use_params_map;
 
-use super::{Flash, Guarded, NotFound, TopBar};
+use super::{Flash, Guarded, TopBar};
 use crate::api::usage::{fetch_log_detail, LogDetail, StoredBodyView};
 use crate::model::{Access, PageState};
 use crate::money::{format_micros, group_thousands};
@@ -34,12 +34,23 @@ fn page(state: PageState) -> AnyView {
                 {Suspend::new(async move {
                     match fetch_log_detail(id).await {
                         Ok(Some(d)) => detail(d),
-                        Ok(None) => view! { <NotFound/> }.into_any(),
+                        Ok(None) => not_found(),
                         Err(e) => view! { <p class="flash" role="alert">{e.to_string()}</p> }.into_any(),
                     }
                 })}
             </Suspense>
         </main>
+    }
+    .into_any()
+}
+
+/// Unknown, malformed or another tenant's id: the same 404 inside the page's frame.
+fn not_found() -> AnyView {
+    #[cfg(feature = "ssr")]
+    crate::ssr::session::set_status(http::StatusCode::NOT_FOUND);
+    view! {
+        <h1>"Request not found"</h1>
+        <p class="muted">"No request of this tenant has that id."</p>
     }
     .into_any()
 }

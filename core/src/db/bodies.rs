@@ -85,14 +85,22 @@ pub async fn delete_all(db: impl PgExecutor<'_>, tenant_id: Uuid) -> sqlx::Resul
     Ok(done.rows_affected())
 }
 
-/// Deletes, for every tenant, the bodies older than its retention period as of `now` (the
-/// caller's clock, so tests control it); returns how many.
-pub async fn delete_expired(db: impl PgExecutor<'_>, now: OffsetDateTime) -> sqlx::Result<u64> {
+/// Deletes, for every tenant, up to `limit` bodies older than its retention period as of `now`
+/// (the caller's clock, so tests control it); returns how many. Bounded so one statement never
+/// holds a long transaction; the retention job repeats it until less than `limit` go.
+pub async fn delete_expired(
+    db: impl PgExecutor<'_>,
+    now: OffsetDateTime,
+    limit: i64,
+) -> sqlx::Result<u64> {
     let done = sqlx::query!(
-        "DELETE FROM stored_bodies b USING tenants t
-          WHERE b.tenant_id = t.id
-            AND b.created_at < $1::timestamptz - make_interval(days => t.body_retention_days)",
+        "DELETE FROM stored_bodies WHERE request_id IN (
+             SELECT b.request_id FROM tenants t
+               JOIN stored_bodies b ON b.tenant_id = t.id
+                AND b.created_at < $1::timestamptz - make_interval(days => t.body_retention_days)
+              LIMIT $2)",
         now,
+        limit,
     )
     .execute(db)
     .await?;

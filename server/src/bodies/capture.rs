@@ -1,7 +1,9 @@
 //! The request path's side of body capture. [`BodyCapture::start`] is called only when the
-//! principal's cached opt-in flag is set (a bool check otherwise); the prompt is the client's
-//! body the gateway already holds (a reference-counted clone), the completion is the whole answer
-//! or, for a stream, the SSE bytes relayed to the client, each cut at [`MAX_BODY_BYTES`].
+//! principal's cached opt-in flag is set (a bool check otherwise). The request path only cuts:
+//! a body within [`MAX_BODY_BYTES`] is handed over as the reference-counted buffer the gateway
+//! already holds, a longer one as a copy of its first [`MAX_BODY_BYTES`] (so a queued capture
+//! never pins a large request or answer); a stream keeps its first [`MAX_BODY_BYTES`] relayed
+//! bytes. Text decoding happens in the writer task ([`Captured::into_row`]), off the request.
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -16,19 +18,51 @@ use uuid::Uuid;
 
 /// Most bytes kept of a prompt, and of a completion.
 pub const MAX_BODY_BYTES: usize = 32 * 1024;
-/// Captures waiting for the writer; beyond this they are dropped (and counted).
+/// Captures waiting for the writer; beyond this they are dropped (and counted). With both
+/// bodies cut, a full queue holds at most `QUEUE_LEN * 2 * MAX_BODY_BYTES` (64 MiB).
 pub const QUEUE_LEN: usize = 1024;
+
+/// One request's bodies as the request path hands them over: cut, not yet decoded.
+#[derive(Debug)]
+pub struct Captured {
+    pub tenant_id: Uuid,
+    pub request_id: Uuid,
+    /// At most [`MAX_BODY_BYTES`] of the prompt; `prompt_bytes` is its whole length.
+    pub prompt: Bytes,
+    pub prompt_bytes: usize,
+    /// At most [`MAX_BODY_BYTES`] of the completion; `completion_bytes` is its whole length.
+    pub completion: Bytes,
+    pub completion_bytes: usize,
+}
+
+impl Captured {
+    /// The row to store (the writer calls this, not the request path).
+    pub fn into_row(self) -> StoredBody {
+        let prompt_truncated = self.prompt_bytes > self.prompt.len();
+        let completion_truncated = self.completion_bytes > self.completion.len();
+        StoredBody {
+            request_id: self.request_id,
+            tenant_id: self.tenant_id,
+            prompt: text(&self.prompt, prompt_truncated),
+            prompt_truncated,
+            prompt_bytes: clamp_len(self.prompt_bytes),
+            completion: text(&self.completion, completion_truncated),
+            completion_truncated,
+            completion_bytes: clamp_len(self.completion_bytes),
+        }
+    }
+}
 
 /// The replica's capture queue and its counters.
 pub struct BodyCapture {
-    tx: mpsc::Sender<StoredBody>,
+    tx: mpsc::Sender<Captured>,
     dropped: AtomicU64,
     queued: AtomicU64,
 }
 
 impl BodyCapture {
     /// The capture side and the receiver the writer task consumes.
-    pub fn new(queue_len: usize) -> (Arc<Self>, mpsc::Receiver<StoredBody>) {
+    pub fn new(queue_len: usize) -> (Arc<Self>, mpsc::Receiver<Captured>) {
         let (tx, rx) = mpsc::channel(queue_len.max(1));
         let me = Self {
             tx,
@@ -39,12 +73,13 @@ impl BodyCapture {
     }
 
     /// Begins the capture of one request of an opted-in tenant.
-    pub fn start(self: &Arc<Self>, tenant_id: Uuid, request_id: Uuid, prompt: Bytes) -> Capture {
+    pub fn start(self: &Arc<Self>, tenant_id: Uuid, request_id: Uuid, prompt: &Bytes) -> Capture {
         Capture {
             to: self.clone(),
             tenant_id,
             request_id,
-            prompt,
+            prompt: cut(prompt),
+            prompt_bytes: prompt.len(),
         }
     }
 
@@ -73,9 +108,9 @@ impl BodyCapture {
         );
     }
 
-    fn offer(&self, row: StoredBody) {
+    fn offer(&self, captured: Captured) {
         // Never waits: a full queue loses the capture, not the request's time.
-        match self.tx.try_send(row) {
+        match self.tx.try_send(captured) {
             Ok(()) => self.queued.fetch_add(1, Ordering::Relaxed),
             Err(_) => self.dropped.fetch_add(1, Ordering::Relaxed),
         };
@@ -88,27 +123,29 @@ pub struct Capture {
     tenant_id: Uuid,
     request_id: Uuid,
     prompt: Bytes,
+    prompt_bytes: usize,
 }
 
 impl Capture {
-    /// Queues the capture with this completion (bounded here).
-    pub fn finish(self, completion: &[u8]) {
-        let (prompt, prompt_truncated) = bounded_text(&self.prompt, MAX_BODY_BYTES);
-        let (completion_text, completion_truncated) = bounded_text(completion, MAX_BODY_BYTES);
-        self.to.offer(StoredBody {
-            request_id: self.request_id,
+    /// Queues the capture with this (whole) completion.
+    pub fn finish(self, completion: &Bytes) {
+        self.finish_cut(cut(completion), completion.len());
+    }
+
+    fn finish_cut(self, completion: Bytes, completion_bytes: usize) {
+        self.to.offer(Captured {
             tenant_id: self.tenant_id,
-            prompt,
-            prompt_truncated,
-            prompt_bytes: clamp_len(self.prompt.len()),
-            completion: completion_text,
-            completion_truncated,
-            completion_bytes: clamp_len(completion.len()),
+            request_id: self.request_id,
+            prompt: self.prompt,
+            prompt_bytes: self.prompt_bytes,
+            completion,
+            completion_bytes,
         });
     }
 
     /// Wraps a relayed stream so the bytes it yields (up to the bound) become the completion,
-    /// queued when the stream ends or is dropped (a client hang-up).
+    /// queued when the stream ends or is dropped (a client hang-up). The wrapper only looks at
+    /// the chunks; the metered stream inside is polled and dropped exactly as without it.
     pub fn stream<S>(self, inner: S) -> CapturedStream<S> {
         CapturedStream {
             inner,
@@ -119,27 +156,32 @@ impl Capture {
     }
 }
 
-/// The text of `bytes` cut at `max` bytes (at a character boundary), and whether it was cut.
-/// Invalid UTF-8 is replaced, never refused: the page shows what it can.
-pub fn bounded_text(bytes: &[u8], max: usize) -> (String, bool) {
-    let truncated = bytes.len() > max;
-    let cut = &bytes[..bytes.len().min(max)];
-    let text = match std::str::from_utf8(cut) {
+/// `b` itself when within the bound (a reference count), else a copy of its first bytes.
+fn cut(b: &Bytes) -> Bytes {
+    if b.len() <= MAX_BODY_BYTES {
+        b.clone()
+    } else {
+        Bytes::copy_from_slice(&b[..MAX_BODY_BYTES])
+    }
+}
+
+/// The text of a kept (maybe cut) body. Invalid UTF-8 is replaced, never refused: the page
+/// shows what it can; a character the cut split in two is left out rather than replaced.
+pub fn text(kept: &[u8], truncated: bool) -> String {
+    match std::str::from_utf8(kept) {
         Ok(s) => s.to_owned(),
-        // A cut inside a character: drop its first bytes rather than show a replacement mark.
         Err(e) if truncated && e.error_len().is_none() => {
-            String::from_utf8_lossy(&cut[..e.valid_up_to()]).into_owned()
+            String::from_utf8_lossy(&kept[..e.valid_up_to()]).into_owned()
         }
-        Err(_) => String::from_utf8_lossy(cut).into_owned(),
-    };
-    (text, truncated)
+        Err(_) => String::from_utf8_lossy(kept).into_owned(),
+    }
 }
 
 fn clamp_len(n: usize) -> i32 {
     i32::try_from(n).unwrap_or(i32::MAX)
 }
 
-/// A relayed stream whose first [`MAX_BODY_BYTES`] (plus one, to know it was cut) are kept.
+/// A relayed stream whose first [`MAX_BODY_BYTES`] are kept.
 pub struct CapturedStream<S> {
     inner: S,
     capture: Option<Capture>,
@@ -159,7 +201,7 @@ where
         match &next {
             Poll::Ready(Some(Ok(b))) => {
                 this.total = this.total.saturating_add(b.len());
-                let room = (MAX_BODY_BYTES + 1).saturating_sub(this.kept.len());
+                let room = MAX_BODY_BYTES.saturating_sub(this.kept.len());
                 this.kept.extend_from_slice(&b[..b.len().min(room)]);
             }
             Poll::Ready(None) => this.flush(),
@@ -172,18 +214,8 @@ where
 impl<S> CapturedStream<S> {
     fn flush(&mut self) {
         if let Some(c) = self.capture.take() {
-            let (completion, completion_truncated) = bounded_text(&self.kept, MAX_BODY_BYTES);
-            let (prompt, prompt_truncated) = bounded_text(&c.prompt, MAX_BODY_BYTES);
-            c.to.offer(StoredBody {
-                request_id: c.request_id,
-                tenant_id: c.tenant_id,
-                prompt,
-                prompt_truncated,
-                prompt_bytes: clamp_len(c.prompt.len()),
-                completion,
-                completion_truncated: completion_truncated || self.total > self.kept.len(),
-                completion_bytes: clamp_len(self.total),
-            });
+            let kept = Bytes::from(std::mem::take(&mut self.kept));
+            c.finish_cut(kept, self.total);
         }
     }
 }
@@ -199,22 +231,34 @@ mod tests {
     use super::*;
 
     #[test]
-    fn text_is_cut_at_the_bound_and_at_a_character() {
-        assert_eq!(bounded_text(b"hello", 5), ("hello".to_owned(), false));
-        assert_eq!(bounded_text(b"hello!", 5), ("hello".to_owned(), true));
+    fn text_leaves_out_a_character_the_cut_split() {
+        assert_eq!(text(b"hello", false), "hello");
         // "é" is two bytes: cut in its middle, it is left out.
-        assert_eq!(bounded_text("abé".as_bytes(), 3), ("ab".to_owned(), true));
+        assert_eq!(text(&"abé".as_bytes()[..3], true), "ab");
+        // Invalid bytes not at a cut are replaced.
+        assert_eq!(text(b"a\xffb", false), "a\u{fffd}b");
+    }
+
+    #[test]
+    fn a_long_body_is_copied_cut_and_a_short_one_shared() {
+        let short = Bytes::from(vec![b'a'; MAX_BODY_BYTES]);
+        assert_eq!(cut(&short).as_ptr(), short.as_ptr(), "shared, not copied");
+        let long = Bytes::from(vec![b'a'; MAX_BODY_BYTES + 1]);
+        assert_eq!(cut(&long).len(), MAX_BODY_BYTES);
+        assert_ne!(cut(&long).as_ptr(), long.as_ptr(), "copied: the queue never pins it");
     }
 
     #[tokio::test]
     async fn a_full_queue_drops_and_counts() {
         let (cap, mut rx) = BodyCapture::new(1);
-        cap.start(Uuid::nil(), Uuid::now_v7(), Bytes::from_static(b"{}"))
-            .finish(b"a");
-        cap.start(Uuid::nil(), Uuid::now_v7(), Bytes::from_static(b"{}"))
-            .finish(b"b");
+        let prompt = Bytes::from_static(b"{}");
+        cap.start(Uuid::nil(), Uuid::now_v7(), &prompt)
+            .finish(&Bytes::from_static(b"a"));
+        cap.start(Uuid::nil(), Uuid::now_v7(), &prompt)
+            .finish(&Bytes::from_static(b"b"));
         assert_eq!((cap.queued(), cap.dropped()), (1, 1));
-        assert_eq!(rx.recv().await.map(|r| r.completion), Some("a".to_owned()));
+        let row = rx.recv().await.map(Captured::into_row);
+        assert_eq!(row.map(|r| r.completion), Some("a".to_owned()));
     }
 
     #[tokio::test]
@@ -224,14 +268,33 @@ mod tests {
         let big = Bytes::from(vec![b'x'; MAX_BODY_BYTES]);
         let chunks: Vec<Result<Bytes, ()>> = vec![Ok(Bytes::from_static(b"data: 1\n\n")), Ok(big)];
         let mut s = cap
-            .start(Uuid::nil(), Uuid::now_v7(), Bytes::from_static(b"{}"))
+            .start(Uuid::nil(), Uuid::now_v7(), &Bytes::from_static(b"{}"))
             .stream(futures::stream::iter(chunks));
         while s.next().await.is_some() {}
         drop(s);
-        let row = rx.recv().await.expect("queued");
+        let row = rx.recv().await.expect("queued").into_row();
         assert!(row.completion_truncated);
         assert_eq!(row.completion.len(), MAX_BODY_BYTES);
         assert_eq!(row.completion_bytes as usize, MAX_BODY_BYTES + 9);
         assert!(row.completion.starts_with("data: 1"));
+        assert_eq!(cap.queued(), 1, "queued once, not again on drop");
+    }
+
+    #[tokio::test]
+    async fn a_stream_dropped_midway_queues_what_was_relayed() {
+        use futures::StreamExt;
+        let (cap, mut rx) = BodyCapture::new(4);
+        let chunks: Vec<Result<Bytes, ()>> = vec![
+            Ok(Bytes::from_static(b"data: 1\n\n")),
+            Ok(Bytes::from_static(b"data: 2\n\n")),
+        ];
+        let mut s = cap
+            .start(Uuid::nil(), Uuid::now_v7(), &Bytes::from_static(b"{}"))
+            .stream(futures::stream::iter(chunks));
+        let _ = s.next().await;
+        drop(s);
+        let row = rx.recv().await.expect("queued").into_row();
+        assert_eq!(row.completion, "data: 1\n\n");
+        assert!(!row.completion_truncated);
     }
 }

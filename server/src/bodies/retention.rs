@@ -18,6 +18,7 @@ pub const EVERY: Duration = Duration::from_secs(600);
 pub async fn run(pool: PgPool, every: Duration, cancel: CancellationToken) {
     let mut leader: Option<PoolConnection<Postgres>> = None;
     let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             () = cancel.cancelled() => break,
@@ -45,9 +46,20 @@ pub async fn run(pool: PgPool, every: Duration, cancel: CancellationToken) {
     }
 }
 
-/// One pass as of `now`: deletes every tenant's bodies older than its retention period.
+/// Most rows one DELETE statement removes.
+const CHUNK: i64 = 5_000;
+
+/// One pass as of `now`: deletes every tenant's bodies older than its retention period, a
+/// bounded statement at a time; returns how many.
 pub async fn pass(pool: &PgPool, now: OffsetDateTime) -> sqlx::Result<u64> {
-    tf_core::db::bodies::delete_expired(pool, now).await
+    let mut total = 0;
+    loop {
+        let n = tf_core::db::bodies::delete_expired(pool, now, CHUNK).await?;
+        total += n;
+        if n < CHUNK.unsigned_abs() {
+            return Ok(total);
+        }
+    }
 }
 
 async fn try_lead(pool: &PgPool) -> Option<PoolConnection<Postgres>> {

@@ -149,10 +149,11 @@ async fn handle(
             return Err(GatewayError::RateLimited(Box::new(refusal)));
         }
     };
-    // The only work capture costs a tenant that did not opt in: this bool check.
+    // The only work capture costs a tenant that did not opt in: this bool check. It never
+    // touches the usage event or the metered stream (they are read as without it).
     let capture = principal
         .body_logging
-        .then(|| gw.bodies.start(principal.tenant_id, request_id, body.clone()));
+        .then(|| gw.bodies.start(principal.tenant_id, request_id, &body));
     let limit_headers = admitted.as_ref().map(crate::quota::Admitted::rate_status);
     let upstream_body = req.upstream_body(stream, &route, principal.tenant_id)?;
     let ctx = MeterContext {
@@ -176,7 +177,7 @@ async fn handle(
     let mut response = match exchange::run(x, ctx).await {
         Reply::Failed(e) => {
             if let Some(c) = capture {
-                c.finish(b"");
+                c.finish(&Bytes::new());
             }
             e.into_response()
         }
