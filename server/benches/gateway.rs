@@ -309,7 +309,7 @@ fn main() {
         let ds = run_phase(direct_url.clone(), None, streaming.clone(), true, conns, half).await;
         let gs = run_phase(gw_url.clone(), Some(key.clone()), streaming.clone(), true, conns, half).await;
         let ds = ds.merge(run_phase(direct_url, None, streaming.clone(), true, conns, half).await);
-        let gs = gs.merge(run_phase(gw_url, Some(key), streaming, true, conns, half).await);
+        let gs = gs.merge(run_phase(gw_url, Some(key), streaming.clone(), true, conns, half).await);
         println!("streaming 64   direct  {:>9.0} chunks/s  {:.2} us CPU/chunk (load generator + engine)", ds.chunks as f64 / ds.elapsed.as_secs_f64(), ds.cpu_per_chunk_us());
         println!("streaming 64   gateway {:>9.0} chunks/s  {:.2} us CPU/chunk (load generator + engine + gateway)", gs.chunks as f64 / gs.elapsed.as_secs_f64(), gs.cpu_per_chunk_us());
         println!("  streaming throughput ratio: {:.2}; gateway CPU per streamed chunk: {:.2} us (target <= 5)", gs.chunks as f64 / gs.elapsed.as_secs_f64() / (ds.chunks as f64 / ds.elapsed.as_secs_f64()), gs.cpu_per_chunk_us() - ds.cpu_per_chunk_us());

@@ -25,6 +25,8 @@ pub struct SettingsView {
     pub tenant_display_name: String,
     pub body_logging: bool,
     pub body_retention_days: i32,
+    /// Request bodies stored now (what "Delete all stored bodies" would delete).
+    pub stored_bodies: i64,
 }
 
 #[server(prefix = "/api", endpoint = "settings", input = leptos::server_fn::codec::GetUrl)]
@@ -38,6 +40,9 @@ pub async fn load_settings() -> Result<SettingsView, PortalError> {
         .await
         .map_err(|e| internal("reading settings", e))?
         .ok_or(PortalError::Internal)?;
+    let stored_bodies = tf_core::db::bodies::count(&portal.deps.pool, m.tenant.id)
+        .await
+        .map_err(|e| internal("counting stored bodies", e))?;
     Ok(SettingsView {
         email: m.user.email,
         display_name: m.display_name,
@@ -46,6 +51,7 @@ pub async fn load_settings() -> Result<SettingsView, PortalError> {
         tenant_display_name: t.display_name,
         body_logging: t.body_logging,
         body_retention_days: t.body_retention_days,
+        stored_bodies,
     })
 }
 

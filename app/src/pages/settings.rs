@@ -11,6 +11,7 @@ use crate::api::settings::{
     SettingsView, MAX_DISPLAY_NAME, RETENTION_DAYS,
 };
 use crate::model::{Access, PageState};
+use crate::money::group_thousands;
 use crate::PRODUCT;
 
 #[component]
@@ -66,6 +67,7 @@ fn body(v: SettingsView, csrf: String) -> AnyView {
 }
 
 fn tenant_panel(v: SettingsView, csrf: String) -> AnyView {
+    let stored = u64::try_from(v.stored_bodies).unwrap_or(0);
     if !v.can_manage {
         let logging = if v.body_logging { "on" } else { "off" };
         return view! {
@@ -75,6 +77,7 @@ fn tenant_panel(v: SettingsView, csrf: String) -> AnyView {
                     <dt>"Name"</dt><dd>{v.tenant_display_name}</dd>
                     <dt>"Request-body logging"</dt><dd>{logging}</dd>
                     <dt>"Bodies kept for"</dt><dd>{v.body_retention_days} " days"</dd>
+                    <dt>"Bodies stored"</dt><dd>{group_thousands(stored)}</dd>
                 </dl>
                 <p class="muted">"Only the tenant's owners change these."</p>
             </section>
@@ -110,11 +113,23 @@ fn tenant_panel(v: SettingsView, csrf: String) -> AnyView {
                 </p>
                 <button type="submit">"Save tenant settings"</button>
             </ActionForm>
+            <h3>"Stored bodies"</h3>
+            <p id="stored-bodies">{stored_note(stored)}</p>
             <ActionForm action=delete attr:class="inline">
                 <CsrfField token=csrf2/>
-                <button type="submit" class="danger">"Delete all stored bodies"</button>
+                <button type="submit" class="danger" disabled=stored == 0>
+                    "Delete all stored bodies"
+                </button>
             </ActionForm>
         </section>
     }
     .into_any()
+}
+
+fn stored_note(stored: u64) -> String {
+    match stored {
+        0 => "No request bodies are stored.".to_owned(),
+        1 => "The bodies of 1 request are stored.".to_owned(),
+        n => format!("The bodies of {} requests are stored.", group_thousands(n)),
+    }
 }

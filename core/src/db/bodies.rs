@@ -77,6 +77,16 @@ pub async fn of_request(
     .await
 }
 
+/// How many bodies the tenant has stored (an index-only count on its index).
+pub async fn count(db: impl PgExecutor<'_>, tenant_id: Uuid) -> sqlx::Result<i64> {
+    sqlx::query_scalar!(
+        r#"SELECT count(*) AS "n!" FROM stored_bodies WHERE tenant_id = $1"#,
+        tenant_id
+    )
+    .fetch_one(db)
+    .await
+}
+
 /// Deletes every stored body of the tenant; returns how many.
 pub async fn delete_all(db: impl PgExecutor<'_>, tenant_id: Uuid) -> sqlx::Result<u64> {
     let done = sqlx::query!("DELETE FROM stored_bodies WHERE tenant_id = $1", tenant_id)
@@ -93,12 +103,16 @@ pub async fn delete_expired(
     now: OffsetDateTime,
     limit: i64,
 ) -> sqlx::Result<u64> {
+    // Per tenant through (tenant_id, created_at), then by primary key: never a scan of the table.
     let done = sqlx::query!(
-        "DELETE FROM stored_bodies WHERE request_id IN (
-             SELECT b.request_id FROM tenants t
-               JOIN stored_bodies b ON b.tenant_id = t.id
-                AND b.created_at < $1::timestamptz - make_interval(days => t.body_retention_days)
-              LIMIT $2)",
+        "DELETE FROM stored_bodies WHERE request_id = ANY(ARRAY(
+             SELECT e.request_id FROM tenants t
+              CROSS JOIN LATERAL (
+                    SELECT b.request_id FROM stored_bodies b
+                     WHERE b.tenant_id = t.id
+                       AND b.created_at < $1::timestamptz - make_interval(days => t.body_retention_days)
+                     LIMIT $2) e
+              LIMIT $2))",
         now,
         limit,
     )
