@@ -237,19 +237,58 @@ async fn setup_gateway(sim: SocketAddr) -> Gw {
 
 /// The same load for a tenant without and with body logging, alternating halves; prints the
 /// ratios (capture should cost next to nothing) and the captures dropped by the bounded queue.
-async fn body_capture_phases(gw: &Gw, conns: usize, dur: Duration, small: &Value, streaming: &Value) {
+async fn body_capture_phases(
+    gw: &Gw,
+    conns: usize,
+    dur: Duration,
+    small: &Value,
+    streaming: &Value,
+) {
     let url = format!("http://{}/v1/chat/completions", gw.addr);
     let half = dur / 2;
-    for (label, body, stream) in [("non-streaming", small, false), ("streaming 64 ", streaming, true)] {
-        let off = || run_phase(url.clone(), Some(gw.key.clone()), body.clone(), stream, conns, half);
-        let on = || run_phase(url.clone(), Some(gw.bodies_key.clone()), body.clone(), stream, conns, half);
+    for (label, body, stream) in [
+        ("non-streaming", small, false),
+        ("streaming 64 ", streaming, true),
+    ] {
+        let off = || {
+            run_phase(
+                url.clone(),
+                Some(gw.key.clone()),
+                body.clone(),
+                stream,
+                conns,
+                half,
+            )
+        };
+        let on = || {
+            run_phase(
+                url.clone(),
+                Some(gw.bodies_key.clone()),
+                body.clone(),
+                stream,
+                conns,
+                half,
+            )
+        };
         let (q0, d0) = (gw.bodies.queued(), gw.bodies.dropped());
         let a = off().await;
         let b = on().await;
         let b = b.merge(on().await);
         let a = a.merge(off().await);
-        println!("{label} bodies off {:>9.0} req/s  p50 {:>6.2} ms  p99 {:>6.2} ms  {:.2} us CPU/chunk", a.rps(), a.pct(0.5), a.pct(0.99), a.cpu_per_chunk_us());
-        println!("{label} bodies on  {:>9.0} req/s  p50 {:>6.2} ms  p99 {:>6.2} ms  {:.2} us CPU/chunk", b.rps(), b.pct(0.5), b.pct(0.99), b.cpu_per_chunk_us());
+        println!(
+            "{label} bodies off {:>9.0} req/s  p50 {:>6.2} ms  p99 {:>6.2} ms  {:.2} us CPU/chunk",
+            a.rps(),
+            a.pct(0.5),
+            a.pct(0.99),
+            a.cpu_per_chunk_us()
+        );
+        println!(
+            "{label} bodies on  {:>9.0} req/s  p50 {:>6.2} ms  p99 {:>6.2} ms  {:.2} us CPU/chunk",
+            b.rps(),
+            b.pct(0.5),
+            b.pct(0.99),
+            b.cpu_per_chunk_us()
+        );
         println!(
             "  throughput ratio on/off: {:.2}; captures queued {}, dropped {} (queue full)",
             b.rps() / a.rps(),

@@ -218,12 +218,7 @@ pub async fn build(pool: PgPool, options: AppOptions) -> anyhow::Result<App> {
         .route(
             "/metrics",
             axum::routing::get(move || {
-                render_metrics(
-                    metrics.clone(),
-                    http.clone(),
-                    fleet.clone(),
-                    bodies.clone(),
-                )
+                render_metrics(metrics.clone(), http.clone(), fleet.clone(), bodies.clone())
             }),
         );
     Ok(App {

@@ -59,11 +59,11 @@ pub mod redis_conn;
 pub mod usage_store;
 // Logic.
 pub mod adapter_check;
+pub mod bodies;
 pub mod fleet;
 pub mod lifecycle;
 pub(crate) mod metering;
 pub mod quota;
-pub mod bodies;
 // Edges.
 pub mod api;
 pub mod gateway;

@@ -40,9 +40,15 @@ fn browser_at(base: &str) -> Browser {
 /// An owner of `tenant`, signed in.
 async fn owner(t: &TestApp, tenant: &Tenant) -> Browser {
     let email = format!("owner@{}.test", tenant.name);
-    accounts::create_user(&t.pool, &email, PASSWORD, Role::TenantMember, Some(tenant.id))
-        .await
-        .unwrap();
+    accounts::create_user(
+        &t.pool,
+        &email,
+        PASSWORD,
+        Role::TenantMember,
+        Some(tenant.id),
+    )
+    .await
+    .unwrap();
     let b = browser_at(&t.url(""));
     assert_redirect(&b.login(&email, PASSWORD).await, "/");
     b
@@ -100,7 +106,11 @@ async fn an_opted_in_tenants_bodies_are_stored_and_shown(pool: PgPool) {
 
     // Whole answer.
     let r = t
-        .post(&acme.key, "/v1/chat/completions", chat(BASE, "tell me <b>about</b> cats", 5))
+        .post(
+            &acme.key,
+            "/v1/chat/completions",
+            chat(BASE, "tell me <b>about</b> cats", 5),
+        )
         .send()
         .await
         .unwrap();
@@ -109,8 +119,15 @@ async fn an_opted_in_tenants_bodies_are_stored_and_shown(pool: PgPool) {
     let answer = r.text().await.unwrap();
     t.event(&whole_id).await;
     let row = stored(&t, acme.id, &whole_id).await;
-    assert!(row.prompt.contains("tell me <b>about</b> cats"), "{}", row.prompt);
-    assert_eq!(row.completion, answer, "the completion is the answer as sent");
+    assert!(
+        row.prompt.contains("tell me <b>about</b> cats"),
+        "{}",
+        row.prompt
+    );
+    assert_eq!(
+        row.completion, answer,
+        "the completion is the answer as sent"
+    );
     assert!(!row.prompt_truncated && !row.completion_truncated);
 
     let page = b.get(&format!("/logs/{whole_id}")).await;
@@ -118,16 +135,26 @@ async fn an_opted_in_tenants_bodies_are_stored_and_shown(pool: PgPool) {
     let html = page.text().await.unwrap();
     assert!(html.contains(r#"id="prompt-body""#), "{html}");
     // Escaped, never markup.
-    assert!(html.contains("tell me &lt;b&gt;about&lt;/b&gt; cats"), "{html}");
+    assert!(
+        html.contains("tell me &lt;b&gt;about&lt;/b&gt; cats"),
+        "{html}"
+    );
     assert!(!html.contains("<b>about</b>"));
     assert!(html.contains(BASE), "the row's model is shown");
     // The log links the row to it.
-    assert!(b.html("/logs").await.contains(&format!(r#"href="/logs/{whole_id}""#)));
+    assert!(b
+        .html("/logs")
+        .await
+        .contains(&format!(r#"href="/logs/{whole_id}""#)));
 
     // A stream: the events as relayed.
     let mut body = chat(BASE, "stream some words", 5);
     body["stream"] = true.into();
-    let r = t.post(&acme.key, "/v1/chat/completions", body).send().await.unwrap();
+    let r = t
+        .post(&acme.key, "/v1/chat/completions", body)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), StatusCode::OK);
     let stream_id = request_id(&r);
     let sent = r.text().await.unwrap();
@@ -153,7 +180,11 @@ async fn nothing_is_stored_without_opting_in(pool: PgPool) {
     let acme = t.tenant("acme").await;
     let b = owner(&t, &acme).await;
     let r = t
-        .post(&acme.key, "/v1/chat/completions", chat(BASE, "private words", 5))
+        .post(
+            &acme.key,
+            "/v1/chat/completions",
+            chat(BASE, "private words", 5),
+        )
         .send()
         .await
         .unwrap();
@@ -260,7 +291,10 @@ async fn delete_all_removes_the_tenants_bodies_and_is_audited(pool: PgPool) {
     let settings = b.html("/settings").await;
     assert!(settings.contains("Delete all stored bodies"), "{settings}");
     let res = b
-        .post("/api/delete_stored_bodies", &[("csrf", csrf(&settings).as_str())])
+        .post(
+            "/api/delete_stored_bodies",
+            &[("csrf", csrf(&settings).as_str())],
+        )
         .await;
     assert_eq!(location(&res), Some("/settings"));
     assert!(b
@@ -268,7 +302,11 @@ async fn delete_all_removes_the_tenants_bodies_and_is_audited(pool: PgPool) {
         .await
         .contains("Every stored request body was deleted."));
     assert_eq!(count(&t.pool, acme.id).await, 0);
-    assert_eq!(count(&t.pool, globex.id).await, 1, "another tenant's are kept");
+    assert_eq!(
+        count(&t.pool, globex.id).await,
+        1,
+        "another tenant's are kept"
+    );
     let audit = sqlx::query!(
         r#"SELECT action, detail AS "detail!" FROM audit_log WHERE action = 'bodies.delete_all'"#
     )
@@ -278,8 +316,12 @@ async fn delete_all_removes_the_tenants_bodies_and_is_audited(pool: PgPool) {
     assert_eq!(audit.detail["deleted"], 2);
 
     // Without the CSRF token nothing is deleted.
-    bodies::insert_batch(&t.pool, &[row(acme.id, "a3")]).await.unwrap();
-    let res = b.post("/api/delete_stored_bodies", &[("csrf", "forged")]).await;
+    bodies::insert_batch(&t.pool, &[row(acme.id, "a3")])
+        .await
+        .unwrap();
+    let res = b
+        .post("/api/delete_stored_bodies", &[("csrf", "forged")])
+        .await;
     assert!(res.status().is_redirection());
     assert_eq!(count(&t.pool, acme.id).await, 1);
 }
@@ -316,7 +358,9 @@ async fn retention_deletes_only_old_rows_of_each_tenant(pool: PgPool) {
     let mut ids = Vec::new();
     for (tenant, age, _) in cases {
         let r = row(tenant, "x");
-        bodies::insert_batch(&t.pool, std::slice::from_ref(&r)).await.unwrap();
+        bodies::insert_batch(&t.pool, std::slice::from_ref(&r))
+            .await
+            .unwrap();
         sqlx::query!(
             "UPDATE stored_bodies SET created_at = $2 WHERE request_id = $1",
             r.request_id,
@@ -327,14 +371,24 @@ async fn retention_deletes_only_old_rows_of_each_tenant(pool: PgPool) {
         .unwrap();
         ids.push(r.request_id);
     }
-    let deleted = tokenfactory::bodies::retention::pass(&t.pool, now).await.unwrap();
+    let deleted = tokenfactory::bodies::retention::pass(&t.pool, now)
+        .await
+        .unwrap();
     assert_eq!(deleted, 2);
     for ((tenant, age, kept), id) in cases.iter().zip(&ids) {
-        let there = bodies::of_request(&t.pool, *tenant, *id).await.unwrap().is_some();
+        let there = bodies::of_request(&t.pool, *tenant, *id)
+            .await
+            .unwrap()
+            .is_some();
         assert_eq!(there, *kept, "a {age}-day-old body");
     }
     // A second pass finds nothing more.
-    assert_eq!(tokenfactory::bodies::retention::pass(&t.pool, now).await.unwrap(), 0);
+    assert_eq!(
+        tokenfactory::bodies::retention::pass(&t.pool, now)
+            .await
+            .unwrap(),
+        0
+    );
 }
 
 /// Capture rides beside metering, never in it: the same requests meter the same with and
@@ -353,12 +407,21 @@ async fn capture_leaves_metering_alone_and_a_hang_up_keeps_what_was_relayed(pool
         for stream in [false, true] {
             let mut body = chat(BASE, "count the same words", 6);
             body["stream"] = stream.into();
-            let r = t.post(&tenant.key, "/v1/chat/completions", body).send().await.unwrap();
+            let r = t
+                .post(&tenant.key, "/v1/chat/completions", body)
+                .send()
+                .await
+                .unwrap();
             assert_eq!(r.status(), StatusCode::OK);
             let id = request_id(&r);
             let _ = r.text().await.unwrap();
             let ev = t.event(&id).await;
-            row.push((ev.status, ev.provenance, ev.prompt_tokens, ev.completion_tokens));
+            row.push((
+                ev.status,
+                ev.provenance,
+                ev.prompt_tokens,
+                ev.completion_tokens,
+            ));
         }
         metered.push(row);
     }
@@ -367,7 +430,11 @@ async fn capture_leaves_metering_alone_and_a_hang_up_keeps_what_was_relayed(pool
     let mut body = chat(BASE, "tell me a long story", 200);
     body["stream"] = true.into();
     body["sim"] = serde_json::json!({"token_interval_ms": 20});
-    let r = t.post(&on.key, "/v1/chat/completions", body).send().await.unwrap();
+    let r = t
+        .post(&on.key, "/v1/chat/completions", body)
+        .send()
+        .await
+        .unwrap();
     let id = request_id(&r);
     common::read_events_then_hang_up(r, 4).await;
     let truth = t.ledger_entry(&id).await;
@@ -393,8 +460,12 @@ async fn next(l: &mut sqlx::postgres::PgListener) -> Option<String> {
 /// replica's key cache: saving the settings with the flag as it was sends no notification.
 #[sqlx::test(migrations = "../migrations")]
 async fn only_a_change_of_the_opt_in_notifies_the_key_caches(pool: PgPool) {
-    let acme = tf_core::accounts::create_tenant(&pool, "acme", "Acme").await.unwrap();
-    let mut listener = sqlx::postgres::PgListener::connect_with(&pool).await.unwrap();
+    let acme = tf_core::accounts::create_tenant(&pool, "acme", "Acme")
+        .await
+        .unwrap();
+    let mut listener = sqlx::postgres::PgListener::connect_with(&pool)
+        .await
+        .unwrap();
     listener.listen("tf_auth_changed").await.unwrap();
     let save = |logging: bool| {
         sqlx::query!(
@@ -405,7 +476,11 @@ async fn only_a_change_of_the_opt_in_notifies_the_key_caches(pool: PgPool) {
         .execute(&pool)
     };
     save(false).await.unwrap();
-    assert_eq!(next(&mut listener).await, None, "unchanged: no notification");
+    assert_eq!(
+        next(&mut listener).await,
+        None,
+        "unchanged: no notification"
+    );
     save(true).await.unwrap();
     assert_eq!(next(&mut listener).await.as_deref(), Some("tenants"));
     save(true).await.unwrap();

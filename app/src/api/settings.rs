@@ -237,7 +237,14 @@ pub async fn delete_stored_bodies(#[server(default)] csrf: String) -> Result<(),
         .await
         .map_err(failed)?;
     let target = m.tenant.name.clone();
-    audit(&mut tx, &m, "bodies.delete_all", &target, json!({ "deleted": deleted })).await?;
+    audit(
+        &mut tx,
+        &m,
+        "bodies.delete_all",
+        &target,
+        json!({ "deleted": deleted }),
+    )
+    .await?;
     tx.commit().await.map_err(failed)?;
     back(&jar, "/settings", Some(Flash::BodiesDeleted))
 }

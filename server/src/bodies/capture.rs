@@ -245,7 +245,11 @@ mod tests {
         assert_eq!(cut(&short).as_ptr(), short.as_ptr(), "shared, not copied");
         let long = Bytes::from(vec![b'a'; MAX_BODY_BYTES + 1]);
         assert_eq!(cut(&long).len(), MAX_BODY_BYTES);
-        assert_ne!(cut(&long).as_ptr(), long.as_ptr(), "copied: the queue never pins it");
+        assert_ne!(
+            cut(&long).as_ptr(),
+            long.as_ptr(),
+            "copied: the queue never pins it"
+        );
     }
 
     #[tokio::test]

@@ -64,7 +64,9 @@ pub async fn pass(pool: &PgPool, now: OffsetDateTime) -> sqlx::Result<u64> {
 
 async fn try_lead(pool: &PgPool) -> Option<PoolConnection<Postgres>> {
     let mut conn = pool.acquire().await.ok()?;
-    let won = tf_core::db::leader::try_lock(&mut conn, LOCK_KEY).await.ok()?;
+    let won = tf_core::db::leader::try_lock(&mut conn, LOCK_KEY)
+        .await
+        .ok()?;
     // The lock lives in this connection's session: keeping it out of the pool keeps the lock.
     won.then_some(conn)
 }
