@@ -231,7 +231,7 @@ def cycles(edges, mods, src):
 LAYERS = [
     ("domain", ["secret", "fd_limit", "endpoint", "engine_policy", "usage"]),
     ("stores", ["redis_conn", "usage_store", "journal"]),
-    ("logic", ["quota", "metering", "adapter_check", "fleet", "lifecycle", "billing"]),
+    ("logic", ["quota", "bodies", "metering", "adapter_check", "fleet", "lifecycle", "billing"]),
     ("edges", ["gateway", "api", "http_server", "portal", "notify", "replica_report"]),
     ("assembly", ["app", "demo", "sim", "cli", "admin", "serve"]),
 ]

@@ -61,6 +61,7 @@ pub fn App() -> impl IntoView {
                 <Route path=path!("/keys") view=pages::keys::KeysPage ssr=SsrMode::Async/>
                 <Route path=path!("/usage") view=pages::usage::UsagePage ssr=SsrMode::Async/>
                 <Route path=path!("/logs") view=pages::logs::LogsPage ssr=SsrMode::Async/>
+                <Route path=path!("/logs/:request_id") view=pages::log_detail::LogDetailPage ssr=SsrMode::Async/>
                 <Route path=path!("/limits") view=pages::limits::LimitsPage ssr=SsrMode::Async/>
                 <Route path=path!("/models") view=pages::models::ModelsPage ssr=SsrMode::Async/>
                 <Route path=path!("/members") view=pages::members::MembersPage ssr=SsrMode::Async/>

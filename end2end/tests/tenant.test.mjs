@@ -3,6 +3,7 @@
 // the tenant's body-logging choice (and turns it back off); /limits shows the tenant's limits;
 // /models takes a generated adapter through its upload form, starts it (ready on the embedded
 // simulator fleet, with its call snippets), stops it and deletes it.
+// opted in, an API call's prompt and completion show on /logs/{request_id}, then "delete all".
 // Screenshots of the pages go to TF_SCREENSHOT_DIR (default end2end/screenshots).
 //
 // Needs a running portal and a tenant owner: TF_BASE_URL, TF_EMAIL, TF_PASSWORD (as login.test.mjs).
@@ -196,5 +197,66 @@ test("models: upload through the form, start, stop and delete (JavaScript off)",
   ]);
   assert.match(await page.textContent(".flash"), /Deleted/);
   await waitForState(page, name, null);
+  await context.close();
+});
+
+test("opted in, an API call's prompt and completion show on its log page (JavaScript off)", async () => {
+  const apiKey = process.env.TF_API_KEY;
+  assert.ok(apiKey, "set TF_API_KEY to a key of the tenant");
+  const { context, page } = await signedIn();
+  await page.goto("/settings");
+  await page.check('input[name="body_logging"]');
+  await Promise.all([
+    page.waitForURL((u) => u.pathname === "/settings"),
+    page.click('form[action="/api/save_tenant_settings"] button[type="submit"]'),
+  ]);
+  assert.equal(await page.isChecked('input[name="body_logging"]'), true);
+
+  // The opt-in reaches the gateway within a second; a few tries cover that second.
+  const prompt = `what is a <b>token</b>? e2e-${Date.now()}`;
+  let requestId;
+  for (let i = 0; i < 20 && !requestId; i++) {
+    const res = await fetch(`${baseURL}/v1/chat/completions`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${apiKey}`, "content-type": "application/json" },
+      body: JSON.stringify({ model: "llama-3.1-8b-sim", max_tokens: 8,
+        messages: [{ role: "user", content: prompt }] }),
+    });
+    assert.equal(res.status, 200);
+    const id = res.headers.get("x-request-id");
+    await res.text();
+    // The body and the usage event are written off the request path: wait for the page.
+    for (let j = 0; j < 20; j++) {
+      await page.goto(`/logs/${id}`);
+      if (await page.$("#prompt-body")) { requestId = id; break; }
+      if (await page.$("#no-bodies")) break;
+      await page.waitForTimeout(100);
+    }
+  }
+  assert.ok(requestId, "a request's bodies were stored");
+  assert.match(await page.textContent("#prompt-body"), /what is a <b>token<\/b>\?/);
+  assert.match(await page.textContent("#completion-body"), /"completion_tokens"/);
+  assert.match(await page.textContent("main"), /llama-3\.1-8b-sim/);
+  await page.screenshot({ path: join(shots, "log-detail.png"), fullPage: true });
+
+  // The request log links to it.
+  await page.goto("/logs");
+  assert.ok(await page.$(`a[href="/logs/${requestId}"]`), "the log row links to its page");
+
+  // Delete them all, then opt out again.
+  await page.goto("/settings");
+  await Promise.all([
+    page.waitForURL((u) => u.pathname === "/settings"),
+    page.click('form[action="/api/delete_stored_bodies"] button[type="submit"]'),
+  ]);
+  assert.match(await page.textContent(".flash"), /stored request body was deleted/);
+  await page.goto(`/logs/${requestId}`);
+  assert.ok(await page.$("#no-bodies"), "deleted");
+  await page.goto("/settings");
+  await page.uncheck('input[name="body_logging"]');
+  await Promise.all([
+    page.waitForURL((u) => u.pathname === "/settings"),
+    page.click('form[action="/api/save_tenant_settings"] button[type="submit"]'),
+  ]);
   await context.close();
 });

@@ -5,7 +5,8 @@
 //!
 //! `cargo bench -p tokenfactory --bench gateway` (needs PostgreSQL; uses database
 //! `tokenfactory_bench`, recreated each run). Env: `TF_BENCH_SECONDS` (per phase, default 5),
-//! `TF_BENCH_CONNECTIONS` (default 50).
+//! `TF_BENCH_CONNECTIONS` (default 50), `TF_BENCH_ONLY=bodies` (only the body-capture phases:
+//! the same load through the gateway for a tenant without and with body logging, alternating).
 
 #![allow(
     clippy::disallowed_methods,
@@ -154,7 +155,16 @@ async fn serve_sim() -> SocketAddr {
     addr
 }
 
-async fn setup_gateway(sim: SocketAddr) -> (SocketAddr, String) {
+/// The gateway's address, a key of a tenant without body logging, one of a tenant with it, and
+/// the capture counters.
+struct Gw {
+    addr: SocketAddr,
+    key: String,
+    bodies_key: String,
+    bodies: Arc<tokenfactory::bodies::capture::BodyCapture>,
+}
+
+async fn setup_gateway(sim: SocketAddr) -> Gw {
     let (pool, _) = common::fresh_database("tokenfactory_bench", 16).await;
     fleet::register_bases(
         &pool,
@@ -177,6 +187,17 @@ async fn setup_gateway(sim: SocketAddr) -> (SocketAddr, String) {
         .await
         .unwrap();
     let (_, key) = tf_core::keys::issue(&pool, tenant.id, "bench")
+        .await
+        .unwrap();
+    let logged = tf_core::accounts::create_tenant(&pool, "bench-bodies", "Bench bodies")
+        .await
+        .unwrap();
+    sqlx::query("UPDATE tenants SET body_logging = true WHERE id = $1")
+        .bind(logged.id)
+        .execute(&pool)
+        .await
+        .unwrap();
+    let (_, bodies_key) = tf_core::keys::issue(&pool, logged.id, "bench")
         .await
         .unwrap();
     // The production sink: the local journal (process durability), shipped in batches.
@@ -206,7 +227,75 @@ async fn setup_gateway(sim: SocketAddr) -> (SocketAddr, String) {
         built.http_metrics.clone(),
         std::future::pending(),
     ));
-    (addr, key)
+    Gw {
+        addr,
+        key,
+        bodies_key,
+        bodies: built.gateway.bodies.clone(),
+    }
+}
+
+/// The same load for a tenant without and with body logging, alternating halves; prints the
+/// ratios (capture should cost next to nothing) and the captures dropped by the bounded queue.
+async fn body_capture_phases(
+    gw: &Gw,
+    conns: usize,
+    dur: Duration,
+    small: &Value,
+    streaming: &Value,
+) {
+    let url = format!("http://{}/v1/chat/completions", gw.addr);
+    let half = dur / 2;
+    for (label, body, stream) in [
+        ("non-streaming", small, false),
+        ("streaming 64 ", streaming, true),
+    ] {
+        let off = || {
+            run_phase(
+                url.clone(),
+                Some(gw.key.clone()),
+                body.clone(),
+                stream,
+                conns,
+                half,
+            )
+        };
+        let on = || {
+            run_phase(
+                url.clone(),
+                Some(gw.bodies_key.clone()),
+                body.clone(),
+                stream,
+                conns,
+                half,
+            )
+        };
+        let (q0, d0) = (gw.bodies.queued(), gw.bodies.dropped());
+        let a = off().await;
+        let b = on().await;
+        let b = b.merge(on().await);
+        let a = a.merge(off().await);
+        println!(
+            "{label} bodies off {:>9.0} req/s  p50 {:>6.2} ms  p99 {:>6.2} ms  {:.2} us CPU/chunk",
+            a.rps(),
+            a.pct(0.5),
+            a.pct(0.99),
+            a.cpu_per_chunk_us()
+        );
+        println!(
+            "{label} bodies on  {:>9.0} req/s  p50 {:>6.2} ms  p99 {:>6.2} ms  {:.2} us CPU/chunk",
+            b.rps(),
+            b.pct(0.5),
+            b.pct(0.99),
+            b.cpu_per_chunk_us()
+        );
+        println!(
+            "  throughput ratio on/off: {:.2}; captures queued {}, dropped {} (queue full)",
+            b.rps() / a.rps(),
+            gw.bodies.queued() - q0,
+            gw.bodies.dropped() - d0
+        );
+    }
 }
 
 fn main() {
@@ -224,7 +313,8 @@ fn main() {
         .unwrap();
     rt.block_on(async move {
         let sim = serve_sim().await;
-        let (gw, key) = setup_gateway(sim).await;
+        let setup = setup_gateway(sim).await;
+        let (gw, key) = (setup.addr, setup.key.clone());
         let dur = Duration::from_secs(secs);
         let small = json!({"model": "bench-base", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1});
         let streaming = json!({"model": "bench-base", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 64, "stream": true});
@@ -232,6 +322,12 @@ fn main() {
         let gw_url = format!("http://{gw}/v1/chat/completions");
         // Warm both paths (connections, caches).
         run_phase(gw_url.clone(), Some(key.clone()), small.clone(), false, 4, Duration::from_millis(300)).await;
+        run_phase(gw_url.clone(), Some(setup.bodies_key.clone()), small.clone(), false, 4, Duration::from_millis(300)).await;
+        if std::env::var("TF_BENCH_ONLY").as_deref() == Ok("bodies") {
+            println!("body capture benchmark: {conns} connections, {secs} s per phase");
+            body_capture_phases(&setup, conns, dur, &small, &streaming).await;
+            return;
+        }
 
         println!("gateway benchmark: {conns} connections, {secs} s per phase");
         // Each load runs as two halves, alternating direct and gateway.
@@ -252,9 +348,11 @@ fn main() {
         let ds = run_phase(direct_url.clone(), None, streaming.clone(), true, conns, half).await;
         let gs = run_phase(gw_url.clone(), Some(key.clone()), streaming.clone(), true, conns, half).await;
         let ds = ds.merge(run_phase(direct_url, None, streaming.clone(), true, conns, half).await);
-        let gs = gs.merge(run_phase(gw_url, Some(key), streaming, true, conns, half).await);
+        let gs = gs.merge(run_phase(gw_url, Some(key), streaming.clone(), true, conns, half).await);
         println!("streaming 64   direct  {:>9.0} chunks/s  {:.2} us CPU/chunk (load generator + engine)", ds.chunks as f64 / ds.elapsed.as_secs_f64(), ds.cpu_per_chunk_us());
         println!("streaming 64   gateway {:>9.0} chunks/s  {:.2} us CPU/chunk (load generator + engine + gateway)", gs.chunks as f64 / gs.elapsed.as_secs_f64(), gs.cpu_per_chunk_us());
         println!("  streaming throughput ratio: {:.2}; gateway CPU per streamed chunk: {:.2} us (target <= 5)", gs.chunks as f64 / gs.elapsed.as_secs_f64() / (ds.chunks as f64 / ds.elapsed.as_secs_f64()), gs.cpu_per_chunk_us() - ds.cpu_per_chunk_us());
+
+        body_capture_phases(&setup, conns, dur, &small, &streaming).await;
     });
 }

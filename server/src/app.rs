@@ -141,6 +141,18 @@ pub async fn build(pool: PgPool, options: AppOptions) -> anyhow::Result<App> {
         pool.clone(),
         cancel.clone(),
     ));
+    let (bodies, body_queue) =
+        crate::bodies::capture::BodyCapture::new(crate::bodies::capture::QUEUE_LEN);
+    tracker.spawn(crate::bodies::writer::run(
+        pool.clone(),
+        body_queue,
+        cancel.clone(),
+    ));
+    tracker.spawn(crate::bodies::retention::run(
+        pool.clone(),
+        crate::bodies::retention::EVERY,
+        cancel.clone(),
+    ));
     let gateway = Gateway::new(GatewayInner {
         keys: keys.clone(),
         routes: routes.clone(),
@@ -153,6 +165,9 @@ pub async fn build(pool: PgPool, options: AppOptions) -> anyhow::Result<App> {
         activity,
         hold_limit: options.gateway.hold_limit(),
         fleet_metrics: fleet_metrics.clone(),
+        cancel.clone(),
+    ));
+        bodies: bodies.clone(),
     });
 
     tracker.spawn(crate::notify::listen(
@@ -227,7 +242,7 @@ pub async fn build(pool: PgPool, options: AppOptions) -> anyhow::Result<App> {
         .route(
             "/metrics",
             axum::routing::get(move || {
-                render_metrics(metrics.clone(), http.clone(), fleet.clone())
+                render_metrics(metrics.clone(), http.clone(), fleet.clone(), bodies.clone())
             }),
         );
     Ok(App {
@@ -276,10 +291,12 @@ async fn render_metrics(
     journal: Option<Arc<JournalMetrics>>,
     http: Arc<ServerMetrics>,
     fleet: Arc<crate::lifecycle::FleetMetrics>,
+    bodies: Arc<crate::bodies::capture::BodyCapture>,
 ) -> impl axum::response::IntoResponse {
     let mut out = String::new();
     http.render(&mut out);
     fleet.render(&mut out);
+    bodies.render(&mut out);
     if let Some(j) = journal {
         j.render(&mut out);
     }

@@ -19,6 +19,8 @@
 //!    - [`journal`]: the local usage journal, its group committer and its shipper to PostgreSQL.
 //! 3. **Logic**: decisions, independent of HTTP.
 //!    - [`quota`]: admission (rate limits, spend, in-flight caps) shared through Redis.
+//!    - [`bodies`]: opted-in tenants' prompts and completions: bounded capture off the request
+//!      path, the batch writer and the retention job.
 //!    - `metering`: reading engine answers (SSE or whole) to their end, finishing usage events.
 //!    - [`adapter_check`]: an uploaded LoRA adapter judged against its base, once, at registration.
 //!    - [`fleet`]: where bases are served (local simulators or a static list) and the catalog.
@@ -57,6 +59,7 @@ pub mod redis_conn;
 pub mod usage_store;
 // Logic.
 pub mod adapter_check;
+pub mod bodies;
 pub mod fleet;
 pub mod lifecycle;
 pub(crate) mod metering;

@@ -221,6 +221,8 @@ struct Side {
     display: String,
     email: String,
     key_name: String,
+    /// A word of the stored prompt of its request.
+    prompt_marker: String,
 }
 
 /// A tenant with a user, a named key, an adapter, one request through the gateway and limits.
@@ -256,11 +258,21 @@ async fn side(t: &TestApp, name: &str, tag: &str, display: &str) -> Side {
     .unwrap();
     let adapter = format!("adp-{tag}-7k2");
     t.adapter(&tenant, &adapter).await;
+    // Opted in to body logging, so the request's prompt is stored and `/logs/{request_id}`
+    // has something of B's to leak.
+    sqlx::query!(
+        "UPDATE tenants SET body_logging = true WHERE id = $1",
+        tenant.id
+    )
+    .execute(&t.pool)
+    .await
+    .unwrap();
+    let prompt_marker = format!("said-{tag}-w4v");
     let r = t
         .post(
             &tenant.key,
             "/v1/chat/completions",
-            common::chat(&adapter, "hello there", 3),
+            common::chat(&adapter, &format!("hello there {prompt_marker}"), 3),
         )
         .send()
         .await
@@ -268,6 +280,17 @@ async fn side(t: &TestApp, name: &str, tag: &str, display: &str) -> Side {
     assert_eq!(r.status(), StatusCode::OK);
     let request = common::request_id(&r);
     t.event(&request).await;
+    let id: Uuid = request.parse().unwrap();
+    common::eventually(
+        std::time::Duration::from_secs(5),
+        "the stored body",
+        || async {
+            tf_core::db::bodies::of_request(&t.pool, tenant.id, id)
+                .await
+                .unwrap()
+        },
+    )
+    .await;
     common::admin_limits(&t.pool, &["--tenant", name, "--rpm", "1000"]).await;
     let prefix = tf_core::keys::visible_prefix(&tenant.key).to_owned();
     common::admin_limits(&t.pool, &["--key", &prefix, "--tpm", "99999"]).await;
@@ -284,6 +307,7 @@ async fn side(t: &TestApp, name: &str, tag: &str, display: &str) -> Side {
         display: display.to_owned(),
         email,
         key_name,
+        prompt_marker,
     }
 }
 
@@ -319,6 +343,7 @@ async fn no_route_shows_or_changes_another_tenants_data(pool: PgPool) {
         "/v1/models",
         "/keys",
         "/logs",
+        "/logs/{request_id}",
         "/admin/tenants",
         "/api/revoke_key",
         "/api/admin_suspend_tenant",
@@ -342,6 +367,9 @@ async fn no_route_shows_or_changes_another_tenants_data(pool: PgPool) {
     };
     assert_redirect(&signed_in.login(&a.email, PASSWORD).await, "/");
     let token = csrf(&signed_in.html("/keys").await);
+    // Before the walk (it posts A's own "delete all stored bodies"): A reads its own prompt.
+    let own = signed_in.html(&format!("/logs/{}", a.ids.request)).await;
+    assert!(own.contains(&a.prompt_marker), "A reads its own prompt");
     let walker = Walker {
         base: t.url(""),
         browser,
@@ -355,6 +383,7 @@ async fn no_route_shows_or_changes_another_tenants_data(pool: PgPool) {
         b.email.as_str(),
         b.key_name.as_str(),
         b.ids.key_prefix.as_str(),
+        b.prompt_marker.as_str(),
     ];
     let fake = made_up();
     let mut walked = 0;
@@ -425,6 +454,15 @@ async fn no_route_shows_or_changes_another_tenants_data(pool: PgPool) {
     // A's own data is there (the walk looked at real pages, not at empty shells).
     let logs = signed_in.html("/logs").await;
     assert!(logs.contains(&a.ids.request), "A sees its own request");
+    // (A's own prompt was read before the walk, which posts A's "delete all stored bodies".)
+    let own = signed_in.get(&format!("/logs/{}", a.ids.request)).await;
+    assert_eq!(own.status(), StatusCode::OK);
+    let theirs = signed_in.get(&format!("/logs/{}", b.ids.request)).await;
+    assert_eq!(
+        theirs.status(),
+        StatusCode::NOT_FOUND,
+        "B's request is not A's to see"
+    );
     assert!(signed_in.html("/keys").await.contains(&a.key_name));
     // `/models` lists A's adapter and never B's.
     let page = signed_in.html("/models").await;

@@ -25,6 +25,8 @@ pub struct SettingsView {
     pub tenant_display_name: String,
     pub body_logging: bool,
     pub body_retention_days: i32,
+    /// Request bodies stored now (what "Delete all stored bodies" would delete).
+    pub stored_bodies: i64,
 }
 
 #[server(prefix = "/api", endpoint = "settings", input = leptos::server_fn::codec::GetUrl)]
@@ -38,6 +40,9 @@ pub async fn load_settings() -> Result<SettingsView, PortalError> {
         .await
         .map_err(|e| internal("reading settings", e))?
         .ok_or(PortalError::Internal)?;
+    let stored_bodies = tf_core::db::bodies::count(&portal.deps.pool, m.tenant.id)
+        .await
+        .map_err(|e| internal("counting stored bodies", e))?;
     Ok(SettingsView {
         email: m.user.email,
         display_name: m.display_name,
@@ -46,6 +51,7 @@ pub async fn load_settings() -> Result<SettingsView, PortalError> {
         tenant_display_name: t.display_name,
         body_logging: t.body_logging,
         body_retention_days: t.body_retention_days,
+        stored_bodies,
     })
 }
 
@@ -205,4 +211,40 @@ pub async fn save_tenant_settings(
     }
     tx.commit().await.map_err(failed)?;
     back(&jar, "/settings", Some(Flash::SettingsSaved))
+}
+
+/// Deletes every stored request body of the tenant (owners), audit-logged as
+/// `bodies.delete_all` with how many were deleted, in the same transaction.
+#[server(prefix = "/api", endpoint = "delete_stored_bodies")]
+pub async fn delete_stored_bodies(#[server(default)] csrf: String) -> Result<(), PortalError> {
+    use crate::ssr::cookies::Flash;
+    use crate::ssr::form::{audit, back, tenant_form, TenantForm};
+    use crate::ssr::internal;
+    use serde_json::json;
+
+    let Some(TenantForm {
+        portal,
+        jar,
+        member: m,
+        ..
+    }) = tenant_form(&csrf, "/settings", tf_core::TenantRole::manages_tenant).await?
+    else {
+        return Ok(());
+    };
+    let failed = |e| internal("deleting stored bodies", e);
+    let mut tx = portal.deps.pool.begin().await.map_err(failed)?;
+    let deleted = tf_core::db::bodies::delete_all(&mut *tx, m.tenant.id)
+        .await
+        .map_err(failed)?;
+    let target = m.tenant.name.clone();
+    audit(
+        &mut tx,
+        &m,
+        "bodies.delete_all",
+        &target,
+        json!({ "deleted": deleted }),
+    )
+    .await?;
+    tx.commit().await.map_err(failed)?;
+    back(&jar, "/settings", Some(Flash::BodiesDeleted))
 }

@@ -164,3 +164,58 @@ pub async fn fetch_request_log(
         .await
         .map_err(|e| internal("loading the request log", e))
 }
+
+/// A stored prompt and completion as the detail page shows them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredBodyView {
+    pub prompt: String,
+    pub prompt_truncated: bool,
+    pub prompt_bytes: i32,
+    pub completion: String,
+    pub completion_truncated: bool,
+    pub completion_bytes: i32,
+}
+
+/// What `/logs/{request_id}` shows.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogDetail {
+    pub entry: LogEntry,
+    /// `None`: the bodies were not stored (not opted in then, dropped, or deleted since).
+    pub body: Option<StoredBodyView>,
+}
+
+/// One request of the session's tenant and its stored bodies; `None` when the id is not one of
+/// the tenant's requests (another tenant's id answers exactly like an unknown one).
+#[server(prefix = "/api", endpoint = "log_detail", input = leptos::server_fn::codec::GetUrl)]
+pub async fn fetch_log_detail(request_id: String) -> Result<Option<LogDetail>, PortalError> {
+    use crate::ssr::{internal, usage as report, Portal};
+
+    let portal = Portal::current()?;
+    let tenant = report::session_tenant(&portal).await?;
+    let Ok(id) = uuid::Uuid::parse_str(request_id.trim()) else {
+        return Ok(None);
+    };
+    let failed = |e| internal("loading a request", e);
+    let pool = &portal.deps.pool;
+    let Some(row) = tf_core::db::reports::log_entry(pool, tenant, id)
+        .await
+        .map_err(failed)?
+    else {
+        return Ok(None);
+    };
+    let body = tf_core::db::bodies::of_request(pool, tenant, id)
+        .await
+        .map_err(failed)?
+        .map(|b| StoredBodyView {
+            prompt: b.prompt,
+            prompt_truncated: b.prompt_truncated,
+            prompt_bytes: b.prompt_bytes,
+            completion: b.completion,
+            completion_truncated: b.completion_truncated,
+            completion_bytes: b.completion_bytes,
+        });
+    Ok(Some(LogDetail {
+        entry: report::log_entry(row),
+        body,
+    }))
+}

@@ -1,6 +1,7 @@
 //! `/logs`: the tenant's request log, newest first, filtered by model, key, status and time (a
 //! GET form), paginated by a cursor (the last row's start and request id) in the "Older" link,
-//! never by an offset. Prompt and completion bodies are not stored yet (a later step).
+//! never by an offset. Each row links to its detail page (`/logs/{id}`), which shows the stored
+//! prompt and completion when the tenant opted in.
 
 use leptos::prelude::*;
 use leptos_meta::Title;
@@ -113,9 +114,10 @@ fn log_view(report: LogReport, first_page: bool) -> AnyView {
         .map(|e| {
             let status_class = format!("status status-{}", e.status);
             let id = e.request_id.clone();
+            let href = format!("/logs/{}", e.request_id);
             view! {
                 <tr class="log-row" data-request-id=id>
-                    <td class="mono">{e.request_id}</td>
+                    <td class="mono"><a href=href>{e.request_id}</a></td>
                     <td class="mono">{e.time}</td>
                     <td>{e.model}</td>
                     <td class="key" title=e.key.clone()>{e.key.clone()}</td>
@@ -140,7 +142,7 @@ fn log_view(report: LogReport, first_page: bool) -> AnyView {
             <label>"To"<input type="datetime-local" name="until" step="1" value=f.until.clone().unwrap_or_default()/></label>
             <button type="submit">"Filter"</button>
         </form>
-        <p class="muted">"Newest first. Times are UTC. Prompt and completion bodies are not stored."</p>
+        <p class="muted">"Newest first. Times are UTC. Open a request for its details and, when body logging is on (Settings), its prompt and completion."</p>
         {if empty {
             view! { <p class="muted">"No requests match."</p> }.into_any()
         } else {

@@ -6,6 +6,7 @@ pub mod home;
 pub mod invite;
 pub mod keys;
 pub mod limits;
+pub mod log_detail;
 pub mod login;
 pub mod logs;
 pub mod members;

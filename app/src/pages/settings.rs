@@ -7,10 +7,11 @@ use leptos_meta::Title;
 
 use super::{CsrfField, Guarded};
 use crate::api::settings::{
-    load_settings, ChangePassword, SaveProfile, SaveTenantSettings, SettingsView, MAX_DISPLAY_NAME,
-    RETENTION_DAYS,
+    load_settings, ChangePassword, DeleteStoredBodies, SaveProfile, SaveTenantSettings,
+    SettingsView, MAX_DISPLAY_NAME, RETENTION_DAYS,
 };
 use crate::model::{Access, PageState};
+use crate::money::group_thousands;
 use crate::PRODUCT;
 
 #[component]
@@ -66,6 +67,7 @@ fn body(v: SettingsView, csrf: String) -> AnyView {
 }
 
 fn tenant_panel(v: SettingsView, csrf: String) -> AnyView {
+    let stored = u64::try_from(v.stored_bodies).unwrap_or(0);
     if !v.can_manage {
         let logging = if v.body_logging { "on" } else { "off" };
         return view! {
@@ -75,6 +77,7 @@ fn tenant_panel(v: SettingsView, csrf: String) -> AnyView {
                     <dt>"Name"</dt><dd>{v.tenant_display_name}</dd>
                     <dt>"Request-body logging"</dt><dd>{logging}</dd>
                     <dt>"Bodies kept for"</dt><dd>{v.body_retention_days} " days"</dd>
+                    <dt>"Bodies stored"</dt><dd>{group_thousands(stored)}</dd>
                 </dl>
                 <p class="muted">"Only the tenant's owners change these."</p>
             </section>
@@ -82,6 +85,8 @@ fn tenant_panel(v: SettingsView, csrf: String) -> AnyView {
         .into_any();
     }
     let save = ServerAction::<SaveTenantSettings>::new();
+    let delete = ServerAction::<DeleteStoredBodies>::new();
+    let csrf2 = csrf.clone();
     view! {
         <section class="panel">
             <h2>"Tenant"</h2>
@@ -92,21 +97,39 @@ fn tenant_panel(v: SettingsView, csrf: String) -> AnyView {
                     maxlength=MAX_DISPLAY_NAME.to_string() value=v.tenant_display_name/>
                 <label class="check">
                     <input type="checkbox" name="body_logging" checked=v.body_logging/>
-                    " Store request bodies (prompt and completion, up to 64 KiB each) so they \
-                     can be read on the request log"
+                    " Store request bodies (prompt and completion, the first 32 KiB of each) so \
+                     they can be read on the request log"
                 </label>
                 <label for="retention">"Keep stored bodies for (days)"</label>
                 <input id="retention" type="number" name="retention_days"
                     min=RETENTION_DAYS.0.to_string() max=RETENTION_DAYS.1.to_string()
                     value=v.body_retention_days.to_string() required/>
                 <p class="muted">
-                    "Off by default. Turning it on or off and the retention period are recorded \
-                     in the audit log. This release keeps the setting; capturing the bodies \
-                     comes with the next one, so nothing is stored yet."
+                    "Off by default. When on, every API request's body and its answer (for a \
+                     stream, the events as sent) are stored, each cut at 32 KiB, and shown on \
+                     the request's page under Request log. Bodies older than the retention \
+                     period are deleted. Turning it on or off takes effect within a second; it, \
+                     the retention period and deleting are recorded in the audit log."
                 </p>
                 <button type="submit">"Save tenant settings"</button>
+            </ActionForm>
+            <h3>"Stored bodies"</h3>
+            <p id="stored-bodies">{stored_note(stored)}</p>
+            <ActionForm action=delete attr:class="inline">
+                <CsrfField token=csrf2/>
+                <button type="submit" class="danger" disabled=stored == 0>
+                    "Delete all stored bodies"
+                </button>
             </ActionForm>
         </section>
     }
     .into_any()
+}
+
+fn stored_note(stored: u64) -> String {
+    match stored {
+        0 => "No request bodies are stored.".to_owned(),
+        1 => "The bodies of 1 request are stored.".to_owned(),
+        n => format!("The bodies of {} requests are stored.", group_thousands(n)),
+    }
 }

@@ -254,30 +254,7 @@ pub async fn log(pool: &PgPool, tenant: Uuid, params: &LogParams) -> sqlx::Resul
     } else {
         None
     };
-    let stamp = format_description!("[year]-[month]-[day] [hour]:[minute]:[second]");
-    let entries = rows
-        .into_iter()
-        .map(|r| LogEntry {
-            request_id: r.request_id.to_string(),
-            time: r.started_at.format(stamp).unwrap_or_default(),
-            model: r.served_name,
-            key: match (r.key_name, r.key_prefix) {
-                (Some(name), Some(prefix)) => format!("{name} ({prefix}…)"),
-                _ if r.api_key_id.is_none() => "-".into(),
-                _ => "(unknown key)".into(),
-            },
-            status: r.status,
-            cost_micros: tf_core::money::cost_micros(
-                u64::try_from(r.prompt_tokens.saturating_add(r.completion_tokens)).unwrap_or(0),
-                r.micros_per_1k_tokens,
-            ),
-            prompt_tokens: r.prompt_tokens,
-            cached_tokens: r.cached_tokens,
-            completion_tokens: r.completion_tokens,
-            ttft_ms: r.ttft_ms,
-            duration_ms: r.duration_ms,
-        })
-        .collect();
+    let entries = rows.into_iter().map(log_entry).collect();
     let notice = (!ignored.is_empty()).then(|| {
         format!(
             "Ignored a filter that did not parse ({}).",
@@ -299,6 +276,31 @@ pub async fn log(pool: &PgPool, tenant: Uuid, params: &LogParams) -> sqlx::Resul
         older,
         notice,
     })
+}
+
+/// A request log row as the pages show it.
+pub fn log_entry(r: reports::LogRow) -> LogEntry {
+    let stamp = format_description!("[year]-[month]-[day] [hour]:[minute]:[second]");
+    LogEntry {
+        request_id: r.request_id.to_string(),
+        time: r.started_at.format(stamp).unwrap_or_default(),
+        model: r.served_name,
+        key: match (r.key_name, r.key_prefix) {
+            (Some(name), Some(prefix)) => format!("{name} ({prefix}…)"),
+            _ if r.api_key_id.is_none() => "-".into(),
+            _ => "(unknown key)".into(),
+        },
+        status: r.status,
+        cost_micros: tf_core::money::cost_micros(
+            u64::try_from(r.prompt_tokens.saturating_add(r.completion_tokens)).unwrap_or(0),
+            r.micros_per_1k_tokens,
+        ),
+        prompt_tokens: r.prompt_tokens,
+        cached_tokens: r.cached_tokens,
+        completion_tokens: r.completion_tokens,
+        ttft_ms: r.ttft_ms,
+        duration_ms: r.duration_ms,
+    }
 }
 
 #[cfg(test)]

@@ -83,6 +83,8 @@ pub struct KeyOwner {
     pub tenant_id: Uuid,
     pub tenant_name: String,
     pub tenant_status: TenantStatus,
+    /// Whether the tenant opted in to storing request bodies.
+    pub body_logging: bool,
     /// Revoked, or past the end of its rotation grace period.
     pub revoked: bool,
     /// When a rotated key stops working (the cache refuses it from then on by itself).
@@ -94,7 +96,7 @@ pub async fn owner_by_hash(pool: &PgPool, sha256: &[u8; 32]) -> sqlx::Result<Opt
     sqlx::query_as!(
         KeyOwner,
         r#"SELECT k.id AS key_id, t.id AS tenant_id, t.name AS tenant_name,
-                  t.status AS "tenant_status: TenantStatus",
+                  t.status AS "tenant_status: TenantStatus", t.body_logging,
                   (k.revoked_at IS NOT NULL OR COALESCE(k.expires_at <= now(), false)) AS "revoked!", k.expires_at
            FROM api_keys k JOIN tenants t ON t.id = k.tenant_id WHERE k.secret_sha256 = $1"#,
         &sha256[..],

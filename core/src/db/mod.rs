@@ -9,6 +9,7 @@
 //! | [`audit`] | `audit_log` (append-only) |
 //! | [`billing`] | prices, rating runs, charge lines, invoices, credits (issue 16) |
 //! | [`keys`] | `api_keys` |
+//! | [`bodies`] | `stored_bodies` (opted-in tenants' prompts and completions) |
 //! | [`catalog`] | `base_models`, `adapters` (routes, placeholder prices) |
 //! | [`limits`] | `tenant_limits`, `key_limits` |
 //! | [`members`] | a tenant's users and roles, `invitations` |
@@ -32,6 +33,7 @@
 pub mod accounts;
 pub mod audit;
 pub mod billing;
+pub mod bodies;
 pub mod catalog;
 pub mod dashboard;
 pub mod economics;

@@ -168,3 +168,26 @@ pub async fn log_page(
     .fetch_all(pool)
     .await
 }
+
+/// One request of `tenant` by id (`None`: no such request, or another tenant's).
+pub async fn log_entry(
+    pool: &PgPool,
+    tenant: Uuid,
+    request_id: Uuid,
+) -> sqlx::Result<Option<LogRow>> {
+    sqlx::query_as!(
+        LogRow,
+        r#"SELECT e.request_id, e.started_at, e.served_name, e.api_key_id,
+                  k.name AS "key_name?", k.prefix AS "key_prefix?", e.status,
+                  e.prompt_tokens, e.cached_tokens, e.completion_tokens, e.ttft_ms, e.duration_ms,
+                  COALESCE(b.micros_per_1k_tokens, 0) AS "micros_per_1k_tokens!"
+           FROM usage_events e
+                LEFT JOIN api_keys k ON k.id = e.api_key_id AND k.tenant_id = e.tenant_id
+                LEFT JOIN base_models b ON b.name = e.base_model
+           WHERE e.tenant_id = $1 AND e.request_id = $2"#,
+        tenant,
+        request_id,
+    )
+    .fetch_optional(pool)
+    .await
+}

@@ -52,6 +52,8 @@ pub struct Principal {
     pub key_id: Uuid,
     pub tenant_id: Uuid,
     pub tenant_name: String,
+    /// The tenant opted in to storing request bodies (cached with the key, refreshed like it).
+    pub body_logging: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -310,6 +312,7 @@ impl KeyCache {
                         key_id: k.key_id,
                         tenant_id: k.tenant_id,
                         tenant_name: k.tenant_name,
+                        body_logging: k.body_logging,
                     },
                     k.expires_at,
                 ),
@@ -360,6 +363,7 @@ mod tests {
                 key_id: Uuid::nil(),
                 tenant_id: Uuid::nil(),
                 tenant_name: "acme".into(),
+                body_logging: false,
             },
             None,
         );

@@ -149,6 +149,11 @@ async fn handle(
             return Err(GatewayError::RateLimited(Box::new(refusal)));
         }
     };
+    // The only work capture costs a tenant that did not opt in: this bool check. It never
+    // touches the usage event or the metered stream (they are read as without it).
+    let capture = principal
+        .body_logging
+        .then(|| gw.bodies.start(principal.tenant_id, request_id, &body));
     let limit_headers = admitted.as_ref().map(crate::quota::Admitted::rate_status);
     let ctx = MeterContext {
         event,
@@ -181,13 +186,27 @@ async fn handle(
         gw.fleet_metrics.cold_ttft(started.elapsed());
     }
     let mut response = match reply {
-        Reply::Failed(e) => e.into_response(),
-        Reply::Stream(stream) => Response::builder()
-            .header(header::CONTENT_TYPE, "text/event-stream")
-            .header(header::CACHE_CONTROL, "no-cache")
-            .body(Body::from_stream(*stream))
-            .unwrap_or_else(|_| GatewayError::UpstreamUnavailable.into_response()),
+        Reply::Failed(e) => {
+            if let Some(c) = capture {
+                c.finish(&Bytes::new());
+            }
+            e.into_response()
+        }
+        Reply::Stream(stream) => {
+            let body = match capture {
+                None => Body::from_stream(*stream),
+                Some(c) => Body::from_stream(c.stream(Box::into_pin(stream))),
+            };
+            Response::builder()
+                .header(header::CONTENT_TYPE, "text/event-stream")
+                .header(header::CACHE_CONTROL, "no-cache")
+                .body(body)
+                .unwrap_or_else(|_| GatewayError::UpstreamUnavailable.into_response())
+        }
         Reply::Whole(whole) => {
+            if let Some(c) = capture {
+                c.finish(&whole.body);
+            }
             let mut response = Response::new(Body::from(whole.body));
             *response.status_mut() = whole.status;
             response.headers_mut().insert(
