@@ -165,8 +165,6 @@ pub async fn build(pool: PgPool, options: AppOptions) -> anyhow::Result<App> {
         activity,
         hold_limit: options.gateway.hold_limit(),
         fleet_metrics: fleet_metrics.clone(),
-        cancel.clone(),
-    ));
         bodies: bodies.clone(),
     });
 

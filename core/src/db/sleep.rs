@@ -62,6 +62,7 @@ pub async fn begin_wake(
                 to_state: "waking",
                 reason: Some("a request arrived"),
                 replicas: Some(replicas),
+                floor: None,
             },
         )
         .await?;
@@ -103,6 +104,7 @@ pub async fn wake_failed(
                 to_state: "asleep",
                 reason: Some(reason),
                 replicas: Some(0),
+                floor: None,
             },
         )
         .await?;

@@ -245,6 +245,7 @@ impl Controller {
                 reason: Some(&reason),
                 replicas_ready: base.replicas_ready.unwrap_or(0),
                 replicas_desired: base.replicas_desired.unwrap_or(0),
+                floor: base.template.replicas_min,
             },
         )
         .await?;
