@@ -7,8 +7,7 @@
 
 use std::time::Duration;
 
-use sqlx::pool::PoolConnection;
-use sqlx::{PgPool, Postgres};
+use sqlx::{Connection, PgConnection, PgPool};
 use tf_core::db::billing;
 use tf_core::db::leader as advisory;
 use tokio_util::sync::CancellationToken;
@@ -35,7 +34,7 @@ impl Default for RaterOptions {
 
 /// Runs until `cancel`: competes for the lock, and while leading rates what is queued.
 pub async fn run(pool: PgPool, options: RaterOptions, cancel: CancellationToken) {
-    let mut leader: Option<PoolConnection<Postgres>> = None;
+    let mut leader: Option<PgConnection> = None;
     loop {
         tokio::select! {
             () = cancel.cancelled() => break,
@@ -61,10 +60,19 @@ pub async fn run(pool: PgPool, options: RaterOptions, cancel: CancellationToken)
     }
 }
 
-async fn try_lead(pool: &PgPool) -> Option<PoolConnection<Postgres>> {
-    let mut conn = pool.acquire().await.ok()?;
+/// A connection of its own, not one of the pool's: a leader would otherwise hold one of the
+/// pool's connections for as long as it leads.
+async fn try_lead(pool: &PgPool) -> Option<PgConnection> {
+    let mut conn = PgConnection::connect_with(&pool.connect_options())
+        .await
+        .ok()?;
     let won = advisory::try_lock(&mut conn, LOCK_KEY).await.ok()?;
-    won.then_some(conn)
+    if won {
+        Some(conn)
+    } else {
+        let _ = conn.close().await;
+        None
+    }
 }
 
 /// Rates batches of the live run until the queue is empty or `cancel`; returns the events taken.

@@ -3,8 +3,7 @@
 
 use std::time::Duration;
 
-use sqlx::pool::PoolConnection;
-use sqlx::{PgPool, Postgres};
+use sqlx::{Connection, PgConnection, PgPool};
 use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 
@@ -16,7 +15,7 @@ pub const EVERY: Duration = Duration::from_secs(600);
 
 /// Runs until `cancel`: a pass every `every` while this replica leads.
 pub async fn run(pool: PgPool, every: Duration, cancel: CancellationToken) {
-    let mut leader: Option<PoolConnection<Postgres>> = None;
+    let mut leader: Option<PgConnection> = None;
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -62,11 +61,20 @@ pub async fn pass(pool: &PgPool, now: OffsetDateTime) -> sqlx::Result<u64> {
     }
 }
 
-async fn try_lead(pool: &PgPool) -> Option<PoolConnection<Postgres>> {
-    let mut conn = pool.acquire().await.ok()?;
+/// A connection of its own, not one of the pool's: a leader would otherwise hold one of the
+/// pool's connections for as long as it leads.
+async fn try_lead(pool: &PgPool) -> Option<PgConnection> {
+    let mut conn = PgConnection::connect_with(&pool.connect_options())
+        .await
+        .ok()?;
     let won = tf_core::db::leader::try_lock(&mut conn, LOCK_KEY)
         .await
         .ok()?;
     // The lock lives in this connection's session: keeping it out of the pool keeps the lock.
-    won.then_some(conn)
+    if won {
+        Some(conn)
+    } else {
+        let _ = conn.close().await;
+        None
+    }
 }
