@@ -63,6 +63,8 @@ pub fn App() -> impl IntoView {
                 <Route path=path!("/logs") view=pages::logs::LogsPage ssr=SsrMode::Async/>
                 <Route path=path!("/logs/:request_id") view=pages::log_detail::LogDetailPage ssr=SsrMode::Async/>
                 <Route path=path!("/limits") view=pages::limits::LimitsPage ssr=SsrMode::Async/>
+                <Route path=path!("/invoices") view=pages::invoices::InvoicesPage ssr=SsrMode::Async/>
+                <Route path=path!("/invoices/:id") view=pages::invoices::InvoicePage ssr=SsrMode::Async/>
                 <Route path=path!("/models") view=pages::models::ModelsPage ssr=SsrMode::Async/>
                 <Route path=path!("/members") view=pages::members::MembersPage ssr=SsrMode::Async/>
                 <Route path=path!("/settings") view=pages::settings::SettingsPage ssr=SsrMode::Async/>
@@ -75,6 +77,8 @@ pub fn App() -> impl IntoView {
                 <Route path=path!("/admin/ops") view=pages::admin::ops::OpsPage ssr=SsrMode::Async/>
                 <Route path=path!("/admin/fleet") view=pages::admin::fleet::FleetPage ssr=SsrMode::Async/>
                 <Route path=path!("/admin/economics") view=pages::admin::economics::EconomicsPage ssr=SsrMode::Async/>
+                <Route path=path!("/admin/prices") view=pages::admin::prices::PricesPage ssr=SsrMode::Async/>
+                <Route path=path!("/admin/invoices") view=pages::admin::invoices::AdminInvoicesPage ssr=SsrMode::Async/>
                 <Route path=path!("/admin/*any") view=pages::admin::AdminNotFound ssr=SsrMode::Async/>
             </Routes>
         </Router>

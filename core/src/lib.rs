@@ -5,9 +5,10 @@
 //! `tokenfactory` binary both use it.
 //!
 //! Inside, imports point one way: `tenancy`, `usage`, `money`, `economics` (records and arithmetic) <- `db` (statements) <-
-//! `accounts`, `keys` (rules) <- `operator` (audited operator actions).
+//! `accounts`, `keys` (rules) <- `operator`, `billing_ops` (audited operator actions).
 
 pub mod accounts;
+pub mod billing_ops;
 pub mod db;
 pub mod economics;
 pub mod keys;

@@ -99,6 +99,13 @@ pub struct ServeArgs {
     pub journal: JournalArgs,
     #[command(flatten)]
     pub quota: QuotaArgs,
+    /// How often the rater's leader rebuilds the open month's draft invoices, in seconds.
+    #[arg(long, env = "TF_INVOICE_DRAFTS_EVERY_SECS", default_value_t = 300)]
+    pub invoice_drafts_every_secs: u64,
+    /// How long after a UTC month ends its final draft invoices are built (late events first),
+    /// in seconds. Drafts are never issued automatically.
+    #[arg(long, env = "TF_INVOICE_CLOSE_GRACE_SECS", default_value_t = 3_600)]
+    pub invoice_close_grace_secs: u64,
 }
 
 /// Options of the `kubernetes` and `local-vllm` fleets (ignored by the others).

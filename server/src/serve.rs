@@ -83,6 +83,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             journal: journal.clone(),
             quota: (&args.quota).into(),
             lifecycle: lifecycle_options,
+            rater: Some(crate::billing::rater::RaterOptions {
+                drafts_every: Duration::from_secs(args.invoice_drafts_every_secs),
+                close_grace: Duration::from_secs(args.invoice_close_grace_secs),
+                ..Default::default()
+            }),
             ..AppOptions::default()
         },
     )

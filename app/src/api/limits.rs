@@ -32,6 +32,8 @@ pub struct LimitsView {
     pub keys: Vec<SubjectLimits>,
     /// First day of the month the spend counts from, `YYYY-MM-DD` (UTC).
     pub month: String,
+    /// Prepaid credit left: the tenant's spend limit counts spend net of it.
+    pub credit_micros: i64,
 }
 
 #[server(prefix = "/api", endpoint = "limits", input = leptos::server_fn::codec::GetUrl)]
@@ -55,6 +57,9 @@ pub async fn load_limits() -> Result<LimitsView, PortalError> {
         .map_err(failed)?
         .unwrap_or_default();
     let used = spend::consumption(pool, m.tenant.id, None, month)
+        .await
+        .map_err(failed)?;
+    let credit_micros = tf_core::db::billing::credit_balance(pool, m.tenant.id)
         .await
         .map_err(failed)?;
     let subject = |label: String, r: limits::RateRow, c: spend::Consumption| SubjectLimits {
@@ -90,5 +95,6 @@ pub async fn load_limits() -> Result<LimitsView, PortalError> {
         long_prompt_tokens: caps.long_prompt_tokens,
         keys: key_rows,
         month: month.date().to_string(),
+        credit_micros,
     })
 }

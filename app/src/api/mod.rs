@@ -5,6 +5,7 @@
 
 pub mod admin;
 pub mod home;
+pub mod invoices;
 pub mod keys;
 pub mod limits;
 pub mod members;

@@ -68,6 +68,8 @@ fn body(v: LimitsView) -> AnyView {
         }
         .into_any()
     };
+    let credit = v.credit_micros;
+    let credit_note = credit > 0 && v.tenant.spend_limit_micros.is_some();
     view! {
         <section class="panel">
             <h2>"Tenant"</h2>
@@ -82,6 +84,12 @@ fn body(v: LimitsView) -> AnyView {
                 </thead>
                 <tbody>{row(v.tenant)}</tbody>
             </table>
+            {credit_note.then(|| view! {
+                <p class="notice" role="status" id="credit-note">{format!(
+                    "Prepaid credit left: {}. The tenant's spend counts net of it: requests are \
+                     refused at the limit plus the credit.",
+                    format_micros(credit))}</p>
+            })}
             <dl class="facts">
                 <dt>"Requests in flight per model"</dt><dd>{count(v.max_in_flight)}</dd>
                 <dt>"Long prompts at once per model"</dt><dd>{count(v.max_long_prompts)}</dd>

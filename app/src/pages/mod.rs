@@ -4,6 +4,7 @@
 pub mod admin;
 pub mod home;
 pub mod invite;
+pub mod invoices;
 pub mod keys;
 pub mod limits;
 pub mod log_detail;
@@ -69,12 +70,14 @@ fn failed(message: String) -> AnyView {
     .into_any()
 }
 
-/// What an admin may reach, in the top bar's order (Prices joins when its page lands).
+/// What an admin may reach, in the top bar's order.
 pub const ADMIN_NAV: &[(&str, &str)] = &[
     ("/admin/tenants", "Tenants"),
     ("/admin/users", "Users"),
     ("/admin/audit", "Audit"),
     ("/admin/fleet", "Fleet"),
+    ("/admin/prices", "Prices"),
+    ("/admin/invoices", "Invoices"),
     ("/admin/economics", "Economics"),
     ("/admin/ops", "Ops"),
 ];
@@ -87,6 +90,7 @@ pub const TENANT_NAV: &[(&str, &str)] = &[
     ("/logs", "Logs"),
     ("/models", "Models"),
     ("/limits", "Limits"),
+    ("/invoices", "Invoices"),
     ("/members", "Members"),
     ("/settings", "Settings"),
 ];

@@ -104,6 +104,25 @@ pub enum AdminFlash {
     /// The base already has a cost version from that instant.
     CostExists,
     NoSuchBase,
+    /// A price version was appended.
+    PriceSaved,
+    /// A rate was not a whole number of 0 or more, the key or tier was empty or unknown, the
+    /// time did not parse, or it was not after the latest version's.
+    PriceInvalid,
+    TierSaved,
+    TierInvalid,
+    DraftBuilt,
+    /// The month already has an issued invoice (correct it first).
+    MonthIssued,
+    InvoiceIssued,
+    InvoiceNotDraft,
+    NoSuchInvoice,
+    /// A month, an adjustment's amount or its description did not parse, or the invoice is not
+    /// a draft.
+    InvoiceInvalid,
+    AdjustmentSaved,
+    CreditGranted,
+    CreditInvalid,
 }
 
 impl AdminFlash {
@@ -118,6 +137,12 @@ impl AdminFlash {
                 | Self::PasswordReset
                 | Self::SessionsEnded
                 | Self::CostSaved
+                | Self::PriceSaved
+                | Self::TierSaved
+                | Self::DraftBuilt
+                | Self::InvoiceIssued
+                | Self::AdjustmentSaved
+                | Self::CreditGranted
         )
     }
 }
@@ -141,6 +166,19 @@ const CODES: &[(AdminFlash, &str)] = &[
     (AdminFlash::CostInvalid, "cost-invalid"),
     (AdminFlash::CostExists, "cost-exists"),
     (AdminFlash::NoSuchBase, "no-such-base"),
+    (AdminFlash::PriceSaved, "price-saved"),
+    (AdminFlash::PriceInvalid, "price-invalid"),
+    (AdminFlash::TierSaved, "tier-saved"),
+    (AdminFlash::TierInvalid, "tier-invalid"),
+    (AdminFlash::DraftBuilt, "draft-built"),
+    (AdminFlash::MonthIssued, "month-issued"),
+    (AdminFlash::InvoiceIssued, "invoice-issued"),
+    (AdminFlash::InvoiceNotDraft, "invoice-not-draft"),
+    (AdminFlash::NoSuchInvoice, "no-such-invoice"),
+    (AdminFlash::InvoiceInvalid, "invoice-invalid"),
+    (AdminFlash::AdjustmentSaved, "adjustment-saved"),
+    (AdminFlash::CreditGranted, "credit-granted"),
+    (AdminFlash::CreditInvalid, "credit-invalid"),
 ];
 
 impl AdminFlash {
@@ -192,6 +230,36 @@ impl AdminFlash {
                 "That base already has a cost version from that time: nothing was saved."
             }
             Self::NoSuchBase => "No such base model: nothing was saved.",
+            Self::PriceSaved => {
+                "Price version saved: events from its time on are rated with it; earlier \
+                 versions are kept."
+            }
+            Self::PriceInvalid => {
+                "Rates are whole micro-units per million tokens (0 or more), the model and tier \
+                 must exist, and the time (YYYY-MM-DDTHH:MM, UTC) must be after the latest \
+                 version's: nothing was saved."
+            }
+            Self::TierSaved => "Tier saved.",
+            Self::TierInvalid => {
+                "No such tier, or not a valid tier name (a-z, 0-9, '-', '_'): nothing was changed."
+            }
+            Self::DraftBuilt => "Draft built from the usage rated so far.",
+            Self::MonthIssued => {
+                "That month already has an issued invoice: correct it before building again."
+            }
+            Self::InvoiceIssued => "Invoice issued: it can no longer change.",
+            Self::InvoiceNotDraft => "That invoice is already issued: nothing was changed.",
+            Self::NoSuchInvoice => "No such invoice: nothing was changed.",
+            Self::InvoiceInvalid => {
+                "A month is YYYY-MM; an adjustment needs a description and a whole, non-zero \
+                 amount in micro-units, on a draft: nothing was changed."
+            }
+            Self::AdjustmentSaved => "Adjustment added to the draft.",
+            Self::CreditGranted => "Credit granted.",
+            Self::CreditInvalid => {
+                "A grant is a whole amount of micro-units above 0, a whole priority, and an \
+                 expiry of YYYY-MM-DDTHH:MM (UTC) or none: nothing was granted."
+            }
         }
     }
 }

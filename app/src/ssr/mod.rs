@@ -4,11 +4,13 @@
 //! Nothing here is compiled into a browser bundle.
 
 pub mod admin;
+pub mod billing_admin;
 pub mod cookies;
 pub mod csp;
 pub mod csrf;
 pub mod economics;
 pub mod form;
+pub mod invoices;
 pub mod member;
 pub mod model_flash;
 pub mod model_form;

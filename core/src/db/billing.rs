@@ -14,10 +14,10 @@
 //! | [`rerate`], [`runs_of`] | a new run for a tenant and period under one version |
 //! | [`build_draft`], [`issue`], [`adjust`], [`correct`] | invoices (admin) |
 //! | [`invoices`], [`invoice`], [`invoice_entries`], [`invoice_lines`] | tenant's list, detail, CSV lines |
-//! | [`grant_credit`], [`credit_grants`], [`credit_balance`] | prepaid credit |
+//! | [`grant_credit`], [`credit_grants`], [`credit_balance`], [`credit_balances`] | prepaid credit |
 //! | [`rated_usage`] | export pages of the live run's lines (CSV, CloudEvents, Lago) |
 
-use sqlx::PgPool;
+use sqlx::{Acquire, PgExecutor, PgPool, Postgres};
 use time::{Date, OffsetDateTime};
 use uuid::Uuid;
 
@@ -62,13 +62,13 @@ pub struct Version {
 }
 
 /// Every version of the default book, oldest first.
-pub async fn versions(pool: &PgPool) -> sqlx::Result<Vec<Version>> {
+pub async fn versions(db: impl PgExecutor<'_>) -> sqlx::Result<Vec<Version>> {
     sqlx::query_as!(
         Version,
         "SELECT id, effective_from, note, created_by, created_at FROM price_versions
          WHERE book = 'default' ORDER BY effective_from"
     )
-    .fetch_all(pool)
+    .fetch_all(db)
     .await
 }
 
@@ -82,13 +82,13 @@ pub struct Price {
 }
 
 /// The prices of `version`, by key and tier.
-pub async fn prices_of_version(pool: &PgPool, version: i64) -> sqlx::Result<Vec<Price>> {
+pub async fn prices_of_version(db: impl PgExecutor<'_>, version: i64) -> sqlx::Result<Vec<Price>> {
     let rows = sqlx::query!(
         "SELECT version_id, price_key, tier, fresh_input_per_m, cached_input_per_m, output_per_m
          FROM prices WHERE version_id = $1 ORDER BY price_key, tier",
         version
     )
-    .fetch_all(pool)
+    .fetch_all(db)
     .await?;
     Ok(rows
         .into_iter()
@@ -125,14 +125,14 @@ pub async fn prices_at(
 
 /// Sets the price of `price_key` for `tier` from `effective_from` on; see [`set_prices`].
 pub async fn set_price(
-    pool: &PgPool,
+    db: impl Acquire<'_, Database = Postgres>,
     effective_from: OffsetDateTime,
     price_key: &str,
     tier: &str,
     rates: Rates,
     by: &str,
 ) -> sqlx::Result<Option<i64>> {
-    set_prices(pool, effective_from, &[(price_key, tier, rates)], by).await
+    set_prices(db, effective_from, &[(price_key, tier, rates)], by).await
 }
 
 /// Sets prices (key, tier, rates) from `effective_from` on: one new version holding the prices
@@ -141,12 +141,12 @@ pub async fn set_price(
 /// dated before a later one would leave the later one without the change). A version dated in
 /// the past does not change lines already rated: re-rate to apply it.
 pub async fn set_prices(
-    pool: &PgPool,
+    db: impl Acquire<'_, Database = Postgres>,
     effective_from: OffsetDateTime,
     prices: &[(&str, &str, Rates)],
     by: &str,
 ) -> sqlx::Result<Option<i64>> {
-    let mut tx = pool.begin().await?;
+    let mut tx = db.begin().await?;
     // One writer of the book at a time.
     sqlx::query!("SELECT name FROM price_books WHERE name = 'default' FOR UPDATE")
         .fetch_one(&mut *tx)
@@ -209,20 +209,24 @@ pub async fn set_prices(
 }
 
 /// Adds a tier (nothing if it exists).
-pub async fn add_tier(pool: &PgPool, name: &str) -> sqlx::Result<()> {
+pub async fn add_tier(db: impl PgExecutor<'_>, name: &str) -> sqlx::Result<()> {
     sqlx::query!(
         "INSERT INTO billing_tiers (name) VALUES ($1) ON CONFLICT DO NOTHING",
         name
     )
-    .execute(pool)
+    .execute(db)
     .await?;
     Ok(())
 }
 
 /// Puts a tenant in a tier; false when the tenant does not exist.
-pub async fn set_tenant_tier(pool: &PgPool, tenant: Uuid, tier: &str) -> sqlx::Result<bool> {
+pub async fn set_tenant_tier(
+    db: impl PgExecutor<'_>,
+    tenant: Uuid,
+    tier: &str,
+) -> sqlx::Result<bool> {
     let done = sqlx::query!("UPDATE tenants SET tier = $2 WHERE id = $1", tenant, tier)
-        .execute(pool)
+        .execute(db)
         .await?;
     Ok(done.rows_affected() == 1)
 }
@@ -300,12 +304,12 @@ pub enum Draft {
 /// earliest expiry) down to zero at most. A grant counts for a month unless it expired by the
 /// month's start; what it has left is what issued invoices have not burned.
 pub async fn build_draft(
-    pool: &PgPool,
+    db: impl Acquire<'_, Database = Postgres>,
     tenant: Uuid,
     month: Date,
     run: i64,
 ) -> sqlx::Result<Draft> {
-    let mut tx = pool.begin().await?;
+    let mut tx = db.begin().await?;
     // One builder per tenant at a time (two would race on the draft).
     sqlx::query!("SELECT id FROM tenants WHERE id = $1 FOR UPDATE", tenant)
         .fetch_optional(&mut *tx)
@@ -427,12 +431,12 @@ async fn set_total(tx: &mut sqlx::PgConnection, id: Uuid) -> sqlx::Result<()> {
 /// Adds an adjustment entry (positive charges, negative refunds) to a draft; false when the
 /// invoice is not a draft. Rebuilding the draft keeps it.
 pub async fn adjust(
-    pool: &PgPool,
+    db: impl Acquire<'_, Database = Postgres>,
     invoice: Uuid,
     description: &str,
     amount_micros: i64,
 ) -> sqlx::Result<bool> {
-    let mut tx = pool.begin().await?;
+    let mut tx = db.begin().await?;
     let draft = sqlx::query_scalar!(
         "SELECT id FROM invoices WHERE id = $1 AND status = 'draft' FOR UPDATE",
         invoice
@@ -460,14 +464,14 @@ pub async fn adjust(
 
 /// Issues a draft: from then on the database refuses any change to it or its entries. False
 /// when it was not a draft.
-pub async fn issue(pool: &PgPool, invoice: Uuid, by: &str) -> sqlx::Result<bool> {
+pub async fn issue(db: impl PgExecutor<'_>, invoice: Uuid, by: &str) -> sqlx::Result<bool> {
     let done = sqlx::query!(
         "UPDATE invoices SET status = 'issued', issued_at = now(), issued_by = $2
          WHERE id = $1 AND status = 'draft'",
         invoice,
         by,
     )
-    .execute(pool)
+    .execute(db)
     .await?;
     Ok(done.rows_affected() == 1)
 }
@@ -475,8 +479,12 @@ pub async fn issue(pool: &PgPool, invoice: Uuid, by: &str) -> sqlx::Result<bool>
 /// Corrects an issued invoice: an issued credit note negating every entry (credits burned come
 /// back to their grants), after which [`build_draft`] makes the month's new invoice. Returns the
 /// credit note; None when the invoice is not an issued invoice or is already corrected.
-pub async fn correct(pool: &PgPool, invoice: Uuid, by: &str) -> sqlx::Result<Option<Uuid>> {
-    let mut tx = pool.begin().await?;
+pub async fn correct(
+    db: impl Acquire<'_, Database = Postgres>,
+    invoice: Uuid,
+    by: &str,
+) -> sqlx::Result<Option<Uuid>> {
+    let mut tx = db.begin().await?;
     let original = sqlx::query!(
         "SELECT tenant_id, period_start, run_id FROM invoices i
          WHERE id = $1 AND kind = 'invoice' AND status = 'issued'
@@ -541,7 +549,7 @@ pub struct Invoice {
 }
 
 /// A tenant's invoices and credit notes, newest period first.
-pub async fn invoices(pool: &PgPool, tenant: Uuid) -> sqlx::Result<Vec<Invoice>> {
+pub async fn invoices(db: impl PgExecutor<'_>, tenant: Uuid) -> sqlx::Result<Vec<Invoice>> {
     sqlx::query_as!(
         Invoice,
         "SELECT id, tenant_id, period_start, kind, corrects, status, run_id, total_micros,
@@ -549,12 +557,16 @@ pub async fn invoices(pool: &PgPool, tenant: Uuid) -> sqlx::Result<Vec<Invoice>>
          FROM invoices WHERE tenant_id = $1 ORDER BY period_start DESC, created_at DESC",
         tenant
     )
-    .fetch_all(pool)
+    .fetch_all(db)
     .await
 }
 
 /// One of `tenant`'s invoices (None for another tenant's).
-pub async fn invoice(pool: &PgPool, tenant: Uuid, id: Uuid) -> sqlx::Result<Option<Invoice>> {
+pub async fn invoice(
+    db: impl PgExecutor<'_>,
+    tenant: Uuid,
+    id: Uuid,
+) -> sqlx::Result<Option<Invoice>> {
     sqlx::query_as!(
         Invoice,
         "SELECT id, tenant_id, period_start, kind, corrects, status, run_id, total_micros,
@@ -563,7 +575,7 @@ pub async fn invoice(pool: &PgPool, tenant: Uuid, id: Uuid) -> sqlx::Result<Opti
         tenant,
         id
     )
-    .fetch_optional(pool)
+    .fetch_optional(db)
     .await
 }
 
@@ -583,7 +595,11 @@ pub struct Entry {
 }
 
 /// The entries of one of `tenant`'s invoices, in order (empty for another tenant's).
-pub async fn invoice_entries(pool: &PgPool, tenant: Uuid, id: Uuid) -> sqlx::Result<Vec<Entry>> {
+pub async fn invoice_entries(
+    db: impl PgExecutor<'_>,
+    tenant: Uuid,
+    id: Uuid,
+) -> sqlx::Result<Vec<Entry>> {
     sqlx::query_as!(
         Entry,
         "SELECT x.position, x.kind, x.description, x.price_key, x.events, x.fresh_tokens,
@@ -593,7 +609,7 @@ pub async fn invoice_entries(pool: &PgPool, tenant: Uuid, id: Uuid) -> sqlx::Res
         tenant,
         id
     )
-    .fetch_all(pool)
+    .fetch_all(db)
     .await
 }
 
@@ -636,7 +652,7 @@ pub async fn invoice_lines(pool: &PgPool, tenant: Uuid, id: Uuid) -> sqlx::Resul
 
 /// Grants `tenant` prepaid credit; returns the grant.
 pub async fn grant_credit(
-    pool: &PgPool,
+    db: impl PgExecutor<'_>,
     tenant: Uuid,
     amount_micros: i64,
     priority: i32,
@@ -656,7 +672,7 @@ pub async fn grant_credit(
         note,
         by,
     )
-    .execute(pool)
+    .execute(db)
     .await?;
     Ok(id)
 }
@@ -674,7 +690,7 @@ pub struct Grant {
 }
 
 /// A tenant's grants in burn order.
-pub async fn credit_grants(pool: &PgPool, tenant: Uuid) -> sqlx::Result<Vec<Grant>> {
+pub async fn credit_grants(db: impl PgExecutor<'_>, tenant: Uuid) -> sqlx::Result<Vec<Grant>> {
     sqlx::query_as!(
         Grant,
         r#"SELECT c.id, c.amount_micros,
@@ -687,23 +703,34 @@ pub async fn credit_grants(pool: &PgPool, tenant: Uuid) -> sqlx::Result<Vec<Gran
            ORDER BY c.priority, c.expires_at NULLS LAST, c.granted_at, c.id"#,
         tenant
     )
-    .fetch_all(pool)
+    .fetch_all(db)
     .await
 }
 
 /// A tenant's remaining prepaid credit now: unexpired grants less what issued invoices burned.
-pub async fn credit_balance(pool: &PgPool, tenant: Uuid) -> sqlx::Result<i64> {
-    sqlx::query_scalar!(
-        r#"SELECT COALESCE(sum(c.amount_micros + COALESCE((
-                    SELECT sum(x.amount_micros) FROM invoice_entries x
-                    JOIN invoices i ON i.id = x.invoice_id
-                    WHERE x.grant_id = c.id AND i.status = 'issued'), 0)), 0)::bigint AS "micros!"
-           FROM credit_grants c
-           WHERE c.tenant_id = $1 AND (c.expires_at IS NULL OR c.expires_at > now())"#,
+pub async fn credit_balance(db: impl PgExecutor<'_>, tenant: Uuid) -> sqlx::Result<i64> {
+    Ok(credit_balances(db, Some(tenant))
+        .await?
+        .first()
+        .map_or(0, |(_, micros)| *micros))
+}
+
+/// Remaining prepaid credit now of one tenant (`Some`) or of every tenant with a grant, by
+/// tenant: unexpired grants less what issued invoices burned (SQL function `credit_balance`,
+/// migration 20261208100000, which the spend limit reads too).
+pub async fn credit_balances(
+    db: impl PgExecutor<'_>,
+    tenant: Option<Uuid>,
+) -> sqlx::Result<Vec<(Uuid, i64)>> {
+    let rows = sqlx::query!(
+        r#"SELECT t.tenant_id, credit_balance(t.tenant_id, now()) AS "micros!"
+           FROM (SELECT DISTINCT tenant_id FROM credit_grants
+                 WHERE ($1::uuid IS NULL OR tenant_id = $1)) t"#,
         tenant,
     )
-    .fetch_one(pool)
-    .await
+    .fetch_all(db)
+    .await?;
+    Ok(rows.into_iter().map(|r| (r.tenant_id, r.micros)).collect())
 }
 
 /// One rated event for an export: the line and what the event says about it.

@@ -163,10 +163,16 @@ pub struct KeyLimitsRow {
     pub key: RateRow,
 }
 
+/// The tenant's spend limit in it is the one enforced: the stored limit plus the tenant's
+/// remaining prepaid credit (SQL `credit_balance`, as `/invoices` shows it), so a tenant's
+/// charges count net of its credit. No stored limit stays no limit (credit never creates one);
+/// key limits are the keys' own, without credit. The sum saturates at `i64::MAX`.
 pub async fn for_key(pool: &PgPool, tenant_id: Uuid, key_id: Uuid) -> sqlx::Result<KeyLimitsRow> {
     let r = sqlx::query!(
         r#"SELECT t.requests_per_minute AS "t_rpm?", t.tokens_per_minute AS "t_tpm?",
-                  t.spend_limit_micros AS "t_spend?",
+                  CASE WHEN t.spend_limit_micros IS NOT NULL
+                       THEN least(t.spend_limit_micros::numeric + credit_balance($1, now()),
+                                  9223372036854775807)::bigint END AS "t_spend?",
                   t.max_in_flight AS "max_in_flight?", t.max_long_prompts AS "max_long_prompts?",
                   t.long_prompt_tokens AS "long_prompt_tokens?",
                   k.requests_per_minute AS "k_rpm?", k.tokens_per_minute AS "k_tpm?",

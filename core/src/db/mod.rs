@@ -8,6 +8,7 @@
 //! | [`accounts`] | `tenants`, `users` |
 //! | [`audit`] | `audit_log` (append-only) |
 //! | [`billing`] | prices, rating runs, charge lines, invoices, credits (issue 16) |
+//! | [`invoicing`] | invoice lists with subtotals, the open month's draft as built now, tiers |
 //! | [`keys`] | `api_keys` |
 //! | [`bodies`] | `stored_bodies` (opted-in tenants' prompts and completions) |
 //! | [`catalog`] | `base_models`, `adapters` (routes, placeholder prices) |
@@ -37,6 +38,7 @@ pub mod bodies;
 pub mod catalog;
 pub mod dashboard;
 pub mod economics;
+pub mod invoicing;
 pub mod keys;
 pub mod leader;
 pub mod lifecycle;

@@ -1,20 +1,22 @@
 //! `admin prices`, `admin rerate`, `admin export`, `admin invoices` and `admin credit`: the
-//! operator's side of billing (`tf_core::db::billing`). Amounts are integer micro-units.
+//! operator's side of billing. Changes go through `tf_core::billing_ops` (actor `cli`), the code
+//! path of `/admin/prices` and `/admin/invoices`, which writes each action's audit row; reads are
+//! `tf_core::db::billing`'s. Amounts are integer micro-units.
 
 use std::io::Write;
 
 use anyhow::{bail, Context};
 use sqlx::PgPool;
 use tf_core::accounts;
+use tf_core::billing_ops::{self as ops, NewGrant, NewPrice};
 use tf_core::db::billing as db;
 use tf_core::money::Rates;
+use tf_core::operator::Actor;
 use time::{Date, Month, OffsetDateTime};
 
 use super::{parse_time, say};
 use crate::billing::export::{self, Format};
 use crate::cli::{ExportFormat, InvoicesAction, InvoicesArgs, PricesAction, PricesArgs};
-
-const BY: &str = "cli";
 
 fn required_time(flag: &str, v: String) -> anyhow::Result<OffsetDateTime> {
     Ok(parse_time(flag, Some(v))?.unwrap_or_else(OffsetDateTime::now_utc))
@@ -61,18 +63,19 @@ pub async fn prices(pool: &PgPool, args: PricesArgs, out: &mut impl Write) -> an
             output,
             from,
         } => {
-            if fresh < 0 || cached < 0 || output < 0 {
-                bail!("prices are micro-units per million tokens, never negative");
-            }
             let from = parse_time("from", from)?.unwrap_or_else(OffsetDateTime::now_utc);
-            let rates = Rates {
-                fresh_per_m: fresh,
-                cached_per_m: cached,
-                output_per_m: output,
+            let price = NewPrice {
+                price_key: key,
+                tier,
+                rates: Rates {
+                    fresh_per_m: fresh,
+                    cached_per_m: cached,
+                    output_per_m: output,
+                },
             };
-            let Some(v) = db::set_price(pool, from, &key, &tier, rates, BY).await? else {
-                bail!("prices only change going forward: --from must be after the latest version (see `admin prices versions`)");
-            };
+            let v = ops::set_prices(pool, &Actor::CLI, from, &[price])
+                .await
+                .map_err(|e| anyhow::anyhow!("{e} (see `admin prices versions`)"))?;
             say(out, &format!("price version {v} effective {from}"))?;
         }
         PricesAction::Versions => {
@@ -116,7 +119,16 @@ pub async fn rerate(
                 .0
         }
     };
-    let run = db::rerate(pool, tenant.id, since, until, version, BY).await?;
+    let run = ops::rerate(
+        pool,
+        &Actor::CLI,
+        tenant.id,
+        &tenant.name,
+        since,
+        until,
+        version,
+    )
+    .await?;
     let runs = db::runs_of(pool, tenant.id).await?;
     let this = runs.iter().find(|r| r.id == run);
     say(
@@ -177,7 +189,7 @@ pub async fn invoices(
                 Some(r) => r,
                 None => db::live_run(pool).await?,
             };
-            match db::build_draft(pool, tenant.id, month, run).await? {
+            match ops::build_draft(pool, &Actor::CLI, tenant.id, month, run).await? {
                 db::Draft::Built(id) => say(out, &format!("draft {id}"))?,
                 db::Draft::AlreadyIssued(id) => {
                     bail!("{month} is invoiced by issued invoice {id}: correct it first")
@@ -185,9 +197,7 @@ pub async fn invoices(
             }
         }
         InvoicesAction::Issue { id } => {
-            if !db::issue(pool, id, BY).await? {
-                bail!("{id} is not a draft");
-            }
+            ops::issue(pool, &Actor::CLI, id).await?;
             say(out, &format!("issued {id}"))?;
         }
         InvoicesAction::Adjust {
@@ -195,15 +205,11 @@ pub async fn invoices(
             description,
             amount,
         } => {
-            if !db::adjust(pool, id, &description, amount).await? {
-                bail!("{id} is not a draft");
-            }
+            ops::adjust(pool, &Actor::CLI, id, &description, amount).await?;
             say(out, &format!("adjusted {id} by {amount}"))?;
         }
         InvoicesAction::Correct { id } => {
-            let Some(note) = db::correct(pool, id, BY).await? else {
-                bail!("{id} is not an issued, uncorrected invoice");
-            };
+            let note = ops::correct(pool, &Actor::CLI, id).await?;
             say(
                 out,
                 &format!("credit note {note} issued; build the month again"),
@@ -227,7 +233,15 @@ pub async fn credit(
     }
     let tenant = accounts::find_tenant(pool, tenant).await?;
     let expires = parse_time("expires", expires)?;
-    let id = db::grant_credit(pool, tenant.id, amount, priority, expires, note, BY).await?;
+    let grant = NewGrant {
+        tenant: tenant.id,
+        tenant_name: &tenant.name,
+        amount_micros: amount,
+        priority,
+        expires_at: expires,
+        note,
+    };
+    let id = ops::grant_credit(pool, &Actor::CLI, &grant).await?;
     let balance = db::credit_balance(pool, tenant.id).await?;
     say(
         out,

@@ -4,12 +4,23 @@
 //! work list is `rating_queue`, filled by the shipper's own INSERT, and each batch removes what it
 //! rated in the same transaction, so a crash or a lost leadership loses and doubles nothing;
 //! rating an event twice is refused by the lines' key anyway. Failures are logged and retried.
+//!
+//! The same leader keeps the monthly drafts ([`drafts_tick`]): every
+//! [`RaterOptions::drafts_every`] it rebuilds the draft invoice of each tenant with rated usage
+//! in the open UTC month, and once the previous month has been closed for
+//! [`RaterOptions::close_grace`] (so late events, journaled while PostgreSQL was away, are in)
+//! it builds that month's final draft. It never issues: issuing makes an invoice immutable, so it
+//! stays an admin's act (`/admin/invoices`, `tokenfactory admin invoices issue`) after the final
+//! draft has been looked at and adjusted if need be. Building is `db::billing::build_draft`, the
+//! admin's own code path, idempotent (a rebuild of unchanged usage stores the same figures; an
+//! issued month is left alone).
 
 use std::time::Duration;
 
 use sqlx::{Connection, PgConnection, PgPool};
-use tf_core::db::billing;
 use tf_core::db::leader as advisory;
+use tf_core::db::{billing, invoicing};
+use time::{Date, Month, OffsetDateTime};
 use tokio_util::sync::CancellationToken;
 
 /// Advisory lock key of the rater ("tfrate" in ASCII).
@@ -21,6 +32,10 @@ pub struct RaterOptions {
     pub every: Duration,
     /// Events per statement.
     pub batch: i32,
+    /// How often the open month's drafts are rebuilt.
+    pub drafts_every: Duration,
+    /// How long after a month ends its final draft is built.
+    pub close_grace: Duration,
 }
 
 impl Default for RaterOptions {
@@ -28,6 +43,8 @@ impl Default for RaterOptions {
         Self {
             every: Duration::from_secs(1),
             batch: 20_000,
+            drafts_every: Duration::from_secs(300),
+            close_grace: Duration::from_secs(3_600),
         }
     }
 }
@@ -35,6 +52,7 @@ impl Default for RaterOptions {
 /// Runs until `cancel`: competes for the lock, and while leading rates what is queued.
 pub async fn run(pool: PgPool, options: RaterOptions, cancel: CancellationToken) {
     let mut leader: Option<PgConnection> = None;
+    let mut drafts = Drafts::default();
     loop {
         tokio::select! {
             () = cancel.cancelled() => break,
@@ -52,6 +70,10 @@ pub async fn run(pool: PgPool, options: RaterOptions, cancel: CancellationToken)
         if leader.is_some() {
             if let Err(e) = pass(&pool, options.batch, &cancel).await {
                 tracing::warn!(error = %e, "rating pass failed");
+            }
+            let now = OffsetDateTime::now_utc();
+            if let Err(e) = drafts_tick(&pool, now, &options, &mut drafts).await {
+                tracing::warn!(error = %e, "building the monthly drafts failed");
             }
         }
     }
@@ -87,4 +109,110 @@ pub async fn pass(pool: &PgPool, batch: i32, cancel: &CancellationToken) -> sqlx
         total += n;
     }
     Ok(total)
+}
+
+/// What the draft scheduler remembers between ticks (the leader's own; a new leader starts
+/// afresh, which at worst builds once more what is already built).
+#[derive(Debug, Clone, Default)]
+pub struct Drafts {
+    /// When the open month's drafts were last built.
+    open_built_at: Option<OffsetDateTime>,
+    /// The closed month whose final drafts were built.
+    closed_built: Option<Date>,
+}
+
+/// What one [`drafts_tick`] built.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DraftsBuilt {
+    /// Drafts of the open month (re)built.
+    pub open: usize,
+    /// Final drafts of the month just closed.
+    pub closed: usize,
+    /// Tenants whose month already had an issued invoice (left alone).
+    pub issued: usize,
+}
+
+/// The first day of `now`'s UTC month.
+pub fn month_of(now: OffsetDateTime) -> Date {
+    let d = now.to_offset(time::UtcOffset::UTC).date();
+    d.replace_day(1).unwrap_or(d)
+}
+
+/// The first day of the month before the one starting `month`.
+pub fn previous_month(month: Date) -> Date {
+    let (y, m) = match month.month() {
+        Month::January => (month.year() - 1, Month::December),
+        m => (month.year(), m.previous()),
+    };
+    Date::from_calendar_date(y, m, 1).unwrap_or(month)
+}
+
+async fn build_month(
+    pool: &PgPool,
+    run: i64,
+    month: Date,
+    built: &mut DraftsBuilt,
+) -> sqlx::Result<usize> {
+    let mut n = 0;
+    for tenant in invoicing::tenants_to_invoice(pool, run, month).await? {
+        match billing::build_draft(pool, tenant, month, run).await? {
+            billing::Draft::Built(_) => n += 1,
+            billing::Draft::AlreadyIssued(_) => built.issued += 1,
+        }
+    }
+    Ok(n)
+}
+
+/// One step of the monthly drafts at `now` (the leader calls it after each rating pass; tests
+/// call it with the time they choose): rebuilds the open month's drafts when
+/// `options.drafts_every` has passed since the last time, and the previous month's final drafts
+/// once `options.close_grace` after it ended, once.
+pub async fn drafts_tick(
+    pool: &PgPool,
+    now: OffsetDateTime,
+    options: &RaterOptions,
+    state: &mut Drafts,
+) -> sqlx::Result<DraftsBuilt> {
+    let mut built = DraftsBuilt::default();
+    let open = month_of(now);
+    let due = state
+        .open_built_at
+        .is_none_or(|at| now - at >= options.drafts_every || month_of(at) != open);
+    let closed = previous_month(open);
+    let grace_over = now - open.midnight().assume_utc() >= options.close_grace;
+    let close_due = grace_over && state.closed_built != Some(closed);
+    if !due && !close_due {
+        return Ok(built);
+    }
+    let run = billing::live_run(pool).await?;
+    if close_due {
+        built.closed = build_month(pool, run, closed, &mut built).await?;
+        state.closed_built = Some(closed);
+        tracing::info!(month = %closed, drafts = built.closed, "built the closed month's final drafts");
+    }
+    if due {
+        built.open = build_month(pool, run, open, &mut built).await?;
+        state.open_built_at = Some(now);
+    }
+    Ok(built)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{month_of, previous_month};
+    use time::macros::{date, datetime};
+
+    #[test]
+    fn months_are_utc_calendar_months() {
+        assert_eq!(
+            month_of(datetime!(2026-12-31 23:59:59 UTC)),
+            date!(2026 - 12 - 01)
+        );
+        assert_eq!(
+            month_of(datetime!(2027-01-01 00:30 +01:00)),
+            date!(2026 - 12 - 01)
+        );
+        assert_eq!(previous_month(date!(2027 - 01 - 01)), date!(2026 - 12 - 01));
+        assert_eq!(previous_month(date!(2026 - 03 - 01)), date!(2026 - 02 - 01));
+    }
 }

@@ -1,9 +1,10 @@
 //! The portal's HTTP surface: the Leptos pages (`/`, `/login`, `/admin`), their server functions
-//! under `/api/`, the stylesheet and icon, the session layer and the security headers. It owns no other
+//! under `/api/`, the invoice CSV downloads (`/invoices/{id}.csv`), the stylesheet and icon, the session layer and the security headers. It owns no other
 //! path, so the `/v1` router merges with it freely. Pages are rendered on the server; nothing is
 //! served from the file system.
 
 mod headers;
+mod invoices;
 mod models;
 
 use axum::routing::get;
@@ -56,6 +57,7 @@ fn build(
         .with_expiry(Expiry::OnInactivity(SESSION_IDLE));
     let portal = Portal::new(deps);
     let forms = lifecycle.map(|l| models::router(portal.clone(), l));
+    let downloads = portal.clone();
     let context = move || portal.provide();
     // Registers the page routes and every server function (the latter through
     // `handle_server_fns_with_context` with the same context).
@@ -69,6 +71,11 @@ fn build(
         router = router.merge(forms);
     }
     let router = router
+        // Inside the session layer: the download reads the session like a page does.
+        .layer(axum::middleware::from_fn_with_state(
+            downloads,
+            invoices::csv_download,
+        ))
         .layer(sessions)
         .layer(axum::middleware::from_fn(headers::security_headers));
     Ok(router)

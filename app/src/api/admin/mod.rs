@@ -1,10 +1,11 @@
 //! Server functions of the admin pages (`/admin/tenants`, `/admin/users`, `/admin/audit`,
-//! `/admin/ops`, `/admin/fleet`, `/admin/economics`). Every one requires a signed-in admin (anybody else: 403 and nothing read or
+//! `/admin/ops`, `/admin/fleet`, `/admin/economics`, `/admin/prices`, `/admin/invoices`). Every one requires a signed-in admin (anybody else: 403 and nothing read or
 //! changed); forms check CSRF first and act through `tf_core::operator`, the code path of
 //! `tokenfactory admin`, which writes each action's audit row (actor: the admin's email and
 //! address) in the action's transaction. Lists are keyset-paginated in SQL.
 
 pub mod audit;
+pub mod billing;
 pub mod economics;
 pub mod fleet;
 pub mod ops;

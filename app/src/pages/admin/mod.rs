@@ -5,7 +5,9 @@
 pub mod audit;
 pub mod economics;
 pub mod fleet;
+pub mod invoices;
 pub mod ops;
+pub mod prices;
 pub mod tenant;
 pub mod tenants;
 pub mod users;

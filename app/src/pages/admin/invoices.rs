@@ -1,0 +1,181 @@
+//! `/admin/invoices`: every tenant's invoices with their subtotals, an Issue button on each draft
+//! (draft -> issued, immutable after, with a confirmation) and an adjustment form; a form to build
+//! a tenant's draft for a month now; and the credit grant form with each tenant's balance. Plain
+//! POSTs with the CSRF token through `tf_core::billing_ops`; works with JavaScript off.
+
+use leptos::prelude::*;
+use leptos_meta::Title;
+
+use super::failed;
+use crate::api::admin::billing::{
+    admin_invoices, AdminAdjustInvoice, AdminBuildInvoice, AdminGrantCredit, AdminInvoiceItem,
+    AdminInvoicesView, AdminIssueInvoice, TenantCredit,
+};
+use crate::model::{Access, PageState};
+use crate::money::format_micros;
+use crate::pages::{CsrfField, Flash, Guarded, TopBar};
+use crate::PRODUCT;
+
+#[component]
+pub fn AdminInvoicesPage() -> impl IntoView {
+    view! {
+        <Title text=format!("Invoices · {PRODUCT}")/>
+        <Guarded access=Access::Admin content=page/>
+    }
+}
+
+fn page(state: PageState) -> AnyView {
+    let csrf = state.csrf.clone();
+    view! {
+        <TopBar viewer=state.viewer csrf=state.csrf/>
+        <main class="content wide">
+            <Flash message=state.flash/>
+            <h1>"Invoices"</h1>
+            <Suspense fallback=|| ()>
+                {Suspend::new(async move {
+                    match admin_invoices().await {
+                        Ok(v) => body(v, csrf),
+                        Err(e) => failed(&e),
+                    }
+                })}
+            </Suspense>
+        </main>
+    }
+    .into_any()
+}
+
+fn draft_actions(id: String, csrf: String) -> AnyView {
+    let issue = ServerAction::<AdminIssueInvoice>::new();
+    let adjust = ServerAction::<AdminAdjustInvoice>::new();
+    let (csrf2, id2) = (csrf.clone(), id.clone());
+    view! {
+        <details class="confirm">
+            <summary>"Issue…"</summary>
+            <ActionForm action=issue>
+                <CsrfField token=csrf2/>
+                <input type="hidden" name="id" value=id2/>
+                <p>"Issue this invoice? From then on it can never change; a correction is a \
+                    credit note and a new invoice."</p>
+                <button type="submit">"Issue invoice"</button>
+            </ActionForm>
+        </details>
+        <details class="confirm">
+            <summary>"Adjust…"</summary>
+            <ActionForm action=adjust attr:class="inline">
+                <CsrfField token=csrf/>
+                <input type="hidden" name="id" value=id/>
+                <label>"Description"<input type="text" name="description" maxlength="200" required/></label>
+                <label>"Amount (micros, negative refunds)"
+                    <input type="text" inputmode="numeric" name="amount" size="12"/></label>
+                <button type="submit" class="secondary">"Add adjustment"</button>
+            </ActionForm>
+        </details>
+    }
+    .into_any()
+}
+
+fn row(i: AdminInvoiceItem, csrf: String) -> AnyView {
+    let kind = if i.kind == "credit_note" {
+        "credit note"
+    } else {
+        "invoice"
+    };
+    let draft = i.status == "draft";
+    let actions = draft.then(|| draft_actions(i.id.clone(), csrf));
+    let class = format!("invoice-row status-{}", i.status);
+    let tenant = i.tenant.clone();
+    view! {
+        <tr class=class data-id=i.id data-tenant=tenant>
+            <td>{i.tenant}</td>
+            <td>{i.month}</td>
+            <td>{kind}</td>
+            <td class="status">{i.status}</td>
+            <td class="num">{format_micros(i.usage_micros)}</td>
+            <td class="num">{format_micros(i.credit_micros)}</td>
+            <td class="num">{format_micros(i.adjustment_micros)}</td>
+            <td class="num total">{format_micros(i.total_micros)}</td>
+            <td>{i.issued_at.unwrap_or_else(|| "–".to_owned())}</td>
+            <td class="actions">{actions}</td>
+        </tr>
+    }
+    .into_any()
+}
+
+fn tenant_options(tenants: &[TenantCredit]) -> AnyView {
+    tenants
+        .iter()
+        .map(|t| view! { <option value=t.tenant.clone()>{t.tenant.clone()}</option> })
+        .collect_view()
+        .into_any()
+}
+
+fn body(v: AdminInvoicesView, csrf: String) -> AnyView {
+    let build = ServerAction::<AdminBuildInvoice>::new();
+    let grant = ServerAction::<AdminGrantCredit>::new();
+    let empty = v.invoices.is_empty();
+    let rows = v
+        .invoices
+        .into_iter()
+        .map(|i| row(i, csrf.clone()))
+        .collect_view();
+    let balances = v
+        .tenants
+        .iter()
+        .filter(|t| t.balance_micros != 0)
+        .map(|t| {
+            view! {
+                <li data-tenant=t.tenant.clone()>{t.tenant.clone()} ": "
+                    <span class="balance">{format_micros(t.balance_micros)}</span></li>
+            }
+        })
+        .collect_view();
+    let (tenants_a, tenants_b) = (tenant_options(&v.tenants), tenant_options(&v.tenants));
+    let csrf2 = csrf.clone();
+    view! {
+        <section class="panel">
+            <h2>"All invoices"</h2>
+            <p class="muted">"Drafts are rebuilt from the rated usage every few minutes while \
+                their month is open, and once more after it closes; issuing is always an \
+                admin's act."</p>
+            {empty.then(|| view! { <p class="muted">"No invoices yet."</p> })}
+            <div class="scroll">
+            <table class="list invoices">
+                <thead><tr>
+                    <th>"Tenant"</th><th>"Month"</th><th>"Kind"</th><th>"Status"</th>
+                    <th class="num">"Usage"</th><th class="num">"Credits"</th>
+                    <th class="num">"Adjustments"</th><th class="num">"Total"</th>
+                    <th>"Issued (UTC)"</th><th><span class="visually-hidden">"Actions"</span></th>
+                </tr></thead>
+                <tbody>{rows}</tbody>
+            </table>
+            </div>
+        </section>
+        <section class="panel">
+            <h2>"Build a draft now"</h2>
+            <ActionForm action=build attr:class="inline">
+                <CsrfField token=csrf2/>
+                <label>"Tenant"<select name="tenant">{tenants_a}</select></label>
+                <label>"Month (YYYY-MM, UTC)"
+                    <input type="text" name="month" value=v.open_month.clone() size="8"/></label>
+                <button type="submit" class="secondary">"Build draft"</button>
+            </ActionForm>
+        </section>
+        <section class="panel">
+            <h2>"Grant prepaid credit"</h2>
+            <ActionForm action=grant attr:class="limits credit-form">
+                <CsrfField token=csrf/>
+                <label>"Tenant"<select name="tenant">{tenants_b}</select></label>
+                <label>"Amount (micros)"<input type="text" inputmode="numeric" name="amount" size="12"/></label>
+                <label>"Priority (lower burns first)"
+                    <input type="text" inputmode="numeric" name="priority" value="0" size="4"/></label>
+                <label>"Expires (UTC, empty: never)"<input type="datetime-local" name="expires"/></label>
+                <label>"Note"<input type="text" name="note" maxlength="200"/></label>
+                <button type="submit">"Grant credit"</button>
+            </ActionForm>
+            <p class="muted">"Credit burns down before charges are invoiced and raises the \
+                tenant's monthly spend limit by what is left. 1,000,000 micros = $1."</p>
+            <ul class="balances">{balances}</ul>
+        </section>
+    }
+    .into_any()
+}
