@@ -14,10 +14,12 @@
 
 mod common;
 
+use common::eventually::wait_until;
 use common::portal::*;
-use common::TestApp;
+use common::{admin_limits, chat, TestApp, BASE};
 use reqwest::header::{CONTENT_DISPOSITION, CONTENT_TYPE};
 use reqwest::StatusCode;
+use serde_json::{json, Value};
 use sqlx::PgPool;
 use tf_core::accounts::{self, Role};
 use tf_core::billing_ops::{self, NewGrant, NewPrice};
@@ -899,4 +901,58 @@ async fn credit_raises_the_tenant_spend_limit_by_what_is_left(pool: PgPool) {
         .await
         .unwrap();
     assert_eq!(enforced().await, (Some(i64::MAX), Some(10)));
+}
+
+/// The same through the gateway: a request refused at the spend limit is admitted once credit is
+/// granted, within the limits' cache refresh (a second), without touching the limit.
+#[sqlx::test(migrations = "../migrations")]
+async fn a_request_refused_at_the_spend_limit_goes_through_once_credit_is_granted(pool: PgPool) {
+    let app = TestApp::builder(pool.clone()).shared_redis().start().await;
+    let acme = app.tenant("acme").await;
+    sqlx::query("UPDATE base_models SET micros_per_1k_tokens = 1000")
+        .execute(&pool)
+        .await
+        .unwrap();
+    admin_limits(&pool, &["--tenant", "acme", "--spend-limit", "60"]).await;
+    let mut body = chat(BASE, "hello world", 23);
+    body["sim"] = json!({"completion_tokens": 3});
+    let mut refused = false;
+    for _ in 0..40 {
+        let r = app
+            .post(&acme.key, "/v1/chat/completions", body.clone())
+            .send()
+            .await
+            .unwrap();
+        if r.status() == StatusCode::TOO_MANY_REQUESTS {
+            let v: Value = r.json().await.unwrap();
+            assert_eq!(v["error"]["code"], "insufficient_quota");
+            refused = true;
+            break;
+        }
+        assert!(r.status().is_success(), "{}", r.status());
+    }
+    assert!(refused, "the spend limit is reached");
+    billing_ops::grant_credit(
+        &pool,
+        &Actor::CLI,
+        &NewGrant {
+            tenant: acme.id,
+            tenant_name: "acme",
+            amount_micros: 100_000,
+            priority: 0,
+            expires_at: None,
+            note: "top-up",
+        },
+    )
+    .await
+    .unwrap();
+    wait_until(
+        std::time::Duration::from_secs(5),
+        "credit raises the spend limit",
+        || {
+            let r = app.post(&acme.key, "/v1/chat/completions", body.clone());
+            async move { r.send().await.unwrap().status().is_success() }
+        },
+    )
+    .await;
 }
