@@ -104,6 +104,10 @@ pub enum AdminFlash {
     /// The base already has a cost version from that instant.
     CostExists,
     NoSuchBase,
+    /// A base's sleep policy was set.
+    IdleSaved,
+    /// The idle duration did not parse or was out of range.
+    IdleInvalid,
 }
 
 impl AdminFlash {
@@ -118,6 +122,7 @@ impl AdminFlash {
                 | Self::PasswordReset
                 | Self::SessionsEnded
                 | Self::CostSaved
+                | Self::IdleSaved
         )
     }
 }
@@ -141,6 +146,8 @@ const CODES: &[(AdminFlash, &str)] = &[
     (AdminFlash::CostInvalid, "cost-invalid"),
     (AdminFlash::CostExists, "cost-exists"),
     (AdminFlash::NoSuchBase, "no-such-base"),
+    (AdminFlash::IdleSaved, "idle-saved"),
+    (AdminFlash::IdleInvalid, "idle-invalid"),
 ];
 
 impl AdminFlash {
@@ -192,6 +199,13 @@ impl AdminFlash {
                 "That base already has a cost version from that time: nothing was saved."
             }
             Self::NoSuchBase => "No such base model: nothing was saved.",
+            Self::IdleSaved => {
+                "Sleep policy saved: the fleet controller applies it on its next pass."
+            }
+            Self::IdleInvalid => {
+                "Choose always on, or idle after 1 s to 30 days (90, 90s, 10m, 1h30m): nothing \
+                 was saved."
+            }
         }
     }
 }
