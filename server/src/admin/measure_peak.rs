@@ -165,6 +165,18 @@ pub async fn run(pool: &PgPool, a: &MeasurePeakArgs) -> anyhow::Result<String> {
     let Some(served) = tf_core::db::economics::served_base(pool, &a.base).await? else {
         bail!("no base model {:?}", a.base);
     };
+    // Refused before any load when there is no cost to add a peak to (checked again on write).
+    let now = time::OffsetDateTime::now_utc();
+    if !tf_core::db::economics::costs(pool)
+        .await?
+        .iter()
+        .any(|c| c.base_model == a.base && c.effective_from <= now)
+    {
+        bail!(
+            "{} has no cost in effect: set its GPU cost first (/admin/economics)",
+            a.base
+        );
+    }
     let url = a.url.clone().unwrap_or(served.upstream_url);
     let metrics_url = a.metrics_url.clone().unwrap_or_else(|| metrics_of(&url));
     let replicas = a.replicas.unwrap_or_else(|| {
