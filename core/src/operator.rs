@@ -529,7 +529,9 @@ pub async fn set_idle_policy(
     }
     let mut tx = pool.begin().await?;
     if !db::sleep::set_idle_after(&mut *tx, base, idle_after_secs).await? {
-        return Err(AccountError::NotFound(format!("templated base model {base}")));
+        return Err(AccountError::NotFound(format!(
+            "templated base model {base}"
+        )));
     }
     record(
         &mut tx,

@@ -147,10 +147,9 @@ impl Job {
     /// then waits the time to first token.
     pub async fn prefill(&mut self) {
         let ids = std::mem::take(&mut self.prompt_ids);
-        self.engine.prompt_tokens_total.fetch_add(
-            u64::from(self.guard.entry.prompt_tokens),
-            Ordering::Relaxed,
-        );
+        self.engine
+            .prompt_tokens_total
+            .fetch_add(u64::from(self.guard.entry.prompt_tokens), Ordering::Relaxed);
         let rate = self.engine.config.prefill_tokens_per_sec;
         if rate == 0 {
             self.admit(&ids);

@@ -52,7 +52,10 @@ async fn metrics(State(sim): State<Arc<Engine>>) -> Response {
         sim.generation_tokens_total.load(Ordering::Relaxed),
     );
     (
-        [(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4"))],
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; version=0.0.4"),
+        )],
         body,
     )
         .into_response()

@@ -443,7 +443,11 @@ pub enum FleetAdminAction {
         #[arg(long)]
         base: String,
         /// Idle time before sleeping: seconds or `90s`, `10m`, `1h30m`, `1d` (1 s to 30 days).
-        #[arg(long, required_unless_present = "always_on", conflicts_with = "always_on")]
+        #[arg(
+            long,
+            required_unless_present = "always_on",
+            conflicts_with = "always_on"
+        )]
         after: Option<String>,
         /// Never sleep (keeps the template's floor; wakes a sleeping graph).
         #[arg(long)]

@@ -88,7 +88,9 @@ async fn base(pool: &PgPool, name: &str, micros_per_1k: i64) -> Uuid {
 /// Runs the rater over everything stored (the server's rater does this continuously).
 async fn rate(pool: &PgPool) {
     let live = tf_core::db::billing::live_run(pool).await.unwrap();
-    tf_core::db::billing::drain(pool, live, 1_000).await.unwrap();
+    tf_core::db::billing::drain(pool, live, 1_000)
+        .await
+        .unwrap();
 }
 
 async fn cost(

@@ -328,7 +328,10 @@ async fn an_idle_graph_goes_to_zero_workers_and_back_by_server_side_apply() {
         &name,
         vec![json!({"state": "successful", "services": {"worker": {"readyReplicas": 2}}})],
     );
-    assert_eq!(futures_seq(&backend, &name, 1).await, vec![(Phase::Ready, 2, 2)]);
+    assert_eq!(
+        futures_seq(&backend, &name, 1).await,
+        vec![(Phase::Ready, 2, 2)]
+    );
     let awake = fake.object(GRAPHS, &name).unwrap();
     fake.clear_requests();
 
@@ -347,13 +350,19 @@ async fn an_idle_graph_goes_to_zero_workers_and_back_by_server_side_apply() {
     let mut expected = awake["spec"].clone();
     expected["services"]["worker"]["replicas"] = json!(0);
     assert_eq!(stored["spec"], expected);
-    assert_eq!(stored["metadata"]["uid"], awake["metadata"]["uid"], "same object");
+    assert_eq!(
+        stored["metadata"]["uid"], awake["metadata"]["uid"],
+        "same object"
+    );
     fake.script(
         GRAPHS,
         &name,
         vec![json!({"state": "successful", "services": {"worker": {"readyReplicas": 0}}})],
     );
-    assert_eq!(futures_seq(&backend, &name, 1).await, vec![(Phase::Ready, 0, 0)]);
+    assert_eq!(
+        futures_seq(&backend, &name, 1).await,
+        vec![(Phase::Ready, 0, 0)]
+    );
 
     // A wake: back to the floor, pending until the workers are ready.
     fake.clear_requests();

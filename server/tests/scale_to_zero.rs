@@ -449,15 +449,9 @@ async fn admins_set_the_idle_policy_and_see_the_cold_time_to_first_token(pool: P
     assert_eq!((cold.p50_le_ms, cold.p99_le_ms), (Some(2_000), Some(2_000)));
 
     // The fleet page shows the wake and the cold figures, and a sleep-policy form per base.
-    tf_core::accounts::create_user(
-        &pool,
-        ADMIN,
-        PASSWORD,
-        tf_core::accounts::Role::Admin,
-        None,
-    )
-    .await
-    .unwrap();
+    tf_core::accounts::create_user(&pool, ADMIN, PASSWORD, tf_core::accounts::Role::Admin, None)
+        .await
+        .unwrap();
     let portal = TestPortal {
         base: h.app.url(""),
         pool: pool.clone(),
@@ -552,16 +546,13 @@ async fn admins_set_the_idle_policy_and_see_the_cold_time_to_first_token(pool: P
     assert!(page.contains("Sleep policy saved"), "flash");
     assert!(page.contains("idle after 1h30m"), "{page}");
     assert_eq!(audited(ADMIN).await, 1);
-    assert_redirect(
-        &post(form(token, "always-on", "")).await,
-        "/admin/fleet",
-    );
+    assert_redirect(&post(form(token, "always-on", "")).await, "/admin/fleet");
     assert_eq!(policy(WARM).await, None);
     assert_eq!(audited(ADMIN).await, 2);
 
     // The CLI, through the same function: audited as `cli`.
-    let said = common::portal::admin(&pool, &["fleet", "idle", "--base", WARM, "--after", "10m"])
-        .await;
+    let said =
+        common::portal::admin(&pool, &["fleet", "idle", "--base", WARM, "--after", "10m"]).await;
     assert!(said.contains("600 s"), "{said}");
     assert_eq!(policy(WARM).await, Some(600));
     common::portal::admin(&pool, &["fleet", "idle", "--base", WARM, "--always-on"]).await;
@@ -581,7 +572,9 @@ async fn admins_set_the_idle_policy_and_see_the_cold_time_to_first_token(pool: P
 /// The text of the table row with `class`, tags removed.
 fn row_text(html: &str, class: &str) -> String {
     let marker = format!(r#"<tr class="{class}">"#);
-    let start = html.find(&marker).unwrap_or_else(|| panic!("no row {class}: {html}"));
+    let start = html
+        .find(&marker)
+        .unwrap_or_else(|| panic!("no row {class}: {html}"));
     let row = &html[start..];
     let row = &row[..row.find("</tr>").unwrap()];
     let mut out = String::new();

@@ -21,9 +21,9 @@ pub async fn run(pool: &PgPool, action: FleetAdminAction) -> anyhow::Result<Stri
                 (_, true) => None,
                 (Some(a), false) => match operator::parse_idle_after(&a) {
                     Some(s) => Some(s),
-                    None => bail!(
-                        "--after {a:?}: give seconds or 90s, 10m, 1h30m, 1d (1 s to 30 days)"
-                    ),
+                    None => {
+                        bail!("--after {a:?}: give seconds or 90s, 10m, 1h30m, 1d (1 s to 30 days)")
+                    }
                 },
                 (None, false) => bail!("give --after DURATION or --always-on"),
             };

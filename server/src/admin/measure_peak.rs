@@ -120,7 +120,10 @@ pub async fn load(
                 Err(_) => return,
                 Ok(Ok(r)) if r.status().is_success() => {
                     // Drain the answer (its tokens are counted by the engine, not here).
-                    if tokio::time::timeout_at(end.into(), r.bytes()).await.is_err() {
+                    if tokio::time::timeout_at(end.into(), r.bytes())
+                        .await
+                        .is_err()
+                    {
                         return;
                     }
                     ok.fetch_add(1, std::sync::atomic::Ordering::Relaxed);

@@ -96,7 +96,12 @@ async fn forward(State(front): State<Front>, req: Request) -> Response {
 async fn metrics(State(front): State<Front>) -> Response {
     let mut sums: Vec<(String, u64)> = Vec::new();
     for addr in front.replicas.all() {
-        let Ok(r) = front.http.get(format!("http://{addr}/metrics")).send().await else {
+        let Ok(r) = front
+            .http
+            .get(format!("http://{addr}/metrics"))
+            .send()
+            .await
+        else {
             continue;
         };
         let Ok(text) = r.text().await else { continue };

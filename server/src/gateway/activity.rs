@@ -85,7 +85,10 @@ mod tests {
     fn a_graph_in_flight_stays_used_until_its_request_ends() {
         let a = Arc::new(Activity::default());
         let route_mark = a.graph("g");
-        assert!(Arc::ptr_eq(&route_mark, &a.graph("g")), "one mark per graph");
+        assert!(
+            Arc::ptr_eq(&route_mark, &a.graph("g")),
+            "one mark per graph"
+        );
         assert!(a.take().is_empty());
         let guard = route_mark.begin();
         assert_eq!(a.take(), vec!["g".to_owned()]);
@@ -102,7 +105,11 @@ mod tests {
         let mark = a.graph("g");
         drop(mark.begin());
         drop(mark);
-        assert_eq!(a.take(), vec!["g".to_owned()], "its last use is still reported");
+        assert_eq!(
+            a.take(),
+            vec!["g".to_owned()],
+            "its last use is still reported"
+        );
         assert!(a.graphs.lock().unwrap().is_empty());
     }
 }

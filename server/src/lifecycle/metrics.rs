@@ -56,7 +56,9 @@ pub struct ColdSummary {
 /// Upper bounds (seconds) of the cold time-to-first-token histogram.
 const COLD_BUCKETS: [f64; 9] = [0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0];
 /// The same bounds in milliseconds.
-const COLD_BUCKETS_MS: [u64; 9] = [500, 1_000, 2_000, 5_000, 10_000, 20_000, 30_000, 60_000, 120_000];
+const COLD_BUCKETS_MS: [u64; 9] = [
+    500, 1_000, 2_000, 5_000, 10_000, 20_000, 30_000, 60_000, 120_000,
+];
 
 impl FleetMetrics {
     pub fn error(&self, kind: &str) {
@@ -116,7 +118,11 @@ impl FleetMetrics {
     /// Count, last value and the buckets of the median and p99 (a histogram gives bounds, not
     /// exact quantiles: the same bounds Prometheus's `histogram_quantile` interpolates within).
     pub fn cold_summary(&self) -> ColdSummary {
-        let counts: Vec<u64> = self.cold.iter().map(|c| c.load(Ordering::Relaxed)).collect();
+        let counts: Vec<u64> = self
+            .cold
+            .iter()
+            .map(|c| c.load(Ordering::Relaxed))
+            .collect();
         let requests: u64 = counts.iter().sum();
         let last = self.cold_last_ms.load(Ordering::Relaxed);
         // The bucket holding the q-th request (rank = ceil(q * n)), q in percent.

@@ -105,7 +105,8 @@ fn seconds(ms: u64) -> String {
 }
 
 fn cold_panel(cold: Option<ColdSnapshot>, wakes: i64, wake_failures: i64) -> AnyView {
-    let bound = |b: Option<u64>| b.map_or_else(|| "> 120 s".to_owned(), |ms| format!("≤ {}", seconds(ms)));
+    let bound =
+        |b: Option<u64>| b.map_or_else(|| "> 120 s".to_owned(), |ms| format!("≤ {}", seconds(ms)));
     let (requests, last, p50, p99) = match cold {
         Some(c) if c.requests > 0 => (
             c.requests.to_string(),
@@ -113,8 +114,18 @@ fn cold_panel(cold: Option<ColdSnapshot>, wakes: i64, wake_failures: i64) -> Any
             bound(c.p50_le_ms),
             bound(c.p99_le_ms),
         ),
-        Some(_) => ("0".to_owned(), "–".to_owned(), "–".to_owned(), "–".to_owned()),
-        None => ("–".to_owned(), "–".to_owned(), "–".to_owned(), "–".to_owned()),
+        Some(_) => (
+            "0".to_owned(),
+            "–".to_owned(),
+            "–".to_owned(),
+            "–".to_owned(),
+        ),
+        None => (
+            "–".to_owned(),
+            "–".to_owned(),
+            "–".to_owned(),
+            "–".to_owned(),
+        ),
     };
     view! {
         <section class="panel">
