@@ -419,8 +419,8 @@ pub async fn record_measured_peak(
     let current = db::economics::costs(&mut *tx)
         .await?
         .into_iter()
-        .filter(|c| c.base_model == base && c.effective_from <= now)
-        .last();
+        .rev()
+        .find(|c| c.base_model == base && c.effective_from <= now);
     let Some(current) = current else {
         return Err(AccountError::Invalid(format!(
             "{base} has no cost in effect: set its GPU cost first (/admin/economics)"
