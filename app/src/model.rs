@@ -59,6 +59,18 @@ pub struct OpsSnapshot {
     pub ship_failures: u64,
 }
 
+/// This replica's requests held for a wake, for `/admin/fleet` (counts since start-up): the time
+/// from a cold request's arrival to its first token (a stream's first content chunk, a whole
+/// answer's end). The median and p99 are histogram bucket bounds (`tf_gateway_cold_ttft_seconds`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ColdSnapshot {
+    pub requests: u64,
+    pub last_ms: Option<u64>,
+    /// `None` with requests: above the last bound (120 s).
+    pub p50_le_ms: Option<u64>,
+    pub p99_le_ms: Option<u64>,
+}
+
 /// A one-shot message left by a form post.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Notice {

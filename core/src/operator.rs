@@ -398,6 +398,61 @@ pub async fn set_base_cost(
     Ok(id)
 }
 
+/// Appends a version of `base`'s costs with a measured peak (tokens per second per replica),
+/// effective now: the GPU cost and GPUs per replica of the version in effect now, `how` kept on
+/// the row. Audited as `economics.measured_peak`. `Invalid` when the base has no cost in effect
+/// (there is nothing to measure against) or the peak is not above 0.
+pub async fn record_measured_peak(
+    pool: &PgPool,
+    actor: &Actor<'_>,
+    base: &str,
+    peak_tokens_per_second: i64,
+    how: &Value,
+) -> Result<i64, AccountError> {
+    if peak_tokens_per_second <= 0 {
+        return Err(AccountError::Invalid(
+            "the measured peak is 0 tokens per second: nothing was recorded".into(),
+        ));
+    }
+    let now = time::OffsetDateTime::now_utc();
+    let mut tx = pool.begin().await?;
+    let current = db::economics::costs(&mut *tx)
+        .await?
+        .into_iter()
+        .rev()
+        .find(|c| c.base_model == base && c.effective_from <= now);
+    let Some(current) = current else {
+        return Err(AccountError::Invalid(format!(
+            "{base} has no cost in effect: set its GPU cost first (/admin/economics)"
+        )));
+    };
+    let cost = db::economics::NewCost {
+        base_model: base,
+        effective_from: now,
+        gpu_micros_per_hour: current.gpu_micros_per_hour,
+        gpus_per_replica: current.gpus_per_replica,
+        peak_tokens_per_second,
+        created_by: actor.name,
+    };
+    let id = db::economics::insert_measured_cost(&mut *tx, &cost, how).await?;
+    record(
+        &mut tx,
+        actor,
+        None,
+        "economics.measured_peak",
+        base,
+        json!({
+            "version": id,
+            "peak_tokens_per_second": peak_tokens_per_second,
+            "previous_peak_tokens_per_second": current.peak_tokens_per_second,
+            "measurement": how,
+        }),
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(id)
+}
+
 /// A limit as typed into a form or on the command line: empty or `none` removes the limit, a
 /// whole number of 0 or more sets it; anything else is `None` (refused, nothing changed).
 pub fn parse_limit(typed: &str) -> Option<limits::Change> {
@@ -417,9 +472,98 @@ pub fn parse_limit(typed: &str) -> Option<limits::Change> {
     }
 }
 
+/// Longest idle policy: 30 days.
+pub const MAX_IDLE_AFTER_SECS: i32 = 30 * 86_400;
+
+/// An idle duration as typed on the admin page or after `--after`: whole seconds (`90`), or one
+/// or more number-unit pairs of `s`, `m`, `h`, `d` (`90s`, `10m`, `1h30m`); 1 s to 30 days.
+pub fn parse_idle_after(typed: &str) -> Option<i32> {
+    let t = typed.trim().to_ascii_lowercase();
+    if t.is_empty() {
+        return None;
+    }
+    if let Ok(n) = t.parse::<i64>() {
+        return i32::try_from(n)
+            .ok()
+            .filter(|n| (1..=MAX_IDLE_AFTER_SECS).contains(n));
+    }
+    let mut total: i64 = 0;
+    let mut digits = String::new();
+    for c in t.chars() {
+        match c {
+            '0'..='9' => digits.push(c),
+            's' | 'm' | 'h' | 'd' if !digits.is_empty() => {
+                let n: i64 = digits.parse().ok()?;
+                digits.clear();
+                let unit = match c {
+                    's' => 1,
+                    'm' => 60,
+                    'h' => 3_600,
+                    _ => 86_400,
+                };
+                total = total.checked_add(n.checked_mul(unit)?)?;
+            }
+            _ => return None,
+        }
+    }
+    if !digits.is_empty() {
+        return None;
+    }
+    i32::try_from(total)
+        .ok()
+        .filter(|n| (1..=MAX_IDLE_AFTER_SECS).contains(n))
+}
+
+/// Sets a base's sleep policy (`None`: always on) through `db::sleep::set_idle_after`, audited
+/// as `fleet.idle_policy`. The controller applies it on its next pass.
+pub async fn set_idle_policy(
+    pool: &PgPool,
+    actor: &Actor<'_>,
+    base: &str,
+    idle_after_secs: Option<i32>,
+) -> Result<(), AccountError> {
+    if idle_after_secs.is_some_and(|s| !(1..=MAX_IDLE_AFTER_SECS).contains(&s)) {
+        return Err(AccountError::Invalid(
+            "an idle policy is 1 s to 30 days".into(),
+        ));
+    }
+    let mut tx = pool.begin().await?;
+    if !db::sleep::set_idle_after(&mut *tx, base, idle_after_secs).await? {
+        return Err(AccountError::NotFound(format!(
+            "templated base model {base}"
+        )));
+    }
+    record(
+        &mut tx,
+        actor,
+        None,
+        "fleet.idle_policy",
+        base,
+        json!({
+            "policy": if idle_after_secs.is_some() { "idle-after" } else { "always-on" },
+            "idle_after_secs": idle_after_secs,
+        }),
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
-    use super::parse_limit;
+    use super::{parse_idle_after, parse_limit};
+
+    #[test]
+    fn idle_durations_parse() {
+        assert_eq!(parse_idle_after("90"), Some(90));
+        assert_eq!(parse_idle_after(" 10m "), Some(600));
+        assert_eq!(parse_idle_after("1h30m"), Some(5_400));
+        assert_eq!(parse_idle_after("2D"), Some(172_800));
+        assert_eq!(parse_idle_after("45s"), Some(45));
+        for bad in ["", "0", "-5", "10x", "m", "10m5", "31d", "1.5h"] {
+            assert_eq!(parse_idle_after(bad), None, "{bad:?}");
+        }
+    }
 
     #[test]
     fn limits_parse_like_the_cli() {

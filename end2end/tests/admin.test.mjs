@@ -143,6 +143,48 @@ test("an admin suspends a tenant and its next API call gets 403 (JavaScript off)
   }
 });
 
+test("the economics and fleet pages work with JavaScript off", async () => {
+  const admin = await browser.newContext({ baseURL, javaScriptEnabled: false });
+  try {
+    const page = await signIn(admin, adminEmail, adminPassword, "/admin");
+
+    // Economics: today's table per base, the what-if form and the cost form, server-rendered.
+    const res = await page.goto("/admin/economics");
+    assert.equal(res.status(), 200);
+    const economics = await page.textContent("main");
+    assert.match(economics, /Economics/);
+    assert.ok((await page.locator('form[action="/api/admin_set_base_cost"]').count()) === 1, "cost form");
+    assert.ok((await page.locator('form[action="/admin/economics"]').count()) >= 1, "what-if form");
+    await page.screenshot({ path: join(shots, "admin-economics.png"), fullPage: true });
+
+    // Fleet: the cold-start figures, and a sleep-policy form per base that works without script.
+    await page.goto("/admin/fleet");
+    const fleet = await page.textContent("main");
+    assert.match(fleet, /Cold starts/);
+    assert.match(fleet, /Cold time to first token/);
+    assert.match(fleet, /Sleep policy/);
+    const form = page.locator('form[action="/api/admin_set_idle_policy"]').first();
+    if ((await form.count()) === 1) {
+      const base = await form.locator('input[name="base"]').getAttribute("value");
+      await form.locator('input[value="idle-after"]').check();
+      await form.locator('input[name="after"]').fill("1h");
+      await Promise.all([page.waitForURL((u) => u.pathname === "/admin/fleet"), form.locator('button[type="submit"]').click()]);
+      assert.match(await page.textContent("main"), /Sleep policy saved/);
+      assert.match(await page.textContent("table.sleep-policy"), /idle after 1h/);
+      await page.screenshot({ path: join(shots, "admin-fleet.png"), fullPage: true });
+      // Back to always on, so the demo stays warm.
+      const again = page.locator(`form[action="/api/admin_set_idle_policy"]:has(input[name="base"][value="${base}"])`);
+      await again.locator('input[value="always-on"]').check();
+      await Promise.all([page.waitForURL((u) => u.pathname === "/admin/fleet"), again.locator('button[type="submit"]').click()]);
+      assert.match(await page.textContent("main"), /Sleep policy saved/);
+    } else {
+      await page.screenshot({ path: join(shots, "admin-fleet.png"), fullPage: true });
+    }
+  } finally {
+    await admin.close();
+  }
+});
+
 test("a tenant user gets the 403 page on admin pages", { skip: !process.env.TF_EMAIL }, async () => {
   const context = await browser.newContext({ baseURL, javaScriptEnabled: false });
   try {

@@ -4,6 +4,7 @@
 //! paced per request. With no prefill rate the lock is never taken, and with no rates at all a
 //! request never sleeps, so the simulator costs next to nothing in benchmarks.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -28,6 +29,10 @@ pub struct Engine {
     gpu: tokio::sync::Mutex<()>,
     cache: Mutex<PrefixCache>,
     faults: Mutex<GlobalFaults>,
+    /// Prompt tokens prefilled and tokens generated so far, exported on `/metrics` under vLLM's
+    /// names (`vllm:prompt_tokens_total`, `vllm:generation_tokens_total`).
+    pub prompt_tokens_total: AtomicU64,
+    pub generation_tokens_total: AtomicU64,
 }
 
 impl Engine {
@@ -49,6 +54,8 @@ impl Engine {
                 config.prefix_cache_blocks,
             )),
             faults: Mutex::new(faults),
+            prompt_tokens_total: AtomicU64::new(0),
+            generation_tokens_total: AtomicU64::new(0),
             config,
         }
     }
@@ -140,6 +147,9 @@ impl Job {
     /// then waits the time to first token.
     pub async fn prefill(&mut self) {
         let ids = std::mem::take(&mut self.prompt_ids);
+        self.engine
+            .prompt_tokens_total
+            .fetch_add(u64::from(self.guard.entry.prompt_tokens), Ordering::Relaxed);
         let rate = self.engine.config.prefill_tokens_per_sec;
         if rate == 0 {
             self.admit(&ids);
@@ -171,6 +181,9 @@ impl Job {
     /// Counts one token as handed to the response; call in the same poll that hands it over.
     pub fn commit(&mut self) {
         self.guard.entry.completion_tokens += 1;
+        self.engine
+            .generation_tokens_total
+            .fetch_add(1, Ordering::Relaxed);
         if self.interval.is_some() {
             self.last_token = Some(Instant::now());
         }

@@ -1,4 +1,4 @@
-//! The HTTP surface: the router, and the small endpoints around generation: `/health`,
+//! The HTTP surface: the router, and the small endpoints around generation: `/health`, `/metrics`,
 //! `/v1/models`, LoRA management (vLLM's and Dynamo's APIs) and the `/sim/*` test controls
 //! (ledger and global faults).
 
@@ -27,6 +27,7 @@ pub fn router(sim: Arc<Engine>) -> Router {
         .route("/v1/completions", post(completions::completions))
         .route("/v1/models", get(models))
         .route("/health", get(|| async { StatusCode::OK }))
+        .route("/metrics", get(metrics))
         .route("/v1/load_lora_adapter", post(load_lora))
         .route("/v1/unload_lora_adapter", post(unload_lora))
         .route("/v1/loras", post(dynamo_load_lora))
@@ -35,6 +36,29 @@ pub fn router(sim: Arc<Engine>) -> Router {
         .route("/sim/faults", get(get_faults).post(set_faults))
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .with_state(sim)
+}
+
+/// The engine's token counters in Prometheus text, under vLLM's names (what
+/// `tokenfactory admin economics measure-peak` reads from a real engine too).
+async fn metrics(State(sim): State<Arc<Engine>>) -> Response {
+    use std::sync::atomic::Ordering;
+    let model = sim.config.models.first().map_or("", String::as_str);
+    let body = format!(
+        "# TYPE vllm:prompt_tokens_total counter\n\
+         vllm:prompt_tokens_total{{model_name=\"{model}\"}} {}\n\
+         # TYPE vllm:generation_tokens_total counter\n\
+         vllm:generation_tokens_total{{model_name=\"{model}\"}} {}\n",
+        sim.prompt_tokens_total.load(Ordering::Relaxed),
+        sim.generation_tokens_total.load(Ordering::Relaxed),
+    );
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; version=0.0.4"),
+        )],
+        body,
+    )
+        .into_response()
 }
 
 async fn models(State(sim): State<Arc<Engine>>) -> Response {

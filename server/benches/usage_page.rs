@@ -330,6 +330,7 @@ fn main() {
             secure_cookies: false,
             trust_forwarded_for: false,
             ops: None,
+            cold: None,
         })
         .await
         .unwrap();

@@ -135,9 +135,8 @@ pub async fn build(pool: PgPool, options: AppOptions) -> anyhow::Result<App> {
     };
     let limits = quota.limits().clone();
     let fleet_metrics = Arc::new(crate::lifecycle::FleetMetrics::default());
-    let activity = Arc::new(crate::gateway::activity::Activity::default());
     tracker.spawn(crate::gateway::activity::flush(
-        activity.clone(),
+        routes.activity().clone(),
         pool.clone(),
         cancel.clone(),
     ));
@@ -162,7 +161,6 @@ pub async fn build(pool: PgPool, options: AppOptions) -> anyhow::Result<App> {
         max_body_bytes: options.gateway.max_body_bytes,
         body_timing: options.gateway.body_timing(),
         quota,
-        activity,
         hold_limit: options.gateway.hold_limit(),
         fleet_metrics: fleet_metrics.clone(),
         bodies: bodies.clone(),
@@ -225,6 +223,20 @@ pub async fn build(pool: PgPool, options: AppOptions) -> anyhow::Result<App> {
                 let m = j.metrics.clone();
                 let read: Arc<dyn Fn() -> tf_app::model::OpsSnapshot + Send + Sync> =
                     Arc::new(move || m.snapshot());
+                read
+            }),
+            cold: Some({
+                let m = fleet_metrics.clone();
+                let read: Arc<dyn Fn() -> tf_app::model::ColdSnapshot + Send + Sync> =
+                    Arc::new(move || {
+                        let c = m.cold_summary();
+                        tf_app::model::ColdSnapshot {
+                            requests: c.requests,
+                            last_ms: c.last_ms,
+                            p50_le_ms: c.p50_le_ms,
+                            p99_le_ms: c.p99_le_ms,
+                        }
+                    });
                 read
             }),
         },

@@ -428,6 +428,38 @@ pub enum AdminCommand {
     /// Unit economics of every base on one UTC day: warm replica-hours, duty cycle, cost per
     /// million tokens at full load and at the duty cycle, revenue, margin, idle floor cost.
     Economics(EconomicsArgs),
+    /// The fleet's per-base policies (`idle`: sleep after a quiet spell, or always on).
+    Fleet(FleetAdminArgs),
+}
+
+/// Flags of `admin fleet`.
+#[derive(Debug, Clone, Args)]
+pub struct FleetAdminArgs {
+    #[command(flatten)]
+    pub db: DbArgs,
+    #[command(subcommand)]
+    pub action: FleetAdminAction,
+}
+
+#[derive(Debug, Clone, Subcommand)]
+pub enum FleetAdminAction {
+    /// Set a base's sleep policy: its graph goes to zero replicas after `--after` without a
+    /// request (the next request is held while it wakes), or stays `--always-on`.
+    Idle {
+        /// The base model.
+        #[arg(long)]
+        base: String,
+        /// Idle time before sleeping: seconds or `90s`, `10m`, `1h30m`, `1d` (1 s to 30 days).
+        #[arg(
+            long,
+            required_unless_present = "always_on",
+            conflicts_with = "always_on"
+        )]
+        after: Option<String>,
+        /// Never sleep (keeps the template's floor; wakes a sleeping graph).
+        #[arg(long)]
+        always_on: bool,
+    },
 }
 
 /// An export format of `admin export`.
@@ -540,6 +572,7 @@ impl AdminCommand {
             Self::Prices(args) => &args.db,
             Self::Invoices(args) => &args.db,
             Self::Economics(args) => &args.db,
+            Self::Fleet(args) => &args.db,
         }
     }
 }
@@ -569,12 +602,49 @@ impl std::str::FromStr for Setting {
 pub struct EconomicsArgs {
     #[command(flatten)]
     pub db: DbArgs,
-    /// The UTC day, `YYYY-MM-DD` (today: up to now).
+    /// The UTC day, `YYYY-MM-DD` (today: up to now); required without a subcommand.
     #[arg(long)]
-    pub day: String,
+    pub day: Option<String>,
     /// `text` (a block per base) or `json` (one document, integers only).
     #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
     pub format: OutputFormat,
+    #[command(subcommand)]
+    pub action: Option<EconomicsAction>,
+}
+
+#[derive(Debug, Clone, Subcommand)]
+pub enum EconomicsAction {
+    /// Run a load against a base's graph frontend (the OpenAI endpoint the gateway forwards to),
+    /// read the engine's own token counters (`vllm:prompt_tokens_total` +
+    /// `vllm:generation_tokens_total` on its `/metrics`) and append a cost version with the
+    /// measured peak tokens per second per replica (same GPU cost, marked measured).
+    MeasurePeak(MeasurePeakArgs),
+}
+
+/// Flags of `admin economics measure-peak`.
+#[derive(Debug, Clone, Args)]
+pub struct MeasurePeakArgs {
+    /// The base model.
+    #[arg(long)]
+    pub base: String,
+    /// The OpenAI base URL to load (default: the base's frontend, as the gateway forwards).
+    #[arg(long)]
+    pub url: Option<String>,
+    /// Where the engine's counters are (default: `/metrics` at the URL's origin).
+    #[arg(long)]
+    pub metrics_url: Option<String>,
+    /// Requests kept in flight.
+    #[arg(long, default_value_t = 32)]
+    pub concurrency: u32,
+    /// How long the load runs (the first fifth, at most 5 s, warms up and is not counted).
+    #[arg(long, default_value_t = 30)]
+    pub seconds: u64,
+    /// Completion tokens asked per request.
+    #[arg(long, default_value_t = 256)]
+    pub max_tokens: u32,
+    /// Replicas behind the URL (default: the graph's ready replicas, else 1).
+    #[arg(long)]
+    pub replicas: Option<u32>,
 }
 
 /// How a report is printed.

@@ -1,7 +1,9 @@
 //! Unit economics (issue 17) against a real database: a known graph history and known usage
 //! whose every figure is worked out by hand below; a graph with traffic on some hours only; a
 //! day with warm replicas and no traffic; and `/admin/economics` with its cost form (CSRF,
-//! audited, append-only) and its what-if, read like a browser with JavaScript off.
+//! audited, append-only) and its what-if, read like a browser with JavaScript off. Revenue is
+//! billing's: the usage is rated by the live rating run under price-book prices set here (fresh,
+//! cached and output tokens at different rates), never the flat base price.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may fail loudly
 
@@ -15,6 +17,7 @@ use sqlx::PgPool;
 use tf_core::db::catalog::{self, BaseUpsert};
 use tf_core::db::economics::{self as econ, NewCost};
 use tf_core::economics::Figures;
+use tf_core::money::Rates;
 use tf_core::operator::{self, Actor};
 use tf_core::usage::{Provenance, UsageEvent, UsageStatus};
 use time::macros::{date, datetime};
@@ -24,6 +27,22 @@ use uuid::Uuid;
 /// The day every test looks at (in the past, so it is a whole day).
 const DAY: Date = date!(2026 - 11 - 10);
 
+/// Prices `name` in the price book from 2026-11-01 on (each call a new version a second after the
+/// last, since versions only go forward).
+async fn price(pool: &PgPool, name: &str, rates: Rates) {
+    let versions: i64 = sqlx::query_scalar("SELECT count(*) FROM price_versions")
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    let from = datetime!(2026-11-01 00:00 UTC) + time::Duration::seconds(versions);
+    tf_core::db::billing::set_price(pool, from, name, "standard", rates, "test")
+        .await
+        .unwrap()
+        .expect("a new price version");
+}
+
+/// A base whose flat placeholder price and price-book price (one rate for every token) are
+/// `micros_per_1k` per 1,000 tokens.
 async fn base(pool: &PgPool, name: &str, micros_per_1k: i64) -> Uuid {
     catalog::upsert_bases(
         pool,
@@ -46,11 +65,32 @@ async fn base(pool: &PgPool, name: &str, micros_per_1k: i64) -> Uuid {
         .execute(pool)
         .await
         .unwrap();
+    if micros_per_1k > 0 {
+        let per_m = micros_per_1k * 1_000;
+        price(
+            pool,
+            name,
+            Rates {
+                fresh_per_m: per_m,
+                cached_per_m: per_m,
+                output_per_m: per_m,
+            },
+        )
+        .await;
+    }
     sqlx::query_scalar("SELECT id FROM base_models WHERE name = $1")
         .bind(name)
         .fetch_one(pool)
         .await
         .unwrap()
+}
+
+/// Runs the rater over everything stored (the server's rater does this continuously).
+async fn rate(pool: &PgPool) {
+    let live = tf_core::db::billing::live_run(pool).await.unwrap();
+    tf_core::db::billing::drain(pool, live, 1_000)
+        .await
+        .unwrap();
 }
 
 async fn cost(
@@ -133,6 +173,7 @@ async fn usage(
 }
 
 async fn figures_of(pool: &PgPool, name: &str) -> Figures {
+    rate(pool).await;
     let rows = econ::days(pool, DAY, 1, OffsetDateTime::now_utc())
         .await
         .unwrap();
@@ -142,10 +183,21 @@ async fn figures_of(pool: &PgPool, name: &str) -> Figures {
         .figures
 }
 
-/// `alpha`: $2 per GPU-hour, 2 GPUs per replica, peak 1,000 tokens/s; price $2 per million.
+/// `alpha`: $2 per GPU-hour, 2 GPUs per replica, peak 1,000 tokens/s; a flat placeholder price
+/// of $2 per million, but the price book's: $3 per million fresh input, $1 cached, $4 output.
 /// Warm from the day before; 1 replica 00-12, 3 (floor 1) 12-18, 1 18-22, deleted at 22:00.
 async fn alpha(pool: &PgPool) {
     let id = base(pool, "alpha", 2_000).await;
+    price(
+        pool,
+        "alpha",
+        Rates {
+            fresh_per_m: 3_000_000,
+            cached_per_m: 1_000_000,
+            output_per_m: 4_000_000,
+        },
+    )
+    .await;
     cost(
         pool,
         "alpha",
@@ -266,12 +318,15 @@ async fn every_figure_of_a_known_day_is_checked_by_hand(pool: PgPool) {
     assert_eq!(f.duty_cycle_bp, Some(4_052));
     // $136 / 49.6M tokens = $2.741935 per million.
     assert_eq!(f.real_cost_per_million_micros, Some(2_741_935));
-    // 40M and 9.6M tokens at $2 per million: $80 + $19.20.
-    assert_eq!(f.revenue_micros, 99_200_000);
-    assert_eq!(f.price_per_million_micros, Some(2_000_000));
-    assert_eq!(f.margin_micros, 99_200_000 - 136_000_000);
-    // -36.8 / 99.2 = -37.0968 %, rounded half away from zero.
-    assert_eq!(f.margin_bp, Some(-3_710));
+    // Rated by the price book, line by line: the 09:30 request, 24M fresh x $3 + 6M cached x $1
+    // + 10M output x $4 = $72 + $6 + $40 = $118; the 13:00 one, 5M fresh x $3 + 4.6M output x
+    // $4 = $15 + $18.40 = $33.40. $151.40 in all (the flat $2 would have made $99.20).
+    assert_eq!(f.revenue_micros, 151_400_000);
+    // $151.40 over 49.6M tokens: $3.0524194 per million.
+    assert_eq!(f.price_per_million_micros, Some(3_052_419));
+    assert_eq!(f.margin_micros, 151_400_000 - 136_000_000);
+    // 15.4 / 151.4 = 10.1717 %.
+    assert_eq!(f.margin_bp, Some(1_017));
     // Floor: 22 replica-hours x 2 GPUs x $2 = $88 for 79.2M tokens of capacity; traffic fills
     // 49.6M of it, so 29.6 / 79.2 of $88 = $32.888889 idles.
     assert_eq!(f.floor_cost_micros, 88_000_000);
@@ -289,7 +344,7 @@ async fn every_figure_of_a_known_day_is_checked_by_hand(pool: PgPool) {
     let alpha = &json["bases"][0];
     assert_eq!(alpha["base"], "alpha");
     assert_eq!(alpha["figures"]["duty_cycle_bp"], 4_052);
-    assert_eq!(alpha["figures"]["margin_micros"], -36_800_000);
+    assert_eq!(alpha["figures"]["margin_micros"], 15_400_000);
     assert_eq!(alpha["figures"]["idle_floor_cost_micros"], 32_888_889);
     assert_eq!(alpha["cost"]["gpus_per_replica"], 2);
     let text = common::portal::admin(&pool, &["economics", "--day", "2026-11-10"]).await;
@@ -427,6 +482,7 @@ async fn a_day_with_replicas_and_no_traffic_idles_the_whole_floor(pool: PgPool) 
 #[sqlx::test(migrations = "../migrations")]
 async fn the_page_sets_costs_with_csrf_and_computes_the_what_if(pool: PgPool) {
     alpha(&pool).await;
+    rate(&pool).await;
     base(&pool, "epsilon", 0).await;
     let portal = TestApp::builder(pool).shared_redis().start_portal().await;
     let b = portal.browser();
@@ -437,7 +493,7 @@ async fn the_page_sets_costs_with_csrf_and_computes_the_what_if(pool: PgPool) {
     assert!(html.contains(r#"data-base="alpha""#), "{html}");
     for shown in [
         "40.52 %",
-        "-37.10 %",
+        "10.17 %",
         "$32.888889",
         "$1.111111",
         "$2.741935",
@@ -446,8 +502,9 @@ async fn the_page_sets_costs_with_csrf_and_computes_the_what_if(pool: PgPool) {
         assert!(html.contains(shown), "{shown} on the page");
     }
     assert!(html.contains("<svg"), "the chart is drawn on the server");
-    // The what-if defaults to the day as measured: alpha, its price, its floor, its tokens.
-    assert!(html.contains(r#"name="price" value="2000000""#), "{html}");
+    // The what-if defaults to the day as measured: alpha, its blended price, its floor, its
+    // tokens.
+    assert!(html.contains(r#"name="price" value="3052419""#), "{html}");
 
     // What if alpha ran at $3 per million, floor 1, 43.2M tokens a day: one replica (2 GPUs x
     // $2 x 24 h = $96) for 86.4M tokens; break-even at 32M tokens, 37.04 %.
@@ -542,4 +599,109 @@ async fn the_page_sets_costs_with_csrf_and_computes_the_what_if(pool: PgPool) {
         .await;
     assert_eq!(res.status(), StatusCode::FORBIDDEN);
     assert_eq!(econ::costs(&portal.pool).await.unwrap().len(), 2);
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn measure_peak_loads_the_frontend_and_records_the_engines_own_count(pool: PgPool) {
+    use common::sim::BASE;
+    // The simulator: 200 tokens/s per request, no wait before the first: a 10-token answer
+    // takes ~45 ms, so 4 requests in flight give some thousands of tokens per second.
+    let app = TestApp::builder(pool.clone())
+        .sim(tf_engine_sim::SimConfig {
+            decode_tokens_per_sec: 200,
+            ..tf_engine_sim::SimConfig::default()
+        })
+        .start()
+        .await;
+    let argv = [
+        "economics",
+        "measure-peak",
+        "--base",
+        BASE,
+        "--concurrency",
+        "4",
+        "--seconds",
+        "3",
+        "--max-tokens",
+        "10",
+    ];
+    // Without a cost in effect there is nothing to measure against: refused, nothing written.
+    let refused = {
+        use clap::Parser;
+        use tokenfactory::cli::{Cli, Command};
+        let all = ["tokenfactory", "admin"].iter().chain(&argv).copied();
+        let Some(Command::Admin(cmd)) = Cli::try_parse_from(all).unwrap().command else {
+            panic!("not an admin command")
+        };
+        tokenfactory::admin::run_on(&pool, cmd, &mut Vec::new()).await
+    };
+    let refused = refused.unwrap_err().to_string();
+    assert!(refused.contains("no cost in effect"), "{refused}");
+    assert!(econ::costs(&pool).await.unwrap().is_empty());
+
+    cost(
+        &pool,
+        BASE,
+        datetime!(2026-11-01 00:00 UTC),
+        2_000_000,
+        2,
+        1_000,
+    )
+    .await;
+    app.sim.clear_ledger();
+    let said = common::portal::admin(&pool, &argv).await;
+    println!("{said}");
+    let versions = econ::costs(&pool).await.unwrap();
+    assert_eq!(versions.len(), 2, "appended, the configured one kept");
+    let (configured, measured) = (&versions[0], &versions[1]);
+    assert!(configured.peak_measured.is_none());
+    let how = measured.peak_measured.as_ref().expect("marked measured");
+    // Same GPU cost, a new peak, effective now.
+    assert_eq!(
+        (measured.gpu_micros_per_hour, measured.gpus_per_replica),
+        (2_000_000, 2)
+    );
+    assert!(OffsetDateTime::now_utc() - measured.effective_from < time::Duration::minutes(1));
+    assert!(said.contains(&format!(
+        "measured peak {} tokens/s per replica",
+        measured.peak_tokens_per_second
+    )));
+    assert_eq!(how["replicas"], 1);
+    assert_eq!(how["concurrency"], 4);
+    assert!(how["metrics_url"]
+        .as_str()
+        .unwrap()
+        .ends_with(&format!("{}/metrics", app.sim_addr)));
+
+    // The engine's own count: the tokens its ledger shows over the whole run (warm-up included),
+    // per second, agree with the counted window's rate.
+    let ledger = app.sim.ledger();
+    let ledger_tokens: u64 = ledger
+        .iter()
+        .map(|e| u64::from(e.prompt_tokens) + u64::from(e.completion_tokens))
+        .sum();
+    let ledger_rate = ledger_tokens / 3;
+    let peak = u64::try_from(measured.peak_tokens_per_second).unwrap();
+    assert!(
+        peak * 10 >= ledger_rate * 7 && peak * 10 <= ledger_rate * 13,
+        "measured {peak} tokens/s, the ledger's whole run {ledger_rate} tokens/s"
+    );
+    // The peak is the counted window's engine tokens over its length.
+    let (tokens, ms) = (
+        how["tokens"].as_u64().unwrap(),
+        how["counted_ms"].as_u64().unwrap(),
+    );
+    assert_eq!(
+        (tokens * 1000 + ms / 2) / ms,
+        peak,
+        "per replica = tokens x 1000 / ms on one replica, half-up"
+    );
+    let audited: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM audit_log WHERE action = 'economics.measured_peak' AND target = $1",
+    )
+    .bind(BASE)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(audited, 1);
 }

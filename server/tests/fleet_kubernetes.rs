@@ -313,3 +313,74 @@ async fn deleting_a_graph_waits_for_the_operator_to_unload_its_models() {
     assert_eq!(fake.object(GRAPHS, &name), None);
     assert_eq!(fake.violations(), Vec::<String>::new());
 }
+
+/// Scale to zero (issue 18) on Kubernetes: an idle graph's DGD keeps its frontend and has its
+/// worker service's replicas patched to 0 by the same server-side apply, and back to the floor on
+/// a wake; the operator's status reads back as 0 of 0, then pending, then ready.
+#[tokio::test]
+async fn an_idle_graph_goes_to_zero_workers_and_back_by_server_side_apply() {
+    let (fake, backend) = setup(None).await;
+    let name = graph_name(BASE);
+    fake.manual_operator();
+    backend.apply_graph(&spec()).await.unwrap();
+    fake.script(
+        GRAPHS,
+        &name,
+        vec![json!({"state": "successful", "services": {"worker": {"readyReplicas": 2}}})],
+    );
+    assert_eq!(
+        futures_seq(&backend, &name, 1).await,
+        vec![(Phase::Ready, 2, 2)]
+    );
+    let awake = fake.object(GRAPHS, &name).unwrap();
+    fake.clear_requests();
+
+    // Asleep: the controller applies the graph with zero replicas.
+    let mut asleep = spec();
+    asleep.template.replicas = 0;
+    backend.apply_graph(&asleep).await.unwrap();
+    let reqs = fake.requests();
+    assert_eq!(reqs.len(), 1, "one apply: {reqs:?}");
+    assert_eq!(reqs[0].method, "PATCH");
+    assert_eq!(reqs[0].content_type, "application/apply-patch+yaml");
+    assert_eq!(reqs[0].body["spec"]["services"]["worker"]["replicas"], 0);
+    let stored = fake.object(GRAPHS, &name).unwrap();
+    assert_eq!(stored["spec"]["services"]["worker"]["replicas"], 0);
+    // Only the worker count changed: the frontend (the gateway's URL) stays.
+    let mut expected = awake["spec"].clone();
+    expected["services"]["worker"]["replicas"] = json!(0);
+    assert_eq!(stored["spec"], expected);
+    assert_eq!(
+        stored["metadata"]["uid"], awake["metadata"]["uid"],
+        "same object"
+    );
+    fake.script(
+        GRAPHS,
+        &name,
+        vec![json!({"state": "successful", "services": {"worker": {"readyReplicas": 0}}})],
+    );
+    assert_eq!(
+        futures_seq(&backend, &name, 1).await,
+        vec![(Phase::Ready, 0, 0)]
+    );
+
+    // A wake: back to the floor, pending until the workers are ready.
+    fake.clear_requests();
+    backend.apply_graph(&spec()).await.unwrap();
+    let reqs = fake.requests();
+    assert_eq!(reqs.len(), 1);
+    assert_eq!(reqs[0].body["spec"]["services"]["worker"]["replicas"], 2);
+    fake.script(
+        GRAPHS,
+        &name,
+        vec![
+            json!({"state": "pending", "services": {"worker": {"readyReplicas": 0}}}),
+            json!({"state": "successful", "services": {"worker": {"readyReplicas": 2}}}),
+        ],
+    );
+    assert_eq!(
+        futures_seq(&backend, &name, 2).await,
+        vec![(Phase::Pending, 0, 2), (Phase::Ready, 2, 2)]
+    );
+    assert_eq!(fake.violations(), Vec::<String>::new());
+}

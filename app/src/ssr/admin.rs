@@ -123,6 +123,10 @@ pub enum AdminFlash {
     AdjustmentSaved,
     CreditGranted,
     CreditInvalid,
+    /// A base's sleep policy was set.
+    IdleSaved,
+    /// The idle duration did not parse or was out of range.
+    IdleInvalid,
 }
 
 impl AdminFlash {
@@ -143,6 +147,7 @@ impl AdminFlash {
                 | Self::InvoiceIssued
                 | Self::AdjustmentSaved
                 | Self::CreditGranted
+                | Self::IdleSaved
         )
     }
 }
@@ -179,6 +184,8 @@ const CODES: &[(AdminFlash, &str)] = &[
     (AdminFlash::AdjustmentSaved, "adjustment-saved"),
     (AdminFlash::CreditGranted, "credit-granted"),
     (AdminFlash::CreditInvalid, "credit-invalid"),
+    (AdminFlash::IdleSaved, "idle-saved"),
+    (AdminFlash::IdleInvalid, "idle-invalid"),
 ];
 
 impl AdminFlash {
@@ -259,6 +266,12 @@ impl AdminFlash {
             Self::CreditInvalid => {
                 "A grant is a whole amount of micro-units above 0, a whole priority, and an \
                  expiry of YYYY-MM-DDTHH:MM (UTC) or none: nothing was granted."
+            Self::IdleSaved => {
+                "Sleep policy saved: the fleet controller applies it on its next pass."
+            }
+            Self::IdleInvalid => {
+                "Choose always on, or idle after 1 s to 30 days (90, 90s, 10m, 1h30m): nothing \
+                 was saved."
             }
         }
     }

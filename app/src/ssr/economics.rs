@@ -76,6 +76,7 @@ fn cost_item(c: &CostRow) -> CostItem {
         gpus_per_replica: i64::from(c.gpus_per_replica),
         peak_tokens_per_second: c.peak_tokens_per_second,
         created_by: c.created_by.clone(),
+        peak_measured: c.peak_measured.is_some(),
     }
 }
 

@@ -26,6 +26,8 @@ pub struct PortalDeps {
     pub trust_forwarded_for: bool,
     /// Reads this replica's usage-journal figures for the admin home (`None`: no journal).
     pub ops: Option<std::sync::Arc<dyn Fn() -> OpsSnapshot + Send + Sync>>,
+    /// Reads this replica's cold-start figures for `/admin/fleet` (`None`: not shown).
+    pub cold: Option<std::sync::Arc<dyn Fn() -> crate::model::ColdSnapshot + Send + Sync>>,
 }
 
 /// Everything the server functions read from the reactive context: the dependencies and the

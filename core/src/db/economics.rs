@@ -1,5 +1,6 @@
 //! Unit economics, the statements (issue 17): base cost versions (`base_costs`, append-only),
-//! graph state history (`lifecycle_history`), tokens served and revenue (`usage_daily`), and
+//! graph state history (`lifecycle_history`), tokens served (`usage_daily`), revenue (billing's
+//! rated lines, `rated_daily`), and
 //! [`days`], which puts them through the arithmetic of [`crate::economics`].
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -20,6 +21,8 @@ pub struct CostRow {
     pub peak_tokens_per_second: i64,
     pub created_by: String,
     pub created_at: OffsetDateTime,
+    /// How the peak was measured (`measure-peak`); `None`: configured.
+    pub peak_measured: Option<serde_json::Value>,
 }
 
 impl CostRow {
@@ -62,6 +65,49 @@ pub async fn insert_cost(db: impl PgExecutor<'_>, c: &NewCost<'_>) -> sqlx::Resu
     .await
 }
 
+/// Appends a cost version whose peak was measured (`how`: the measurement, kept on the row).
+pub async fn insert_measured_cost(
+    db: impl PgExecutor<'_>,
+    c: &NewCost<'_>,
+    how: &serde_json::Value,
+) -> sqlx::Result<i64> {
+    sqlx::query_scalar!(
+        "INSERT INTO base_costs (base_model, effective_from, gpu_micros_per_hour, gpus_per_replica,
+             peak_tokens_per_second, created_by, peak_measured)
+         VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id",
+        c.base_model,
+        c.effective_from,
+        c.gpu_micros_per_hour,
+        c.gpus_per_replica,
+        c.peak_tokens_per_second,
+        c.created_by,
+        how,
+    )
+    .fetch_one(db)
+    .await
+}
+
+/// Where a base is served, for a measurement: its frontend URL, the model name the engine
+/// knows, and its graph's ready replicas (`None`: no managed graph, e.g. a static base).
+#[derive(Debug, Clone)]
+pub struct ServedBase {
+    pub upstream_url: String,
+    pub upstream_model: String,
+    pub replicas_ready: Option<i32>,
+}
+
+pub async fn served_base(db: impl PgExecutor<'_>, name: &str) -> sqlx::Result<Option<ServedBase>> {
+    sqlx::query_as!(
+        ServedBase,
+        r#"SELECT b.upstream_url, b.upstream_model, g.replicas_ready AS "replicas_ready?"
+           FROM base_models b LEFT JOIN graphs g ON g.base_model_id = b.id
+           WHERE b.name = $1"#,
+        name
+    )
+    .fetch_optional(db)
+    .await
+}
+
 /// Whether the catalog has a base of this name.
 pub async fn base_exists(db: impl PgExecutor<'_>, name: &str) -> sqlx::Result<bool> {
     sqlx::query_scalar!(
@@ -84,7 +130,7 @@ pub async fn costs(db: impl PgExecutor<'_>) -> sqlx::Result<Vec<CostRow>> {
     sqlx::query_as!(
         CostRow,
         "SELECT id, base_model, effective_from, gpu_micros_per_hour, gpus_per_replica,
-                peak_tokens_per_second, created_by, created_at
+                peak_tokens_per_second, created_by, created_at, peak_measured
          FROM base_costs ORDER BY base_model, effective_from",
     )
     .fetch_all(db)
@@ -161,20 +207,29 @@ pub async fn served_by_base_day(
 
 /// Revenue per base and UTC day in `[from, to)`, in micro-units.
 ///
-/// THE one place revenue comes from. Until billing (issue 16) lands it is the placeholder price:
-/// `usage_daily.cost_micros`, the sum over events of `money::cost_micros` (the SQL twin proven
-/// equal in `db::spend`). When the billing branch merges, switch this function to its rated
-/// charge lines (`rated_daily` of the newest rating run, summed per price key's base and day);
-/// nothing else reads revenue.
+/// THE one place revenue comes from: billing's rated lines, the live rating run's per-day rollup
+/// (`rated_daily`, every event rated under the price-book version in effect at its start, fresh,
+/// cached and output tokens each at their own rate), so the blended price is the price book's,
+/// not a flat per-base price. `rated_daily` is keyed by price key; a key counts for the base whose
+/// `price_key` it is (adapters inherit their base's key), preferring the base named like the key,
+/// else the first by name; a key no base uses counts under its own name. Re-rates (an admin's
+/// chosen version for one tenant's period, kept for audit and invoice corrections) are not
+/// revenue here. Events the rater has not reached yet are not revenue yet.
 pub async fn revenue_by_base_day(
     db: impl PgExecutor<'_>,
     from: Date,
     to: Date,
 ) -> sqlx::Result<Vec<(String, Date, i64)>> {
     let rows = sqlx::query!(
-        r#"SELECT base_model, day, SUM(cost_micros)::bigint AS "revenue!"
-           FROM usage_daily WHERE day >= $1 AND day < $2
-           GROUP BY base_model, day"#,
+        r#"SELECT COALESCE(b.name, r.price_key) AS "base!", r.day,
+                  SUM(r.amount_micros)::bigint AS "revenue!"
+           FROM rated_daily r
+                JOIN rating_runs k ON k.id = r.run_id AND k.kind = 'live'
+                LEFT JOIN LATERAL (
+                    SELECT b.name FROM base_models b WHERE b.price_key = r.price_key
+                    ORDER BY b.name = r.price_key DESC, b.name LIMIT 1) b ON true
+           WHERE r.day >= $1 AND r.day < $2
+           GROUP BY 1, 2"#,
         from,
         to,
     )
@@ -182,7 +237,7 @@ pub async fn revenue_by_base_day(
     .await?;
     Ok(rows
         .into_iter()
-        .map(|r| (r.base_model, r.day, r.revenue))
+        .map(|r| (r.base, r.day, r.revenue))
         .collect())
 }
 

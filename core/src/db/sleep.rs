@@ -2,7 +2,7 @@
 //! fleet controller starts and ends wakes. Each wake is one conditional UPDATE away from
 //! happening twice, so many held requests on many replicas still make one wake.
 
-use sqlx::PgPool;
+use sqlx::{PgExecutor, PgPool};
 use uuid::Uuid;
 
 use super::lifecycle::{record_history, HistoryEntry};
@@ -112,19 +112,31 @@ pub async fn wake_failed(
     tx.commit().await
 }
 
-/// Sets a base's sleep policy (`None`: always on); `false` when no such templated base.
+/// Sets a base's sleep policy: `Some(secs)` sleeps its graph after that long without a request,
+/// `None` keeps it always on (and asks an asleep graph of the base to wake, so always-on means
+/// warm from now on). `false` when no templated base has that name. The one write of the policy:
+/// the admin page and `tokenfactory admin fleet idle` reach it through
+/// `operator::set_idle_policy`, which audits it in the same transaction.
 pub async fn set_idle_after(
-    pool: &PgPool,
+    db: impl PgExecutor<'_>,
     base: &str,
     idle_after_secs: Option<i32>,
 ) -> sqlx::Result<bool> {
-    let done = sqlx::query!(
-        "UPDATE base_templates t SET idle_after_secs = $2, updated_at = now()
-         FROM base_models b WHERE b.id = t.base_model_id AND b.name = $1",
+    let set = sqlx::query_scalar!(
+        r#"WITH t AS (
+               UPDATE base_templates t SET idle_after_secs = $2, updated_at = now()
+               FROM base_models b WHERE b.id = t.base_model_id AND b.name = $1
+               RETURNING t.base_model_id),
+           w AS (
+               UPDATE graphs g SET wake_requested_at = now()
+               FROM t
+               WHERE $2::int4 IS NULL AND g.base_model_id = t.base_model_id
+                 AND g.state = 'asleep' AND g.wake_requested_at IS NULL)
+           SELECT count(*) AS "n!" FROM t"#,
         base,
         idle_after_secs,
     )
-    .execute(pool)
+    .fetch_one(db)
     .await?;
-    Ok(done.rows_affected() > 0)
+    Ok(set > 0)
 }

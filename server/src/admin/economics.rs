@@ -17,15 +17,18 @@ use crate::cli::{EconomicsArgs, OutputFormat};
 
 /// The report to print for `a` (today's window ends at `now`).
 pub async fn run(pool: &PgPool, a: &EconomicsArgs, now: OffsetDateTime) -> anyhow::Result<String> {
-    let day = Date::parse(a.day.trim(), format_description!("[year]-[month]-[day]"))
-        .with_context(|| format!("--day {:?} is not a date (YYYY-MM-DD)", a.day))?;
+    let Some(typed) = a.day.as_deref() else {
+        anyhow::bail!("give --day YYYY-MM-DD (or the measure-peak subcommand)");
+    };
+    let day = Date::parse(typed.trim(), format_description!("[year]-[month]-[day]"))
+        .with_context(|| format!("--day {typed:?} is not a date (YYYY-MM-DD)"))?;
     let rows = economics::days(pool, day, 1, now).await?;
     Ok(match a.format {
         OutputFormat::Json => {
             let bases: Vec<_> = rows.iter().map(to_json).collect();
-            serde_json::to_string_pretty(&json!({ "day": a.day.trim(), "bases": bases }))?
+            serde_json::to_string_pretty(&json!({ "day": typed.trim(), "bases": bases }))?
         }
-        OutputFormat::Text => text(&a.day, &rows),
+        OutputFormat::Text => text(typed, &rows),
     })
 }
 

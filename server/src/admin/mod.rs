@@ -1,5 +1,5 @@
 //! The `migrate` and `admin` commands: what an operator does from a shell (`admin limits` is in
-//! [`limits`], `admin economics` in [`economics`]). Secrets (generated passwords, new API keys) are printed once to stdout and never
+//! [`limits`], `admin economics` in [`economics`], `admin fleet` in [`fleet`]). Secrets (generated passwords, new API keys) are printed once to stdout and never
 //! logged. Changes to keys and tenants reach every replica through the `tf_auth_changed` trigger (within a second); the
 //! commands that end portal sessions delete their rows, so the next request is signed out. The
 //! operator actions on tenants, keys and limits go through `tf_core::operator`, the code path
@@ -7,7 +7,9 @@
 
 pub mod billing;
 pub mod economics;
+pub mod fleet;
 pub mod limits;
+pub mod measure_peak;
 
 use std::io::Write;
 
@@ -238,10 +240,16 @@ pub async fn run_on(pool: &PgPool, cmd: AdminCommand, out: &mut impl Write) -> a
             expires,
             note,
         } => billing::credit(pool, &tenant, amount, priority, expires, &note, out).await?,
-        AdminCommand::Economics(args) => {
-            let report = economics::run(pool, &args, OffsetDateTime::now_utc()).await?;
-            say(out, report.trim_end())?;
-        }
+        AdminCommand::Economics(args) => match &args.action {
+            Some(crate::cli::EconomicsAction::MeasurePeak(m)) => {
+                say(out, measure_peak::run(pool, m).await?.trim_end())?;
+            }
+            None => {
+                let report = economics::run(pool, &args, OffsetDateTime::now_utc()).await?;
+                say(out, report.trim_end())?;
+            }
+        },
+        AdminCommand::Fleet(args) => say(out, &fleet::run(pool, args.action).await?)?,
     }
     Ok(())
 }

@@ -1,6 +1,7 @@
 //! A simulated graph's frontend: one loopback URL per graph, like a Dynamo frontend, spreading
 //! requests round-robin over the graph's replicas and streaming answers back as they come. The
-//! gateway keeps one upstream per base; replicas come and go behind this address.
+//! gateway keeps one upstream per base; replicas come and go behind this address. `/metrics` is
+//! the sum of the replicas' counters (a Dynamo frontend aggregates its workers' too).
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -26,6 +27,10 @@ impl Replicas {
         }
     }
 
+    fn all(&self) -> Vec<SocketAddr> {
+        self.addrs.read().map(|a| a.clone()).unwrap_or_default()
+    }
+
     fn pick(&self) -> Option<SocketAddr> {
         let addrs = self.addrs.read().ok()?;
         if addrs.is_empty() {
@@ -47,6 +52,7 @@ const HOP: [&str; 4] = ["connection", "transfer-encoding", "keep-alive", "host"]
 
 pub fn router(replicas: Arc<Replicas>, http: reqwest::Client) -> axum::Router {
     axum::Router::new()
+        .route("/metrics", axum::routing::get(metrics))
         .fallback(forward)
         .with_state(Front { replicas, http })
 }
@@ -84,4 +90,44 @@ async fn forward(State(front): State<Front>, req: Request) -> Response {
             answer.bytes_stream().map_err(std::io::Error::other),
         ))
         .unwrap_or_else(|_| StatusCode::BAD_GATEWAY.into_response())
+}
+
+/// Every replica's counters, summed per series (`name{labels}`), in the order first seen.
+async fn metrics(State(front): State<Front>) -> Response {
+    let mut sums: Vec<(String, u64)> = Vec::new();
+    for addr in front.replicas.all() {
+        let Ok(r) = front
+            .http
+            .get(format!("http://{addr}/metrics"))
+            .send()
+            .await
+        else {
+            continue;
+        };
+        let Ok(text) = r.text().await else { continue };
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let Some((series, value)) = line.rsplit_once(' ') else {
+                continue;
+            };
+            let Ok(value) = value.trim().parse::<u64>() else {
+                continue;
+            };
+            match sums.iter_mut().find(|(s, _)| s == series) {
+                Some((_, sum)) => *sum += value,
+                None => sums.push((series.to_owned(), value)),
+            }
+        }
+    }
+    let body: String = sums
+        .iter()
+        .map(|(series, sum)| format!("{series} {sum}\n"))
+        .collect();
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4",
+        )],
+        body,
+    )
+        .into_response()
 }

@@ -1,7 +1,10 @@
 //! When each graph was last used, as this replica saw it (issue 18: idle graphs scale to zero).
-//! The request path only bumps an in-memory counter; a background task writes the graphs that
-//! were used, or still have requests in flight, to `graphs.last_active_at` every
-//! [`FLUSH_EVERY`], so a long stream keeps its graph awake and no request waits on PostgreSQL.
+//! Every graph has one [`GraphUse`] (two atomics) that the resolution table puts in each of the
+//! graph's routes, so a request marks its graph used through the route it already resolved: no
+//! lock, no map probe, no allocation on the request path. A background task reads the marks every
+//! [`FLUSH_EVERY`] and writes the graphs that were used, or still have requests in flight, to
+//! `graphs.last_active_at`, so a long stream keeps its graph awake and no request waits on
+//! PostgreSQL.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -10,69 +13,46 @@ use std::time::Duration;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
+pub use crate::metering::in_use::{GraphUse, InUse};
+
 /// How often used graphs are written (the controller's sleep grace is longer than this).
 pub const FLUSH_EVERY: Duration = Duration::from_secs(1);
 
-#[derive(Debug, Default)]
-struct Use {
-    in_flight: u32,
-    /// A request started or ended since the last flush.
-    touched: bool,
-}
-
-/// Per-graph use on this replica.
+/// Every graph's use mark on this replica. The map is read by route rebuilds (to hand out the
+/// marks) and by the flusher, never by a request.
 #[derive(Debug, Default)]
 pub struct Activity {
-    graphs: Mutex<HashMap<String, Use>>,
+    graphs: Mutex<HashMap<String, Arc<GraphUse>>>,
 }
 
 impl Activity {
-    /// A request on `graph` starts; it ends when the guard drops (with the request's
-    /// accounting, so a stream counts until its last byte).
-    pub fn begin(self: &Arc<Self>, graph: &str) -> ActivityGuard {
-        if let Ok(mut graphs) = self.graphs.lock() {
-            let u = graphs.entry(graph.to_owned()).or_default();
-            u.in_flight += 1;
-            u.touched = true;
+    /// The mark of `graph` (the same one for every route of it, across rebuilds).
+    pub fn graph(&self, graph: &str) -> Arc<GraphUse> {
+        let Ok(mut graphs) = self.graphs.lock() else {
+            // A poisoned map only loses this replica's activity reports; never the request.
+            return Arc::default();
+        };
+        if let Some(u) = graphs.get(graph) {
+            return u.clone();
         }
-        ActivityGuard {
-            activity: self.clone(),
-            graph: graph.to_owned(),
-        }
+        let u = Arc::<GraphUse>::default();
+        graphs.insert(graph.to_owned(), u.clone());
+        u
     }
 
-    /// The graphs to mark used now; forgets the ones that are quiet.
+    /// The graphs to mark used now (their marks cleared); forgets the marks no route or
+    /// request holds any more.
     pub fn take(&self) -> Vec<String> {
         let Ok(mut graphs) = self.graphs.lock() else {
             return Vec::new();
         };
         let used = graphs
             .iter()
-            .filter(|(_, u)| u.touched || u.in_flight > 0)
+            .filter(|(_, u)| u.take_used())
             .map(|(g, _)| g.clone())
             .collect();
-        graphs.retain(|_, u| u.in_flight > 0);
-        for u in graphs.values_mut() {
-            u.touched = false;
-        }
+        graphs.retain(|_, u| Arc::strong_count(u) > 1);
         used
-    }
-}
-
-/// Holds a graph in use while a request runs.
-#[derive(Debug)]
-pub struct ActivityGuard {
-    activity: Arc<Activity>,
-    graph: String,
-}
-
-impl Drop for ActivityGuard {
-    fn drop(&mut self) {
-        if let Ok(mut graphs) = self.activity.graphs.lock() {
-            let u = graphs.entry(std::mem::take(&mut self.graph)).or_default();
-            u.in_flight = u.in_flight.saturating_sub(1);
-            u.touched = true;
-        }
     }
 }
 
@@ -104,12 +84,32 @@ mod tests {
     #[test]
     fn a_graph_in_flight_stays_used_until_its_request_ends() {
         let a = Arc::new(Activity::default());
-        let guard = a.begin("g");
+        let route_mark = a.graph("g");
+        assert!(
+            Arc::ptr_eq(&route_mark, &a.graph("g")),
+            "one mark per graph"
+        );
+        assert!(a.take().is_empty());
+        let guard = route_mark.begin();
         assert_eq!(a.take(), vec!["g".to_owned()]);
         // Still in flight: still used.
         assert_eq!(a.take(), vec!["g".to_owned()]);
         drop(guard);
         assert_eq!(a.take(), vec!["g".to_owned()]);
         assert!(a.take().is_empty());
+    }
+
+    #[test]
+    fn a_mark_no_route_holds_is_forgotten() {
+        let a = Activity::default();
+        let mark = a.graph("g");
+        drop(mark.begin());
+        drop(mark);
+        assert_eq!(
+            a.take(),
+            vec!["g".to_owned()],
+            "its last use is still reported"
+        );
+        assert!(a.graphs.lock().unwrap().is_empty());
     }
 }

@@ -163,11 +163,17 @@ async fn handle(
         cut: gw.cut.clone(),
         admitted,
         tracker: gw.tracker.clone(),
-        holds: Some(Box::new(gw.activity.begin(&route.graph))),
+        holds: Some(route.activity.begin()),
+        first_token: None,
     };
     let cold = route.asleep;
     let (route, ctx) = if cold {
-        hold(&gw, principal.tenant_id, &req.model, route, ctx).await?
+        let (route, mut ctx) = hold(&gw, principal.tenant_id, &req.model, route, ctx).await?;
+        // The cold time to first token: a stream's first content chunk (the meter calls this);
+        // a whole answer's end (below).
+        let metrics = gw.fleet_metrics.clone();
+        ctx.first_token = Some(Box::new(move |ttft| metrics.cold_ttft(ttft)));
+        (route, ctx)
     } else {
         (route, ctx)
     };
@@ -182,7 +188,7 @@ async fn handle(
         max_body_bytes: gw.max_body_bytes.max(64 << 20),
     };
     let reply = exchange::run(x, ctx).await;
-    if cold && !matches!(reply, Reply::Failed(_)) {
+    if cold && matches!(reply, Reply::Whole(_)) {
         gw.fleet_metrics.cold_ttft(started.elapsed());
     }
     let mut response = match reply {

@@ -325,6 +325,7 @@ mod tests {
             starting: false,
             asleep: false,
             wake_failures: 0,
+            activity: std::sync::Arc::default(),
         }
     }
 

@@ -47,6 +47,8 @@ pub struct Route {
     pub asleep: bool,
     /// The graph's failed wakes so far (a held request that sees this grow gives up).
     pub wake_failures: i64,
+    /// The graph's use mark on this replica, shared by all its routes (`super::activity`).
+    pub activity: Arc<super::activity::GraphUse>,
 }
 
 /// One immutable snapshot.
@@ -91,6 +93,8 @@ pub struct RouteTable {
     reload_lock: tokio::sync::Mutex<()>,
     /// Bumped after every rebuild: held requests wait on it for their graph to wake.
     reloaded: tokio::sync::watch::Sender<u64>,
+    /// Every graph's use mark (kept across rebuilds, read by the activity flusher).
+    activity: Arc<super::activity::Activity>,
 }
 
 impl RouteTable {
@@ -102,7 +106,13 @@ impl RouteTable {
             options,
             reload_lock: tokio::sync::Mutex::new(()),
             reloaded: tokio::sync::watch::Sender::new(0),
+            activity: Arc::default(),
         }
+    }
+
+    /// The graphs' use marks the routes carry (the activity flusher reads them).
+    pub fn activity(&self) -> &Arc<super::activity::Activity> {
+        &self.activity
     }
 
     /// Changes whenever a new snapshot is swapped in.
@@ -128,6 +138,7 @@ impl RouteTable {
         for row in rows {
             let route = Arc::new(Route {
                 upstream: self.upstream(&row.upstream_url)?,
+                activity: self.activity.graph(&row.graph),
                 served_name: row.served_name.clone(),
                 owner: row.owner,
                 base: row.base,

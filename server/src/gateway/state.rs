@@ -31,8 +31,6 @@ pub struct GatewayInner {
     pub body_timing: BodyTiming,
     /// Admission: rate limits, spend and concurrency caps, shared through Redis.
     pub quota: crate::quota::Quota,
-    /// Which graphs this replica is using (flushed so idle graphs can sleep).
-    pub activity: Arc<super::activity::Activity>,
     /// Longest a request for an asleep model is held while it wakes.
     pub hold_limit: std::time::Duration,
     /// Where the cold time-to-first-byte of held requests is observed.

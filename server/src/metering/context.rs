@@ -26,10 +26,14 @@ pub struct MeterContext {
     pub admitted: Option<crate::quota::Admitted>,
     /// Where a hung-up stream's accounting runs (shutdown waits for it).
     pub tracker: tokio_util::task::TaskTracker,
-    /// Whatever must last as long as the request (the mark that keeps its graph awake): never
-    /// read, dropped with the accounting.
+    /// The mark that keeps the request's graph awake (`in_use`): never read, dropped with the
+    /// accounting.
     #[allow(dead_code, reason = "held for its Drop")]
-    pub holds: Option<Box<dyn Send + Sync>>,
+    pub holds: Option<super::in_use::InUse>,
+    /// Called once with the time since `started` when the first generated token reaches the
+    /// meter (a streamed answer's first content chunk); `None` for almost every request (the
+    /// gateway sets it on requests held for a wake: the cold time to first token).
+    pub first_token: Option<Box<dyn FnOnce(std::time::Duration) + Send>>,
 }
 
 impl MeterContext {

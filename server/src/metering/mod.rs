@@ -4,6 +4,7 @@
 
 pub mod context;
 pub mod edit;
+pub mod in_use;
 pub mod meter;
 pub(crate) mod refusal;
 pub mod sse;

@@ -132,6 +132,11 @@ impl<B: EngineBody> MeteredStream<B> {
         }
         if self.ttft.is_none() && self.meter.generated_chunks() > 0 {
             self.ttft = Some(ms_since(started));
+            if let State::Reading { ctx, .. } = &mut self.state {
+                if let Some(first_token) = ctx.first_token.take() {
+                    first_token(started.elapsed());
+                }
+            }
         }
         for o in self.scratch.drain(..) {
             match o {

@@ -279,6 +279,7 @@ impl TestAppBuilder {
                 ship_lag_ms: 31,
                 ship_failures: 2,
             })),
+            cold: None,
         })
         .await
         .unwrap();

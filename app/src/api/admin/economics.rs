@@ -29,6 +29,8 @@ pub struct CostItem {
     pub gpus_per_replica: i64,
     pub peak_tokens_per_second: i64,
     pub created_by: String,
+    /// The peak was measured (`admin economics measure-peak`), not configured.
+    pub peak_measured: bool,
 }
 
 /// The figures of one base and day (`tf_core::economics::Figures`; `None`: no denominator).

@@ -1,6 +1,8 @@
 //! `/admin/fleet`: every templated base with its serving template, every graph with its live state
 //! and replicas, every tenant's managed adapters with state and reason, as the lifecycle
-//! controller last recorded them (with sleep policy and wakes, issue 18) (`tf_core::db::lifecycle`). Read-only.
+//! controller last recorded them (with sleep policy and wakes, issue 18) (`tf_core::db::lifecycle`),
+//! this replica's cold-start figures, and the form that sets a base's sleep policy (CSRF-checked,
+//! audited through `tf_core::operator::set_idle_policy`, the path of `admin fleet idle`).
 
 use leptos::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -23,6 +25,8 @@ pub struct BaseItem {
     pub replicas_max: i32,
     pub max_loras: i32,
     pub max_lora_rank: i32,
+    /// Seconds idle before the base's graph sleeps; `None`: always on.
+    pub idle_after_secs: Option<i32>,
 }
 
 /// A graph as last observed.
@@ -60,6 +64,8 @@ pub struct FleetView {
     pub bases: Vec<BaseItem>,
     pub graphs: Vec<GraphItem>,
     pub adapters: Vec<AdapterItem>,
+    /// Requests this replica held for a wake (`None`: not available).
+    pub cold: Option<crate::model::ColdSnapshot>,
 }
 
 #[server(prefix = "/api", endpoint = "admin_fleet", input = leptos::server_fn::codec::GetUrl)]
@@ -88,6 +94,7 @@ pub async fn admin_fleet() -> Result<FleetView, PortalError> {
             replicas_max: b.template.replicas_max,
             max_loras: b.template.max_loras,
             max_lora_rank: b.template.max_lora_rank,
+            idle_after_secs: b.template.idle_after_secs,
         })
         .collect();
     let graphs = lifecycle::graphs(pool)
@@ -125,5 +132,56 @@ pub async fn admin_fleet() -> Result<FleetView, PortalError> {
         bases,
         graphs,
         adapters,
+        cold: portal.deps.cold.as_ref().map(|read| read()),
     })
+}
+
+/// `90` as `1m30s`, `3600` as `1h` (what the idle form accepts back).
+pub fn duration(secs: i32) -> String {
+    let mut out = String::new();
+    let mut left = secs.max(0);
+    for (unit, size) in [("d", 86_400), ("h", 3_600), ("m", 60), ("s", 1)] {
+        if left >= size {
+            out.push_str(&format!("{}{unit}", left / size));
+            left %= size;
+        }
+    }
+    if out.is_empty() {
+        out.push_str("0s");
+    }
+    out
+}
+
+/// Sets a base's sleep policy: `policy` `always-on`, or `idle-after` with `after` a duration
+/// (`90`, `90s`, `10m`, `1h30m`; 1 s to 30 days). Audited as `fleet.idle_policy`.
+#[server(prefix = "/api", endpoint = "admin_set_idle_policy")]
+pub async fn admin_set_idle_policy(
+    #[server(default)] csrf: String,
+    #[server(default)] base: String,
+    #[server(default)] policy: String,
+    #[server(default)] after: String,
+) -> Result<(), PortalError> {
+    use crate::ssr::admin::AdminFlash;
+    use crate::ssr::internal;
+    use tf_core::accounts::AccountError;
+    use tf_core::operator;
+
+    const BACK: &str = "/admin/fleet";
+    let Some(f) = super::form(&csrf, BACK).await? else {
+        return Ok(());
+    };
+    let secs = match policy.as_str() {
+        "always-on" => None,
+        "idle-after" => match operator::parse_idle_after(&after) {
+            Some(s) => Some(s),
+            None => return f.back(BACK, Some(AdminFlash::IdleInvalid)),
+        },
+        _ => return f.back(BACK, Some(AdminFlash::IdleInvalid)),
+    };
+    match operator::set_idle_policy(&f.portal.deps.pool, &f.actor(), base.trim(), secs).await {
+        Ok(()) => f.back(BACK, Some(AdminFlash::IdleSaved)),
+        Err(AccountError::Invalid(_)) => f.back(BACK, Some(AdminFlash::IdleInvalid)),
+        Err(AccountError::NotFound(_)) => f.back(BACK, Some(AdminFlash::NoSuchBase)),
+        Err(e) => Err(internal("setting a sleep policy", e)),
+    }
 }

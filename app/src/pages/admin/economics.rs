@@ -71,10 +71,11 @@ fn hours(seconds: i64) -> String {
 
 fn cost_line(c: &CostItem) -> String {
     format!(
-        "{} per GPU-hour × {} GPU(s) per replica, peak {} tokens/s per replica, from {} UTC",
+        "{} per GPU-hour × {} GPU(s) per replica, peak {} tokens/s per replica{}, from {} UTC",
         format_micros(c.gpu_micros_per_hour),
         c.gpus_per_replica,
         count(c.peak_tokens_per_second),
+        if c.peak_measured { " (measured)" } else { "" },
         c.effective_from
     )
 }

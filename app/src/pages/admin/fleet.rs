@@ -1,13 +1,17 @@
 //! `/admin/fleet`: bases and their serving templates, graphs with live state, replicas, sleep
 //! policy and wakes (an `asleep` graph has no replicas and wakes on the next request), and
-//! every tenant's adapters with state and reason. Read-only.
+//! every tenant's adapters with state and reason; this replica's cold starts (time to first token
+//! of requests held for a wake); and a form per base that sets its sleep policy (always on, or
+//! idle after a duration; POST with CSRF, works with JavaScript off).
 
 use leptos::prelude::*;
 use leptos_meta::Title;
 
-use crate::api::admin::fleet::{admin_fleet, AdapterItem, BaseItem, FleetView, GraphItem};
-use crate::model::{Access, PageState};
-use crate::pages::Guarded;
+use crate::api::admin::fleet::{
+    admin_fleet, duration, AdapterItem, AdminSetIdlePolicy, BaseItem, FleetView, GraphItem,
+};
+use crate::model::{Access, ColdSnapshot, PageState};
+use crate::pages::{CsrfField, Guarded};
 use crate::PRODUCT;
 
 #[component]
@@ -19,7 +23,7 @@ pub fn FleetPage() -> impl IntoView {
 }
 
 fn page(state: PageState) -> AnyView {
-    crate::pages::loaded_frame(state, "content wide", "Fleet", admin_fleet, |v, _| body(v))
+    crate::pages::loaded_frame(state, "content wide", "Fleet", admin_fleet, body)
 }
 
 fn base_row(b: BaseItem) -> AnyView {
@@ -53,10 +57,93 @@ fn graph_row(g: GraphItem) -> AnyView {
             <td class="mono">{g.name}</td>
             <td>{g.state}</td>
             <td class="num">{format!("{} / {}", g.replicas_ready, g.replicas_desired)}</td>
-            <td>{g.idle_after_secs.map_or_else(|| "always on".to_owned(), |s| format!("idle {s} s"))}</td>
+            <td>{policy(g.idle_after_secs)}</td>
             <td class="num">{wakes}</td>
             <td>{g.reason.unwrap_or_default()}</td>
         </tr>
+    }
+    .into_any()
+}
+
+fn policy(idle_after_secs: Option<i32>) -> String {
+    idle_after_secs.map_or_else(
+        || "always on".to_owned(),
+        |s| format!("idle after {}", duration(s)),
+    )
+}
+
+/// One base's sleep policy and the form that changes it.
+fn idle_row(b: &BaseItem, csrf: String) -> AnyView {
+    let save = ServerAction::<AdminSetIdlePolicy>::new();
+    let always = b.idle_after_secs.is_none();
+    let after = b.idle_after_secs.map(duration).unwrap_or_default();
+    let (name, base, now) = (b.name.clone(), b.name.clone(), policy(b.idle_after_secs));
+    view! {
+        <tr>
+            <td>{name}</td>
+            <td class="idle-policy">{now}</td>
+            <td>
+                <ActionForm action=save attr:class="idle-form">
+                    <CsrfField token=csrf/>
+                    <input type="hidden" name="base" value=base/>
+                    <label class="check"><input type="radio" name="policy" value="always-on"
+                        checked=always/>"Always on"</label>
+                    <label class="check"><input type="radio" name="policy" value="idle-after"
+                        checked=!always/>"Idle after"</label>
+                    <input type="text" name="after" size="8" value=after
+                        placeholder="10m" aria-label="Idle after (90, 90s, 10m, 1h30m)"/>
+                    <button type="submit">"Save"</button>
+                </ActionForm>
+            </td>
+        </tr>
+    }
+    .into_any()
+}
+
+fn seconds(ms: u64) -> String {
+    format!("{}.{:03} s", ms / 1000, ms % 1000)
+}
+
+fn cold_panel(cold: Option<ColdSnapshot>, wakes: i64, wake_failures: i64) -> AnyView {
+    let bound =
+        |b: Option<u64>| b.map_or_else(|| "> 120 s".to_owned(), |ms| format!("≤ {}", seconds(ms)));
+    let (requests, last, p50, p99) = match cold {
+        Some(c) if c.requests > 0 => (
+            c.requests.to_string(),
+            c.last_ms.map(seconds).unwrap_or_default(),
+            bound(c.p50_le_ms),
+            bound(c.p99_le_ms),
+        ),
+        Some(_) => (
+            "0".to_owned(),
+            "–".to_owned(),
+            "–".to_owned(),
+            "–".to_owned(),
+        ),
+        None => (
+            "–".to_owned(),
+            "–".to_owned(),
+            "–".to_owned(),
+            "–".to_owned(),
+        ),
+    };
+    view! {
+        <section class="panel">
+            <h2>"Cold starts"</h2>
+            <table class="list cold-starts">
+                <tr class="wakes"><th>"Wakes (all graphs)"</th><td class="num">{wakes}</td></tr>
+                <tr class="wake-failures"><th>"Failed wakes"</th><td class="num">{wake_failures}</td></tr>
+                <tr class="cold-requests"><th>"Requests held for a wake (this server)"</th>
+                    <td class="num">{requests}</td></tr>
+                <tr class="cold-last"><th>"Cold time to first token, last"</th><td class="num">{last}</td></tr>
+                <tr class="cold-p50"><th>"Cold time to first token, median"</th><td class="num">{p50}</td></tr>
+                <tr class="cold-p99"><th>"Cold time to first token, p99"</th><td class="num">{p99}</td></tr>
+            </table>
+            <p class="muted">"Time from a held request's arrival to its first token: a stream's first \
+                content chunk, a non-streamed answer's whole body. Median and p99 are the bounds of \
+                the histogram buckets that hold them (tf_gateway_cold_ttft_seconds); counts are \
+                this server's since it started."</p>
+        </section>
     }
     .into_any()
 }
@@ -77,7 +164,14 @@ fn adapter_row(a: AdapterItem) -> AnyView {
     .into_any()
 }
 
-fn body(v: FleetView) -> AnyView {
+fn body(v: FleetView, csrf: String) -> AnyView {
+    let wakes = v.graphs.iter().map(|g| g.wakes).sum();
+    let wake_failures = v.graphs.iter().map(|g| g.wake_failures).sum();
+    let idle_rows = v
+        .bases
+        .iter()
+        .map(|b| idle_row(b, csrf.clone()))
+        .collect_view();
     view! {
         <section class="panel">
             <h2>"Bases and templates"</h2>
@@ -103,6 +197,16 @@ fn body(v: FleetView) -> AnyView {
                 </tr></thead>
                 <tbody>{v.graphs.into_iter().map(graph_row).collect_view()}</tbody>
             </table>
+        </section>
+        {cold_panel(v.cold, wakes, wake_failures)}
+        <section class="panel">
+            <h2>"Sleep policy"</h2>
+            <table class="list sleep-policy">
+                <thead><tr><th>"Base"</th><th>"Now"</th><th>"Change"</th></tr></thead>
+                <tbody>{idle_rows}</tbody>
+            </table>
+            <p class="muted">"An idle graph goes to zero replicas; the next request is held while \
+                it wakes. Always on keeps the template's floor (and wakes a sleeping graph)."</p>
         </section>
         <section class="panel">
             <h2>"Adapters"</h2>

@@ -1,0 +1,77 @@
+//! The mark that keeps a graph awake while a request on it runs (issue 18). One [`GraphUse`] per
+//! graph lives as long as any route to the graph (the resolution table hands the same one to
+//! every route of a graph, across rebuilds: `gateway::activity`); a request bumps its atomics and
+//! holds an [`InUse`] with its accounting, so the request path takes no lock and allocates
+//! nothing for it. The activity flusher reads and clears `touched` once a second.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+
+/// One graph's use on this replica.
+#[derive(Debug, Default)]
+pub struct GraphUse {
+    /// Requests on the graph still running (their accounting not yet finished).
+    in_flight: AtomicU32,
+    /// A request started or ended since the flusher last looked.
+    touched: AtomicBool,
+}
+
+impl GraphUse {
+    /// A request on this graph starts; it ends when the mark drops (with the request's
+    /// accounting, so a stream counts until its last byte).
+    pub fn begin(self: &Arc<Self>) -> InUse {
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        self.touch();
+        InUse(self.clone())
+    }
+
+    fn touch(&self) {
+        // Read first: a busy graph's flag is already set, and a load does not contend.
+        if !self.touched.load(Ordering::Relaxed) {
+            self.touched.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether the graph was used since the last call (a request started or ended, or one is
+    /// still running); clears the mark. Called by the flusher only.
+    pub fn take_used(&self) -> bool {
+        let touched = self.touched.swap(false, Ordering::Relaxed);
+        touched || self.in_flight.load(Ordering::Relaxed) > 0
+    }
+
+    /// Requests running on the graph now.
+    pub fn in_flight(&self) -> u32 {
+        self.in_flight.load(Ordering::Relaxed)
+    }
+}
+
+/// Holds a graph in use while a request runs.
+#[derive(Debug)]
+pub struct InUse(Arc<GraphUse>);
+
+impl Drop for InUse {
+    fn drop(&mut self) {
+        // INVARIANT: touched before the count falls, so the flusher that sees zero in flight
+        // still sees the request's end as use.
+        self.0.touch();
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_graph_is_used_while_a_request_runs_and_once_after() {
+        let g = Arc::new(GraphUse::default());
+        assert!(!g.take_used());
+        let mark = g.begin();
+        assert!(g.take_used());
+        assert!(g.take_used(), "still in flight: still used");
+        drop(mark);
+        assert_eq!(g.in_flight(), 0);
+        assert!(g.take_used(), "the end is use");
+        assert!(!g.take_used());
+    }
+}
