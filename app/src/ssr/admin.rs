@@ -266,6 +266,7 @@ impl AdminFlash {
             Self::CreditInvalid => {
                 "A grant is a whole amount of micro-units above 0, a whole priority, and an \
                  expiry of YYYY-MM-DDTHH:MM (UTC) or none: nothing was granted."
+            }
             Self::IdleSaved => {
                 "Sleep policy saved: the fleet controller applies it on its next pass."
             }
