@@ -49,6 +49,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 // Domain types.
 pub mod endpoint;
+pub mod base_tokenizer;
 pub mod engine_policy;
 pub(crate) mod fd_limit;
 pub mod secret;
