@@ -53,7 +53,10 @@ impl BaseTokenizer {
         };
         let mut total = 1 + self.count("assistant", false);
         for message in list {
-            let role = message.get("role").and_then(Value::as_str).unwrap_or("user");
+            let role = message
+                .get("role")
+                .and_then(Value::as_str)
+                .unwrap_or("user");
             total += MARKERS_PER_MESSAGE + self.count(role, false);
             total += texts(message.get("content"))
                 .map(|t| self.count(t, false))
@@ -130,7 +133,11 @@ mod tests {
             "  tabs\tand\nnew lines\u{a0}nbsp\u{2003}em-space <s> <|start|> ",
             "ünïcödé wörds, 漢字 かな",
         ] {
-            assert_eq!(t.count(text, false), u64::from(sim::count_text(text)), "{text:?}");
+            assert_eq!(
+                t.count(text, false),
+                u64::from(sim::count_text(text)),
+                "{text:?}"
+            );
             let prompt = Value::String(text.to_owned());
             assert_eq!(
                 t.completion_prompt_tokens(&prompt),

@@ -137,8 +137,8 @@ fn recorded(store: &AdapterStore) -> (AdapterStore, Arc<Recorder>) {
         parts: Arc::default(),
         read: AtomicU64::new(0),
     });
-    let wrapped =
-        AdapterStore::with_objects(recorder.clone(), store.root()).with_part_bytes(PART);
+    let inner = recorder.clone();
+    let wrapped = store.wrap_objects(|_| inner).with_part_bytes(PART);
     (wrapped, recorder)
 }
 
@@ -147,11 +147,7 @@ fn chunks(
     bytes: &[u8],
     chunk: usize,
 ) -> impl futures::Stream<Item = Result<Bytes, String>> + Unpin + '_ {
-    futures::stream::iter(
-        bytes
-            .chunks(chunk)
-            .map(|c| Ok(Bytes::copy_from_slice(c))),
-    )
+    futures::stream::iter(bytes.chunks(chunk).map(|c| Ok(Bytes::copy_from_slice(c))))
 }
 
 fn base() -> BaseSpec {
@@ -176,10 +172,17 @@ async fn contract(label: &str, store: AdapterStore) {
         .unwrap();
     assert_eq!(n, 100_000, "{label}");
     let parts = rec.parts.lock().unwrap().clone();
-    assert_eq!(parts.len(), 100_000usize.div_ceil(PART), "{label}: {parts:?}");
+    assert_eq!(
+        parts.len(),
+        100_000usize.div_ceil(PART),
+        "{label}: {parts:?}"
+    );
     assert!(parts.iter().all(|p| *p <= PART), "{label}: {parts:?}");
     assert_eq!(parts.iter().sum::<usize>(), 100_000, "{label}");
-    assert!(PARTS_IN_FLIGHT * PART < big.len(), "the bound is below the upload's size");
+    assert!(
+        PARTS_IN_FLIGHT * PART < big.len(),
+        "the bound is below the upload's size"
+    );
     assert_eq!(store.size(key, "blob").await.unwrap(), 100_000, "{label}");
     assert_eq!(
         &store.read_range(key, "blob", 4000..4100).await.unwrap()[..],
@@ -200,7 +203,12 @@ async fn contract(label: &str, store: AdapterStore) {
 
     // Over the limit: refused, and no object (nor part) is left.
     let over = store
-        .write("0190aaaabbbbccccdddd/v2", "blob", chunks(&big, 1000), 10_000)
+        .write(
+            "0190aaaabbbbccccdddd/v2",
+            "blob",
+            chunks(&big, 1000),
+            10_000,
+        )
         .await;
     assert!(
         matches!(over, Err(StoreError::TooLarge { limit: 10_000, .. })),
@@ -261,25 +269,37 @@ async fn contract(label: &str, store: AdapterStore) {
         .write(bad, CONFIG_FILE, chunks(config.as_bytes(), 100), 1 << 16)
         .await
         .unwrap();
-    store.write(bad, WEIGHTS_FILE, chunks(&huge, 10), 1 << 16).await.unwrap();
+    store
+        .write(bad, WEIGHTS_FILE, chunks(&huge, 10), 1 << 16)
+        .await
+        .unwrap();
     rec.read.store(0, Ordering::SeqCst);
     let (verdict, _) = validate::validate_stored(&store, bad, &base(), 1 << 16)
         .await
         .unwrap();
     let reason = verdict.err().map(|r| r.to_string()).unwrap_or_default();
     assert!(reason.contains("larger than"), "{label}: {reason}");
-    assert_eq!(rec.read.load(Ordering::SeqCst), config.len() as u64 + 8, "{label}");
+    assert_eq!(
+        rec.read.load(Ordering::SeqCst),
+        config.len() as u64 + 8,
+        "{label}"
+    );
     // Missing files are a reason, not an error.
-    let (verdict, _) = validate::validate_stored(&store, "0190aaaabbbbccccdddd/v9", &base(), 1 << 16)
-        .await
-        .unwrap();
+    let (verdict, _) =
+        validate::validate_stored(&store, "0190aaaabbbbccccdddd/v9", &base(), 1 << 16)
+            .await
+            .unwrap();
     assert!(verdict
         .err()
         .is_some_and(|r| r.to_string().contains("adapter_config.json is missing")));
 
     // Delete: a version, then every version of the adapter; removing twice is fine.
     store.remove_uri(&store.uri(bad)).await.unwrap();
-    assert!(store.size(bad, WEIGHTS_FILE).await.unwrap_err().is_not_found());
+    assert!(store
+        .size(bad, WEIGHTS_FILE)
+        .await
+        .unwrap_err()
+        .is_not_found());
     assert_eq!(store.size(key, WEIGHTS_FILE).await.unwrap(), size);
     store
         .remove_adapter(&store.uri(key), "0190aaaabbbbccccdddd")
@@ -305,7 +325,9 @@ async fn local_directory_keeps_the_contract() {
     assert!(store.root().starts_with("file:///"), "{}", store.root());
     contract("local", store).await;
     // Empty folders go with their last file.
-    let left: Vec<_> = std::fs::read_dir(dir.path().join("adapters")).unwrap().collect();
+    let left: Vec<_> = std::fs::read_dir(dir.path().join("adapters"))
+        .unwrap()
+        .collect();
     assert!(left.is_empty(), "{left:?}");
 }
 
@@ -329,7 +351,10 @@ fn locations_open_the_right_store() {
     let s3 = AdapterStore::open("s3://models/tenants/adapters/").unwrap();
     assert_eq!(s3.root(), "s3://models/tenants/adapters");
     assert_eq!(s3.uri("id/v2"), "s3://models/tenants/adapters/id/v2");
-    assert_eq!(AdapterStore::open("s3://models").unwrap().root(), "s3://models");
+    assert_eq!(
+        AdapterStore::open("s3://models").unwrap().root(),
+        "s3://models"
+    );
     assert!(AdapterStore::open("s3://").is_err());
     assert!(AdapterStore::open("gs://models").is_err());
 }

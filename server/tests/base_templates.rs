@@ -102,12 +102,16 @@ async fn a_directory_of_templates_is_offered_idempotently(pool: PgPool) {
         templates::apply(&pool, "local-sim", &loaded).await.unwrap(),
         2
     );
-    let first = tf_core::db::lifecycle::templated_bases(&pool).await.unwrap();
+    let first = tf_core::db::lifecycle::templated_bases(&pool)
+        .await
+        .unwrap();
     // Applying the same files again (every start) changes nothing but the timestamps.
     templates::apply(&pool, "local-sim", &templates::load(dir.path()).unwrap())
         .await
         .unwrap();
-    let again = tf_core::db::lifecycle::templated_bases(&pool).await.unwrap();
+    let again = tf_core::db::lifecycle::templated_bases(&pool)
+        .await
+        .unwrap();
     assert_eq!(again.len(), 2);
     for (a, b) in first.iter().zip(&again) {
         assert_eq!((a.id, &a.name, &a.graph), (b.id, &b.name, &b.graph));
@@ -123,7 +127,12 @@ async fn a_directory_of_templates_is_offered_idempotently(pool: PgPool) {
     );
     assert!(llama.offered);
     assert_eq!(
-        (t.gpus_per_replica, t.tensor_parallel_size, t.replicas_min, t.replicas_max),
+        (
+            t.gpus_per_replica,
+            t.tensor_parallel_size,
+            t.replicas_min,
+            t.replicas_max
+        ),
         (2, 2, 1, 3)
     );
     assert_eq!((t.max_loras, t.max_lora_rank), (4, 16));
@@ -167,7 +176,11 @@ async fn prompts_are_counted_by_the_bases_own_tokenizer(pool: PgPool) {
     table.reload().await.unwrap();
     let snapshot = table.snapshot();
     let llama = snapshot.get(Uuid::nil(), "tiny-llama").unwrap();
-    let tokenizer = llama.policy.tokenizer.clone().expect("the base's tokenizer");
+    let tokenizer = llama
+        .policy
+        .tokenizer
+        .clone()
+        .expect("the base's tokenizer");
     // By hand: `<s>` `Hello` `,` `world` `!` (words would say 2 + BOS).
     assert_eq!(
         tokenizer.completion_prompt_tokens(&json!("Hello, world!")),
@@ -185,7 +198,11 @@ async fn prompts_are_counted_by_the_bases_own_tokenizer(pool: PgPool) {
 
     // Parsed once per template version: a rebuild reuses it; a changed template reloads it.
     table.reload().await.unwrap();
-    let same = table.snapshot().get(Uuid::nil(), "tiny-llama").unwrap().clone();
+    let same = table
+        .snapshot()
+        .get(Uuid::nil(), "tiny-llama")
+        .unwrap()
+        .clone();
     assert!(std::sync::Arc::ptr_eq(
         same.policy.tokenizer.as_ref().unwrap(),
         &tokenizer
@@ -199,7 +216,11 @@ async fn prompts_are_counted_by_the_bases_own_tokenizer(pool: PgPool) {
         .await
         .unwrap();
     table.reload().await.unwrap();
-    let changed = table.snapshot().get(Uuid::nil(), "tiny-llama").unwrap().clone();
+    let changed = table
+        .snapshot()
+        .get(Uuid::nil(), "tiny-llama")
+        .unwrap()
+        .clone();
     let sim = changed.policy.tokenizer.clone().unwrap();
     assert!(!std::sync::Arc::ptr_eq(&sim, &tokenizer));
     // The simulator's tokenizer: words plus BOS.
@@ -209,7 +230,11 @@ async fn prompts_are_counted_by_the_bases_own_tokenizer(pool: PgPool) {
 #[test]
 fn a_bad_template_is_refused_naming_its_file() {
     let cases = [
-        ("unknown.yaml", "base: a\nmodel: m\nconfig_json: {}\ncolour: red\n", "colour"),
+        (
+            "unknown.yaml",
+            "base: a\nmodel: m\nconfig_json: {}\ncolour: red\n",
+            "colour",
+        ),
         (
             "rank.yaml",
             "base: a\nmodel: m\nmax_lora_rank: 7\nconfig_json: {}\n",
@@ -220,7 +245,11 @@ fn a_bad_template_is_refused_naming_its_file() {
             "base: a\nmodel: m\ntensor_parallel_size: 2\nconfig_json: {}\n",
             "needs 2 GPUs",
         ),
-        ("noconfig.yaml", "base: a\nmodel: m\nconfig_json: missing.json\n", "missing.json"),
+        (
+            "noconfig.yaml",
+            "base: a\nmodel: m\nconfig_json: missing.json\n",
+            "missing.json",
+        ),
         (
             "tokenizer.yaml",
             "base: a\nmodel: m\nconfig_json: {}\ntokenizer_json: {\"model\": 1}\n",
@@ -249,5 +278,8 @@ fn a_bad_template_is_refused_naming_its_file() {
     write(dir.path(), "a.yaml", "base: a\nmodel: m\nconfig_json: {}\n");
     write(dir.path(), "b.yaml", "base: a\nmodel: n\nconfig_json: {}\n");
     let err = templates::load(dir.path()).unwrap_err().to_string();
-    assert!(err.contains("b.yaml") && err.contains("defined twice"), "{err}");
+    assert!(
+        err.contains("b.yaml") && err.contains("defined twice"),
+        "{err}"
+    );
 }

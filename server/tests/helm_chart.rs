@@ -97,11 +97,9 @@ fn from_gtmpl(v: &Gv) -> Value {
             .unwrap_or(Value::Null),
         Gv::String(s) => Value::String(s.clone()),
         Gv::Array(a) => Value::Array(a.iter().map(from_gtmpl).collect()),
-        Gv::Map(m) | Gv::Object(m) => Value::Object(
-            m.iter()
-                .map(|(k, v)| (k.clone(), from_gtmpl(v)))
-                .collect(),
-        ),
+        Gv::Map(m) | Gv::Object(m) => {
+            Value::Object(m.iter().map(|(k, v)| (k.clone(), from_gtmpl(v))).collect())
+        }
         _ => Value::Null,
     }
 }

@@ -227,7 +227,8 @@ fn resolve(f: TemplateFile, path: &Path) -> Result<BaseTemplate, String> {
         Some(source) => {
             let doc = document(source, dir, "tokenizer_json")?;
             // Checked now, so a base never starts with a tokenizer the gateway cannot load.
-            BaseTokenizer::from_json(&doc.to_string()).map_err(|e| format!("tokenizer_json: {e}"))?;
+            BaseTokenizer::from_json(&doc.to_string())
+                .map_err(|e| format!("tokenizer_json: {e}"))?;
             Some(doc)
         }
     };

@@ -11,8 +11,8 @@ use uuid::Uuid;
 
 use super::error::GatewayError;
 use super::resolve::{Route, SaltPolicy};
-use crate::endpoint::Endpoint;
 use crate::base_tokenizer::BaseTokenizer;
+use crate::endpoint::Endpoint;
 use crate::engine_policy::{EnginePolicy, PromptEstimator};
 use crate::metering::meter::ClientWants;
 
@@ -419,7 +419,8 @@ mod tests {
         .unwrap();
         let words = chat.word_prompt_tokens(Endpoint::Chat);
         let policy = |estimator| EnginePolicy::new(None, estimator);
-        let bound = chat.admission_prompt_tokens(Endpoint::Chat, &policy(PromptEstimator::ByteBound));
+        let bound =
+            chat.admission_prompt_tokens(Endpoint::Chat, &policy(PromptEstimator::ByteBound));
         // A byte-level tokenizer counts at most one token per byte of the text.
         assert!(bound >= "Explain, briefly: tokenizers!".len() as u64 + words);
         assert_eq!(
@@ -461,7 +462,8 @@ mod tests {
             "normalizer":null,"pre_tokenizer":{"type":"Whitespace"},"post_processor":null,
             "decoder":null,"model":{"type":"WordLevel","vocab":{"[UNK]":0},"unk_token":"[UNK]"}}"#;
         let t = std::sync::Arc::new(BaseTokenizer::from_json(json).unwrap());
-        let with = EnginePolicy::new(None, PromptEstimator::SimWords).with_tokenizer(Some(t.clone()));
+        let with =
+            EnginePolicy::new(None, PromptEstimator::SimWords).with_tokenizer(Some(t.clone()));
         let without = EnginePolicy::new(None, PromptEstimator::SimWords);
         let raw = br#"{"model":"m","messages":[{"role":"user","content":"Hello, world!"}]}"#;
         let chat = parse(raw).unwrap();
@@ -474,8 +476,14 @@ mod tests {
         assert_eq!(estimate_prompt_tokens(Endpoint::Chat, raw, None), 7);
         let raw = br#"{"model":"m","prompt":["Hello, world!", [5, 6]]}"#;
         let completion = parse(raw).unwrap();
-        assert_eq!(completion.admission_prompt_tokens(Endpoint::Completions, &with), 6);
-        assert_eq!(estimate_prompt_tokens(Endpoint::Completions, raw, Some(&t)), 6);
+        assert_eq!(
+            completion.admission_prompt_tokens(Endpoint::Completions, &with),
+            6
+        );
+        assert_eq!(
+            estimate_prompt_tokens(Endpoint::Completions, raw, Some(&t)),
+            6
+        );
         let ids = parse(br#"{"model":"m","prompt":[1,2,3]}"#).unwrap();
         assert_eq!(ids.admission_prompt_tokens(Endpoint::Completions, &with), 3);
     }

@@ -202,8 +202,9 @@ impl RouteTable {
                     else {
                         continue;
                     };
-                    let parsed = tokio::task::spawn_blocking(move || BaseTokenizer::from_json(&json))
-                        .await?;
+                    let parsed =
+                        tokio::task::spawn_blocking(move || BaseTokenizer::from_json(&json))
+                            .await?;
                     let tokenizer = match parsed {
                         Ok(t) => Some(Arc::new(t)),
                         Err(reason) => {

@@ -476,10 +476,7 @@ impl Controller {
     /// stays. A store that cannot be reached leaves the row, so the next pass tries again.
     async fn forget(&self, a: &AdapterRow) -> sqlx::Result<Result<(), FleetError>> {
         if let (Some(store), Some(uri)) = (&self.store, a.storage_uri.as_deref()) {
-            match store
-                .remove_adapter(uri, &a.id.simple().to_string())
-                .await
-            {
+            match store.remove_adapter(uri, &a.id.simple().to_string()).await {
                 Ok(()) => {}
                 // Kept in a store this replica is not configured with: nothing to retry.
                 Err(e @ super::storage::StoreError::Config { .. }) => {

@@ -12,7 +12,7 @@
 //! it bounds and nothing else.
 
 use std::ops::Range;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -65,6 +65,9 @@ pub struct AdapterStore {
     /// `s3://bucket/prefix`.
     root: String,
     part_bytes: usize,
+    /// The directory of a local store: folders left empty by a delete or an aborted upload are
+    /// removed (object stores have no folders; a directory does).
+    local_dir: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for AdapterStore {
@@ -101,7 +104,9 @@ impl AdapterStore {
         let objects = object_store::local::LocalFileSystem::new_with_prefix(&dir)?
             .with_automatic_cleanup(true);
         let root = format!("file://{}", dir.display());
-        Ok(Self::with_objects(Arc::new(objects), root))
+        let mut store = Self::with_objects(Arc::new(objects), root);
+        store.local_dir = Some(dir);
+        Ok(store)
     }
 
     /// An S3-compatible bucket: `s3://bucket` or `s3://bucket/prefix`. Credentials, region and
@@ -143,6 +148,19 @@ impl AdapterStore {
             objects,
             root: root.into().trim_end_matches('/').to_owned(),
             part_bytes: DEFAULT_PART_BYTES,
+            local_dir: None,
+        }
+    }
+
+    /// The same store with its object store wrapped by `wrap` (tests watch the calls this way).
+    #[must_use]
+    pub fn wrap_objects(
+        &self,
+        wrap: impl FnOnce(Arc<dyn ObjectStore>) -> Arc<dyn ObjectStore>,
+    ) -> Self {
+        Self {
+            objects: wrap(self.objects.clone()),
+            ..self.clone()
         }
     }
 
@@ -244,7 +262,10 @@ impl AdapterStore {
         if range.is_empty() {
             return Ok(Bytes::new());
         }
-        Ok(self.objects.get_range(&Self::path(key, file), range).await?)
+        Ok(self
+            .objects
+            .get_range(&Self::path(key, file), range)
+            .await?)
     }
 
     /// The whole of a small object, refused past `limit` bytes before a byte is read.
@@ -277,6 +298,21 @@ impl AdapterStore {
                 Err(e) => return Err(e.into()),
             }
         }
+        if let Some(dir) = &self.local_dir {
+            let (root, folder) = (dir.clone(), dir.join(key));
+            let tidy = move || {
+                remove_empty_dirs(&folder);
+                // Then the parents the key made, up to the store's root.
+                let mut parent = folder.parent();
+                while let Some(p) = parent.filter(|p| p.starts_with(&root) && *p != root) {
+                    if std::fs::remove_dir(p).is_err() {
+                        break;
+                    }
+                    parent = p.parent();
+                }
+            };
+            tokio::task::spawn_blocking(tidy).await.ok();
+        }
         Ok(())
     }
 
@@ -298,4 +334,17 @@ impl AdapterStore {
             _ => self.remove_uri(uri).await,
         }
     }
+}
+
+/// Removes `dir` and the folders under it that hold no file (best effort: a folder that is not
+/// empty, or is gone, is left as it is).
+fn remove_empty_dirs(dir: &Path) {
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                remove_empty_dirs(&entry.path());
+            }
+        }
+    }
+    let _ = std::fs::remove_dir(dir);
 }

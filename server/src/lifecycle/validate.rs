@@ -63,7 +63,10 @@ pub async fn validate_stored(
     let config = match store.read_small(key, CONFIG_FILE, config_limit).await {
         Ok(bytes) => bytes,
         Err(e) if e.is_not_found() => {
-            return Ok((Err(Rejection::Config(format!("{CONFIG_FILE} is missing"))), 0))
+            return Ok((
+                Err(Rejection::Config(format!("{CONFIG_FILE} is missing"))),
+                0,
+            ))
         }
         Err(e @ StoreError::TooLarge { .. }) => {
             return Ok((Err(Rejection::Config(e.to_string())), 0))
@@ -73,7 +76,10 @@ pub async fn validate_stored(
     let len = match store.size(key, WEIGHTS_FILE).await {
         Ok(len) => len,
         Err(e) if e.is_not_found() => {
-            return Ok((Err(Rejection::Format(format!("{WEIGHTS_FILE} is missing"))), 0))
+            return Ok((
+                Err(Rejection::Format(format!("{WEIGHTS_FILE} is missing"))),
+                0,
+            ))
         }
         Err(e) => return Err(e),
     };
@@ -83,7 +89,11 @@ pub async fn validate_stored(
     let announced = <[u8; 8]>::try_from(&prefix[..]).map_or(u64::MAX, u64::from_le_bytes);
     let head = if announced <= safetensors::MAX_HEADER_BYTES && announced <= len - 8 {
         let mut head = prefix.to_vec();
-        head.extend_from_slice(&store.read_range(key, WEIGHTS_FILE, 8..8 + announced).await?);
+        head.extend_from_slice(
+            &store
+                .read_range(key, WEIGHTS_FILE, 8..8 + announced)
+                .await?,
+        );
         head
     } else {
         prefix.to_vec()
