@@ -93,9 +93,13 @@ impl ObjectStore for Recorder {
         location: &Path,
         options: GetOptions,
     ) -> object_store::Result<GetResult> {
+        // A `head` is a get that reads no data.
+        let head = options.head;
         let got = self.inner.get_opts(location, options).await?;
-        self.read
-            .fetch_add(got.range.end - got.range.start, Ordering::SeqCst);
+        if !head {
+            self.read
+                .fetch_add(got.range.end - got.range.start, Ordering::SeqCst);
+        }
         Ok(got)
     }
     async fn get_ranges(

@@ -295,6 +295,9 @@ struct BaseFile {
     max_loras: u32,
     max_lora_rank: u64,
     env_from_secret: String,
+    /// The config.json beside it (loaded in `the_base_configmap_loads_as_base_templates`).
+    #[serde(rename = "config_json")]
+    _config_json: String,
 }
 
 #[test]
