@@ -49,10 +49,10 @@
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 // Domain types.
-pub mod endpoint;
-pub(crate) mod fd_limit;
 pub mod base_tokenizer;
+pub mod endpoint;
 pub mod engine_policy;
+pub(crate) mod fd_limit;
 pub mod secret;
 pub mod usage;
 // Stores.
