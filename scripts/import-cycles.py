@@ -229,7 +229,7 @@ def cycles(edges, mods, src):
 # top-level module may import modules of lower layers, and modules listed before it in its own
 # layer; a module importing one listed later, or one of a higher layer, fails the check.
 LAYERS = [
-    ("domain", ["secret", "fd_limit", "endpoint", "engine_policy", "usage"]),
+    ("domain", ["secret", "fd_limit", "endpoint", "base_tokenizer", "engine_policy", "usage"]),
     ("stores", ["redis_conn", "usage_store", "journal"]),
     ("logic", ["quota", "bodies", "metering", "adapter_check", "fleet", "lifecycle", "billing"]),
     ("edges", ["gateway", "api", "http_server", "portal", "notify", "replica_report"]),

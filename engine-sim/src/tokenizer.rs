@@ -14,8 +14,17 @@
 //!
 //! The `*_ids` functions return the rendered sequence as token ids (a hash of each token's text,
 //! or the id itself for token-id prompts); their length always equals the matching count.
+//!
+//! The same tokenizer as a Hugging Face `tokenizer.json` ([`TOKENIZER_JSON`]: `WhitespaceSplit`
+//! pre-tokenizer, a word-level model where every unknown word is one token, a `<s>` BOS added
+//! to each sequence) ships with the simulated bases, so the gateway's estimates through the
+//! `tokenizers` crate equal what the simulator bills (the server's `base_tokenizer` tests hold
+//! the two to the same counts).
 
 use serde_json::Value;
+
+/// The simulator's tokenizer as a Hugging Face `tokenizer.json`, for the simulated bases.
+pub const TOKENIZER_JSON: &str = include_str!("../tokenizer.json");
 
 const START: &str = "<|start|>";
 const END: &str = "<|end|>";

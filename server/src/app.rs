@@ -173,18 +173,17 @@ pub async fn build(pool: PgPool, options: AppOptions) -> anyhow::Result<App> {
         limits,
         cancel.clone(),
     ));
-    let lifecycle = crate::lifecycle::Lifecycle::new(
-        pool.clone(),
-        crate::lifecycle::AdapterStore::new(options.lifecycle.adapter_dir.clone()),
-        options.lifecycle.limits,
-    );
+    let store = options.lifecycle.adapter_store()?;
+    let lifecycle =
+        crate::lifecycle::Lifecycle::new(pool.clone(), store.clone(), options.lifecycle.limits);
     if let Some(backend) = &options.lifecycle.backend {
         let controller = crate::lifecycle::Controller::new(
             pool.clone(),
             backend.clone(),
             fleet_metrics.clone(),
             options.lifecycle.controller,
-        );
+        )
+        .with_store(store);
         tracker.spawn(controller.run(cancel.clone()));
     }
     let api = crate::api::router(crate::api::ApiState {

@@ -82,9 +82,24 @@ pub struct ServeArgs {
         default_value = ".tokenfactory/demo-credentials.json"
     )]
     pub demo_state: PathBuf,
-    /// Where uploaded adapters are stored (one folder per adapter version).
-    #[arg(long, env = "TF_ADAPTER_DIR", default_value = ".tokenfactory/adapters")]
-    pub adapter_dir: PathBuf,
+    /// Where uploaded adapters are stored (one folder per adapter version): a directory
+    /// (created if missing), `file:///dir`, or an S3-compatible bucket `s3://bucket/prefix`
+    /// configured by the usual `AWS_*` variables (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`,
+    /// `AWS_REGION`; `AWS_ENDPOINT` and `AWS_ALLOW_HTTP=true` for a MinIO-style store). On
+    /// Kubernetes it must be an `s3://` bucket the Dynamo workers can read.
+    #[arg(
+        long,
+        alias = "adapter-dir",
+        env = "TF_ADAPTER_STORE",
+        default_value = ".tokenfactory/adapters"
+    )]
+    pub adapter_store: String,
+    /// Base templates (serving template, `config.json`, `tokenizer.json`) to offer at start-up:
+    /// a YAML or TOML file, or a directory of them (the Helm chart mounts its per-base
+    /// ConfigMap). Upserted into PostgreSQL on every start (idempotent); see
+    /// `server/src/fleet/templates.rs` for the fields.
+    #[arg(long, env = "TF_BASE_TEMPLATES")]
+    pub base_templates: Option<PathBuf>,
     /// Mark session cookies Secure (set when serving behind TLS).
     #[arg(long, env = "TF_SECURE_COOKIES", default_value_t = false, action = clap::ArgAction::Set)]
     pub secure_cookies: bool,

@@ -22,10 +22,10 @@ const DEFAULT_DENIED_FIELDS: &[&str] = &[
     "sim",
 ];
 
-/// How a prompt's tokens are estimated before the engine reports them. Until the lifecycle work
-/// brings each base's own tokenizer, no estimate is exact for a real engine, so each use errs on
-/// its safe side: admission high (a bound), billing a cut request low (never above what was
-/// produced).
+/// How a prompt's tokens are estimated before the engine reports them when the base has no
+/// `tokenizer.json` of its own (with one, [`crate::base_tokenizer::BaseTokenizer`] counts them).
+/// No such estimate is exact for a real engine, so each use errs on its safe side: admission
+/// high (a bound), billing a cut request low (never above what was produced).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum PromptEstimator {
     /// A real engine: admission counts at most one token per byte of the prompt's JSON (a
@@ -58,11 +58,14 @@ impl PromptEstimator {
 }
 
 /// A base's policy as the request path applies it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct EnginePolicy {
     /// Top-level body fields removed before forwarding.
     pub denied_fields: Vec<String>,
+    /// The fallback estimator, used when the base has no tokenizer.
     pub estimator: PromptEstimator,
+    /// The base's own tokenizer (its `tokenizer.json`), shared by every route on the base.
+    pub tokenizer: Option<std::sync::Arc<crate::base_tokenizer::BaseTokenizer>>,
 }
 
 impl Default for EnginePolicy {
@@ -73,6 +76,7 @@ impl Default for EnginePolicy {
                 .map(|f| (*f).to_owned())
                 .collect(),
             estimator: PromptEstimator::default(),
+            tokenizer: None,
         }
     }
 }
@@ -83,7 +87,18 @@ impl EnginePolicy {
         Self {
             denied_fields: denied.unwrap_or_else(|| Self::default().denied_fields),
             estimator,
+            tokenizer: None,
         }
+    }
+
+    /// This policy with the base's own tokenizer.
+    #[must_use]
+    pub fn with_tokenizer(
+        mut self,
+        tokenizer: Option<std::sync::Arc<crate::base_tokenizer::BaseTokenizer>>,
+    ) -> Self {
+        self.tokenizer = tokenizer;
+        self
     }
 
     /// The default deny-list without `allowed`: a simulated engine that tests drive through

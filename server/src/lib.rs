@@ -10,6 +10,7 @@
 //!    - [`secret`]: a string that never prints itself (URLs with passwords, keys).
 //!    - [`fd_limit`]: the open-files limit and the connection cap it implies.
 //!    - [`endpoint`]: which OpenAI endpoint (chat, completions) and its path.
+//!    - [`base_tokenizer`]: a base's own `tokenizer.json`, counting prompts before the engine does.
 //!    - [`engine_policy`]: per base, the engine-control fields stripped and how prompts are
 //!      estimated before the engine counts them.
 //!    - [`usage`]: the usage event, the engine's `usage`, the sink trait and the spend barrier.
@@ -48,6 +49,7 @@
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 // Domain types.
+pub mod base_tokenizer;
 pub mod endpoint;
 pub mod engine_policy;
 pub(crate) mod fd_limit;

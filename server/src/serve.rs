@@ -46,6 +46,10 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     // If Redis is not up yet, a connector keeps trying on this tracker until `cancel`.
     let redis =
         crate::redis_conn::connect(args.redis_url.expose(), &fleet_tracker, cancel.clone()).await;
+    if let Some(path) = &args.base_templates {
+        let written = fleet::templates::offer_from(&pool, &fleet_spec, path).await?;
+        tracing::info!(bases = written, path = %path.display(), "base templates loaded");
+    }
     let sim_backend = fleet::start(&fleet_spec, &pool, &fleet_tracker, &cancel).await?;
     // kubernetes and local-vllm: built here so a bad kubeconfig fails start-up.
     let built = fleet::build::backend(
@@ -55,17 +59,16 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         &cancel,
     )
     .await?;
+    // Opened here so a bad location or S3 configuration fails start-up, naming it.
+    let store = crate::lifecycle::AdapterStore::open(&args.adapter_store)?;
     let lifecycle_options = crate::lifecycle::LifecycleOptions {
-        adapter_dir: args.adapter_dir.clone(),
+        store: Some(store.clone()),
         backend: sim_backend.or(built),
         ..Default::default()
     };
     let demo = if args.demo {
-        let lifecycle = crate::lifecycle::Lifecycle::new(
-            pool.clone(),
-            crate::lifecycle::AdapterStore::new(lifecycle_options.adapter_dir.clone()),
-            lifecycle_options.limits,
-        );
+        let lifecycle =
+            crate::lifecycle::Lifecycle::new(pool.clone(), store, lifecycle_options.limits);
         let adapters = (fleet_spec == FleetSpec::LocalSim).then_some(&lifecycle);
         Some(crate::demo::ensure(&pool, adapters, &args.demo_state).await?)
     } else {

@@ -31,7 +31,7 @@ async fn bench(pool: PgPool, limits: UploadLimits) -> Bench {
         .id;
     let dir = tempfile::tempdir().unwrap();
     Bench {
-        service: Lifecycle::new(pool, AdapterStore::new(dir.path()), limits),
+        service: Lifecycle::new(pool, AdapterStore::local(dir.path()).unwrap(), limits),
         tenant,
         _dir: dir,
     }

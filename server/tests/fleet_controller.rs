@@ -100,7 +100,7 @@ async fn setup(pool: &PgPool, base: &str, offered: bool) -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let service = Lifecycle::new(
         pool.clone(),
-        AdapterStore::new(dir.path()),
+        AdapterStore::local(dir.path()).unwrap(),
         UploadLimits::default(),
     );
     Setup {

@@ -86,6 +86,32 @@ fn add(args: &[Gv]) -> Result<Gv, FuncError> {
     Ok(Gv::from(sum))
 }
 
+/// The template engine's values -> serde_json.
+fn from_gtmpl(v: &Gv) -> Value {
+    match v {
+        Gv::Bool(b) => Value::Bool(*b),
+        Gv::Number(n) => n
+            .as_i64()
+            .map(Value::from)
+            .or_else(|| n.as_f64().map(Value::from))
+            .unwrap_or(Value::Null),
+        Gv::String(s) => Value::String(s.clone()),
+        Gv::Array(a) => Value::Array(a.iter().map(from_gtmpl).collect()),
+        Gv::Map(m) | Gv::Object(m) => {
+            Value::Object(m.iter().map(|(k, v)| (k.clone(), from_gtmpl(v))).collect())
+        }
+        _ => Value::Null,
+    }
+}
+
+/// Helm's `toJson`.
+fn to_json(args: &[Gv]) -> Result<Gv, FuncError> {
+    match args {
+        [v] => Ok(Gv::from(from_gtmpl(v).to_string())),
+        _ => Err(FuncError::ExactlyXArgs("toJson".into(), 1)),
+    }
+}
+
 /// `helm template RELEASE . --namespace NS`: every rendered document, parsed.
 fn render(release: &str, namespace: &str) -> Vec<Value> {
     let dir = chart_dir();
@@ -109,6 +135,7 @@ fn render(release: &str, namespace: &str) -> Vec<Value> {
             ("quote", quote as gtmpl::Func),
             ("default", default),
             ("add", add),
+            ("toJson", to_json),
         ]);
         t.parse(std::fs::read_to_string(&file).unwrap()).unwrap();
         let out = t
@@ -268,6 +295,9 @@ struct BaseFile {
     max_loras: u32,
     max_lora_rank: u64,
     env_from_secret: String,
+    /// The config.json beside it (loaded in `the_base_configmap_loads_as_base_templates`).
+    #[serde(rename = "config_json")]
+    _config_json: String,
 }
 
 #[test]
@@ -275,8 +305,8 @@ fn every_base_template_renders_a_valid_graph() {
     let docs = render("tf", "gateway");
     let bases = find(&docs, "ConfigMap", "tf-bases");
     let data = bases["data"].as_object().unwrap();
-    assert_eq!(data.len(), 2);
-    for (file, text) in data {
+    assert_eq!(data.len(), 4, "a template and a config.json per base");
+    for (file, text) in data.iter().filter(|(f, _)| f.ends_with(".yaml")) {
         let b: BaseFile = serde_saphyr::from_str(text.as_str().unwrap()).unwrap();
         assert_eq!(file, &format!("{}.yaml", b.base));
         let t = ServingTemplate {
@@ -295,4 +325,23 @@ fn every_base_template_renders_a_valid_graph() {
             dynamo_render::graph(&b.base, "gateway", &t).unwrap_or_else(|e| panic!("{file}: {e}"));
         assert_eq!(dgd["spec"]["services"]["worker"]["replicas"], b.replicas);
     }
+}
+
+/// The mounted ConfigMap is what `TF_BASE_TEMPLATES` reads at start-up: its files load through
+/// the product's own loader (every field known, each config.json found beside its template).
+#[test]
+fn the_base_configmap_loads_as_base_templates() {
+    let docs = render("tf", "gateway");
+    let bases = find(&docs, "ConfigMap", "tf-bases");
+    let dir = tempfile::tempdir().unwrap();
+    for (file, text) in bases["data"].as_object().unwrap() {
+        std::fs::write(dir.path().join(file), text.as_str().unwrap()).unwrap();
+    }
+    let loaded = tokenfactory::fleet::templates::load(dir.path()).unwrap();
+    let names: Vec<&str> = loaded.iter().map(|t| t.base.as_str()).collect();
+    assert_eq!(names, ["llama-3.1-8b-instruct", "qwen2.5-7b-instruct"]);
+    assert_eq!(loaded[0].row.config_json["hidden_size"], 4096);
+    assert_eq!(loaded[1].row.quantization.as_deref(), Some("fp8"));
+    assert_eq!(loaded[1].row.config_json["num_key_value_heads"], 4);
+    assert!(loaded.iter().all(|t| t.row.tokenizer_json.is_none()));
 }

@@ -303,3 +303,47 @@ async fn two_gateway_replicas_see_start_and_stop_within_a_second(pool: PgPool) {
     }
     assert!(stopped_at.elapsed() < Duration::from_secs(1));
 }
+
+/// Prompt estimates on a templated base use its own `tokenizer.json` (the simulated bases ship
+/// the simulator's tokenizer as theirs): admission's estimate of a prompt full of punctuation,
+/// tabs, a Unicode space and non-Latin text equals the prompt tokens the engine bills.
+#[sqlx::test(migrator = "tf_core::db::MIGRATOR")]
+async fn prompt_estimates_use_the_bases_tokenizer(pool: PgPool) {
+    let h = lifecycle::start(pool.clone(), SimConfig::default()).await;
+    let app = &h.app;
+    let acme = app.tenant("acme").await;
+    eventually(SETTLE, "the base routed with its tokenizer", || async {
+        app.app
+            .gateway
+            .routes
+            .snapshot()
+            .get(acme.id, LORA_BASE)
+            .is_some_and(|r| r.policy.tokenizer.is_some())
+    })
+    .await;
+    common::admin_limits(&pool, &["--key", &acme.key, "--tpm", "100000"]).await;
+    let content = "Tabs\tand  spaces,\u{2003}an em space; ünïcödé text, 漢字 かな!";
+    let body = serde_json::json!({
+        "model": LORA_BASE,
+        "messages": [{"role": "system", "content": "Be brief."},
+                     {"role": "user", "content": content}],
+        "max_tokens": 5,
+    });
+    let r = app
+        .post(&acme.key, "/v1/chat/completions", body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let remaining: u64 = r.headers()["x-ratelimit-remaining-tokens"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let v: serde_json::Value = r.json().await.unwrap();
+    let engine = v["usage"]["prompt_tokens"].as_u64().unwrap();
+    // Admission reserved the estimated prompt plus max_tokens.
+    assert_eq!(100_000 - remaining - 5, engine, "estimate = engine's count");
+    // By hand: (3 + 2 words) + (3 + 10 words) + 2 for the assistant header.
+    assert_eq!(engine, 20);
+}

@@ -183,6 +183,35 @@ pub async fn templated_bases(db: impl PgExecutor<'_>) -> sqlx::Result<Vec<Templa
         .collect())
 }
 
+/// The version of each base's `tokenizer.json` (its template's last change), for the bases that
+/// have one: the gateway reloads a base's tokenizer only when this moves.
+pub async fn tokenizer_versions(pool: &PgPool) -> sqlx::Result<Vec<(String, OffsetDateTime)>> {
+    let rows = sqlx::query!(
+        "SELECT b.name, t.updated_at
+           FROM base_models b JOIN base_templates t ON t.base_model_id = b.id
+          WHERE t.tokenizer_json IS NOT NULL"
+    )
+    .fetch_all(pool)
+    .await?;
+    Ok(rows.into_iter().map(|r| (r.name, r.updated_at)).collect())
+}
+
+/// A base's `tokenizer.json` as text, and its version.
+pub async fn tokenizer_json(
+    pool: &PgPool,
+    base: &str,
+) -> sqlx::Result<Option<(String, OffsetDateTime)>> {
+    let row = sqlx::query!(
+        r#"SELECT t.tokenizer_json::text AS "json!", t.updated_at
+             FROM base_models b JOIN base_templates t ON t.base_model_id = b.id
+            WHERE b.name = $1 AND t.tokenizer_json IS NOT NULL"#,
+        base
+    )
+    .fetch_optional(pool)
+    .await?;
+    Ok(row.map(|r| (r.json, r.updated_at)))
+}
+
 /// A managed adapter (one with stored files), as the controller and the surfaces read it.
 #[derive(Debug, Clone)]
 pub struct AdapterRow {

@@ -60,7 +60,7 @@ pub fn template(base: &str, replicas: i32) -> TemplateRow {
         replicas_max: replicas,
         env_from_secret: None,
         config_json: sim_base_config(),
-        tokenizer_json: None,
+        tokenizer_json: serde_json::from_str(tf_engine_sim::tokenizer::TOKENIZER_JSON).ok(),
         allow_dora: false,
         idle_after_secs: None,
     }

@@ -11,6 +11,7 @@ pub mod local_vllm;
 pub mod sim_fleet;
 pub mod sim_frontend;
 pub mod static_file;
+pub mod templates;
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -141,7 +141,7 @@ async fn handle(
         max_tokens: req.max_tokens(),
         sequences: req.sequences(),
     };
-    let estimate = || req.admission_prompt_tokens(endpoint, route.policy.estimator);
+    let estimate = || req.admission_prompt_tokens(endpoint, &route.policy);
     let admitted = match gw.quota.admit(admit, estimate).await {
         Ok(admitted) => admitted,
         Err(refusal) => {
@@ -155,10 +155,13 @@ async fn handle(
         .body_logging
         .then(|| gw.bodies.start(principal.tenant_id, request_id, &body));
     let limit_headers = admitted.as_ref().map(crate::quota::Admitted::rate_status);
+    let tokenizer = route.policy.tokenizer.clone();
     let ctx = MeterContext {
         event,
         started,
-        estimate_prompt: Box::new(move || request::estimate_prompt_tokens(endpoint, &raw)),
+        estimate_prompt: Box::new(move || {
+            request::estimate_prompt_tokens(endpoint, &raw, tokenizer.as_deref())
+        }),
         sink: gw.sink.clone(),
         cut: gw.cut.clone(),
         admitted,

@@ -11,8 +11,9 @@ use uuid::Uuid;
 
 use super::error::GatewayError;
 use super::resolve::{Route, SaltPolicy};
+use crate::base_tokenizer::BaseTokenizer;
 use crate::endpoint::Endpoint;
-use crate::engine_policy::PromptEstimator;
+use crate::engine_policy::{EnginePolicy, PromptEstimator};
 use crate::metering::meter::ClientWants;
 
 /// Tokens a chat template or BOS adds beyond the prompt's own bytes (Llama 3.1's adds a dated
@@ -149,12 +150,35 @@ impl ClientRequest<'_> {
             .max(1)
     }
 
-    /// The prompt's tokens for admission, erring high: the estimator's bound (see
-    /// [`PromptEstimator`]). Reads only the prompt fields.
-    pub fn admission_prompt_tokens(&self, endpoint: Endpoint, estimator: PromptEstimator) -> u64 {
-        match estimator {
+    /// The prompt's tokens for admission: counted by the base's tokenizer when it has one,
+    /// else the fallback estimator's bound, erring high (see [`PromptEstimator`]). Reads only
+    /// the prompt fields.
+    pub fn admission_prompt_tokens(&self, endpoint: Endpoint, policy: &EnginePolicy) -> u64 {
+        if let Some(tokenizer) = &policy.tokenizer {
+            return self.tokenizer_prompt_tokens(endpoint, tokenizer);
+        }
+        match policy.estimator {
             PromptEstimator::SimWords => self.word_prompt_tokens(endpoint),
             PromptEstimator::ByteBound => self.byte_bound_prompt_tokens(endpoint),
+        }
+    }
+
+    /// The prompt's tokens by the base's own tokenizer (see [`BaseTokenizer`]); token-id
+    /// prompts are counted as scanned, never built into values.
+    fn tokenizer_prompt_tokens(&self, endpoint: Endpoint, tokenizer: &BaseTokenizer) -> u64 {
+        match endpoint {
+            Endpoint::Chat => match field::<Value>(&self.body, "messages") {
+                Some(Ok(v)) => tokenizer.chat_prompt_tokens(&v),
+                _ => 0,
+            },
+            Endpoint::Completions => match self.body.get("prompt") {
+                Some(raw) if memchr::memchr(b'"', raw.get().as_bytes()).is_none() => u64::from(
+                    tf_engine_sim::tokenizer::completion_prompt_tokens(raw.get()),
+                ),
+                Some(raw) => serde_json::from_str::<Value>(raw.get())
+                    .map_or(0, |v| tokenizer.completion_prompt_tokens(&v)),
+                None => 0,
+            },
         }
     }
 
@@ -257,11 +281,19 @@ impl ClientRequest<'_> {
     }
 }
 
-/// The prompt's tokens for billing a request that was cut before the engine reported usage (words:
-/// see [`ClientRequest::word_prompt_tokens`]). Takes the client's raw body: it is parsed again only
-/// in that rare case.
-pub fn estimate_prompt_tokens(endpoint: Endpoint, raw: &[u8]) -> u64 {
-    parse(raw).map_or(0, |r| r.word_prompt_tokens(endpoint))
+/// The prompt's tokens for billing a request that was cut before the engine reported usage: by
+/// the base's tokenizer when it has one, else its words (see
+/// [`ClientRequest::word_prompt_tokens`]). Takes the client's raw body: it is parsed again only in
+/// that rare case.
+pub fn estimate_prompt_tokens(
+    endpoint: Endpoint,
+    raw: &[u8],
+    tokenizer: Option<&BaseTokenizer>,
+) -> u64 {
+    parse(raw).map_or(0, |r| match tokenizer {
+        Some(t) => r.tokenizer_prompt_tokens(endpoint, t),
+        None => r.word_prompt_tokens(endpoint),
+    })
 }
 
 #[cfg(test)]
@@ -387,16 +419,18 @@ mod tests {
         )
         .unwrap();
         let words = chat.word_prompt_tokens(Endpoint::Chat);
-        let bound = chat.admission_prompt_tokens(Endpoint::Chat, PromptEstimator::ByteBound);
+        let policy = |estimator| EnginePolicy::new(None, estimator);
+        let bound =
+            chat.admission_prompt_tokens(Endpoint::Chat, &policy(PromptEstimator::ByteBound));
         // A byte-level tokenizer counts at most one token per byte of the text.
         assert!(bound >= "Explain, briefly: tokenizers!".len() as u64 + words);
         assert_eq!(
-            chat.admission_prompt_tokens(Endpoint::Chat, PromptEstimator::SimWords),
+            chat.admission_prompt_tokens(Endpoint::Chat, &policy(PromptEstimator::SimWords)),
             words
         );
         let ids = parse(br#"{"model":"m","prompt":[1,2,3,4]}"#).unwrap();
         assert_eq!(
-            ids.admission_prompt_tokens(Endpoint::Completions, PromptEstimator::ByteBound),
+            ids.admission_prompt_tokens(Endpoint::Completions, &policy(PromptEstimator::ByteBound)),
             4
         );
         assert_eq!(
@@ -420,5 +454,38 @@ mod tests {
             u64::from(tf_engine_sim::tokenizer::chat_prompt_tokens(&parsed))
         );
         assert_eq!(chat.word_prompt_tokens(Endpoint::Completions), 0);
+    }
+
+    #[test]
+    fn the_bases_tokenizer_counts_when_it_has_one() {
+        // Splits words from punctuation (`\w+|[^\w\s]+`), every piece one token, no BOS.
+        let json = r#"{"version":"1.0","truncation":null,"padding":null,"added_tokens":[],
+            "normalizer":null,"pre_tokenizer":{"type":"Whitespace"},"post_processor":null,
+            "decoder":null,"model":{"type":"WordLevel","vocab":{"[UNK]":0},"unk_token":"[UNK]"}}"#;
+        let t = std::sync::Arc::new(BaseTokenizer::from_json(json).unwrap());
+        let with =
+            EnginePolicy::new(None, PromptEstimator::SimWords).with_tokenizer(Some(t.clone()));
+        let without = EnginePolicy::new(None, PromptEstimator::SimWords);
+        let raw = br#"{"model":"m","messages":[{"role":"user","content":"Hello, world!"}]}"#;
+        let chat = parse(raw).unwrap();
+        // By hand: 2 markers + `user` + `Hello` `,` `world` `!`, then the assistant header
+        // (a marker + `assistant`): 9.
+        assert_eq!(chat.admission_prompt_tokens(Endpoint::Chat, &with), 9);
+        assert_eq!(estimate_prompt_tokens(Endpoint::Chat, raw, Some(&t)), 9);
+        // No tokenizer: the fallback (the simulator's words, 3 + 2 + 2).
+        assert_eq!(chat.admission_prompt_tokens(Endpoint::Chat, &without), 7);
+        assert_eq!(estimate_prompt_tokens(Endpoint::Chat, raw, None), 7);
+        let raw = br#"{"model":"m","prompt":["Hello, world!", [5, 6]]}"#;
+        let completion = parse(raw).unwrap();
+        assert_eq!(
+            completion.admission_prompt_tokens(Endpoint::Completions, &with),
+            6
+        );
+        assert_eq!(
+            estimate_prompt_tokens(Endpoint::Completions, raw, Some(&t)),
+            6
+        );
+        let ids = parse(br#"{"model":"m","prompt":[1,2,3]}"#).unwrap();
+        assert_eq!(ids.admission_prompt_tokens(Endpoint::Completions, &with), 3);
     }
 }

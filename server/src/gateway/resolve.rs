@@ -11,6 +11,7 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use super::upstream::{Upstream, UpstreamOptions};
+use crate::base_tokenizer::BaseTokenizer;
 use crate::engine_policy::{EnginePolicy, PromptEstimator};
 
 /// How the request's `cache_salt` is set.
@@ -82,12 +83,20 @@ impl RouteSnapshot {
     }
 }
 
-/// The live table plus the pooled clients it hands out (kept across rebuilds so warm
-/// connections survive a catalog change).
+/// A base's tokenizer as loaded, with the template version it was loaded from (`None`: the
+/// template's `tokenizer.json` could not be loaded; its prompts are estimated).
+struct LoadedTokenizer {
+    version: time::OffsetDateTime,
+    tokenizer: Option<Arc<BaseTokenizer>>,
+}
+
+/// The live table plus the pooled clients and base tokenizers it hands out (kept across rebuilds
+/// so warm connections survive a catalog change and a tokenizer is parsed once per version).
 pub struct RouteTable {
     pool: PgPool,
     current: ArcSwap<RouteSnapshot>,
     upstreams: Mutex<HashMap<String, Arc<Upstream>>>,
+    tokenizers: Mutex<HashMap<String, LoadedTokenizer>>,
     options: UpstreamOptions,
     /// Serialises rebuilds so an older read never overwrites a newer one.
     reload_lock: tokio::sync::Mutex<()>,
@@ -103,6 +112,7 @@ impl RouteTable {
             pool,
             current: ArcSwap::from_pointee(RouteSnapshot::default()),
             upstreams: Mutex::new(HashMap::new()),
+            tokenizers: Mutex::new(HashMap::new()),
             options,
             reload_lock: tokio::sync::Mutex::new(()),
             reloaded: tokio::sync::watch::Sender::new(0),
@@ -133,9 +143,11 @@ impl RouteTable {
     /// Rebuilds the snapshot from PostgreSQL and swaps it in.
     pub async fn reload(&self) -> anyhow::Result<()> {
         let _serial = self.reload_lock.lock().await;
+        let tokenizers = self.tokenizers().await?;
         let rows = tf_core::db::catalog::routes(&self.pool).await?;
         let mut next = RouteSnapshot::default();
         for row in rows {
+            let tokenizer = tokenizers.get(&row.base).cloned();
             let route = Arc::new(Route {
                 upstream: self.upstream(&row.upstream_url)?,
                 activity: self.activity.graph(&row.graph),
@@ -155,7 +167,8 @@ impl RouteTable {
                 policy: EnginePolicy::new(
                     row.denied_fields,
                     PromptEstimator::parse(&row.prompt_estimator).unwrap_or_default(),
-                ),
+                )
+                .with_tokenizer(tokenizer),
                 created: row.created,
                 starting: row.state == "starting",
                 asleep: row.asleep,
@@ -176,6 +189,62 @@ impl RouteTable {
         self.current.store(Arc::new(next));
         self.reloaded.send_modify(|n| *n = n.wrapping_add(1));
         Ok(())
+    }
+
+    /// Every base's tokenizer, by base name: each loaded once per template version (parsed off
+    /// the runtime's threads) and reused by later rebuilds. A `tokenizer.json` that does not
+    /// load is logged and its base falls back to its estimator.
+    async fn tokenizers(&self) -> anyhow::Result<HashMap<String, Arc<BaseTokenizer>>> {
+        let versions = tf_core::db::lifecycle::tokenizer_versions(&self.pool).await?;
+        let mut out = HashMap::new();
+        for (base, version) in versions {
+            let cached = self
+                .tokenizers
+                .lock()
+                .map_err(|_| anyhow::anyhow!("tokenizer cache poisoned"))?
+                .get(&base)
+                .filter(|t| t.version == version)
+                .map(|t| t.tokenizer.clone());
+            let tokenizer = match cached {
+                Some(t) => t,
+                None => {
+                    let Some((json, version)) =
+                        tf_core::db::lifecycle::tokenizer_json(&self.pool, &base).await?
+                    else {
+                        continue;
+                    };
+                    let parsed =
+                        tokio::task::spawn_blocking(move || BaseTokenizer::from_json(&json))
+                            .await?;
+                    let tokenizer = match parsed {
+                        Ok(t) => Some(Arc::new(t)),
+                        Err(reason) => {
+                            tracing::warn!(
+                                base = %base,
+                                reason = %reason,
+                                "prompt estimates fall back: the base's tokenizer.json does not load"
+                            );
+                            None
+                        }
+                    };
+                    self.tokenizers
+                        .lock()
+                        .map_err(|_| anyhow::anyhow!("tokenizer cache poisoned"))?
+                        .insert(
+                            base.clone(),
+                            LoadedTokenizer {
+                                version,
+                                tokenizer: tokenizer.clone(),
+                            },
+                        );
+                    tokenizer
+                }
+            };
+            if let Some(t) = tokenizer {
+                out.insert(base, t);
+            }
+        }
+        Ok(out)
     }
 
     fn upstream(&self, url: &str) -> anyhow::Result<Arc<Upstream>> {

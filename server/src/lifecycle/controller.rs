@@ -74,6 +74,8 @@ pub struct Controller {
     metrics: Arc<FleetMetrics>,
     options: ControllerOptions,
     backoff: HashMap<String, Backoff>,
+    /// Where deleted adapters' files are removed from; `None`: they are left in place.
+    store: Option<AdapterStore>,
 }
 
 impl Controller {
@@ -89,7 +91,15 @@ impl Controller {
             metrics,
             options,
             backoff: HashMap::new(),
+            store: None,
         }
+    }
+
+    /// Removes a deleted adapter's stored files from `store` (the one its uploads went to).
+    #[must_use]
+    pub fn with_store(mut self, store: AdapterStore) -> Self {
+        self.store = Some(store);
+        self
     }
 
     /// Runs until `cancel`: waits for the lock, then reconciles every tick while it holds it.
@@ -437,7 +447,7 @@ impl Controller {
                     Ok(())
                 };
                 match removed {
-                    Ok(()) => self.forget(a).await.map(|()| Ok(())),
+                    Ok(()) => self.forget(a).await,
                     Err(e) => Ok(Err(e)),
                 }
             }
@@ -462,16 +472,17 @@ impl Controller {
         tx.commit().await
     }
 
-    /// A deleted adapter, deregistered: its files and its row go; its history stays.
-    async fn forget(&self, a: &AdapterRow) -> sqlx::Result<()> {
-        if let Some(dir) = a.storage_uri.as_deref().and_then(AdapterStore::dir_of_uri) {
-            // The adapter's folder holds every version (`<id>/v<n>/`).
-            let folder = dir
-                .parent()
-                .filter(|p| p.ends_with(a.id.simple().to_string()))
-                .map_or(dir.clone(), std::path::Path::to_path_buf);
-            if let Err(e) = AdapterStore::remove_dir(&folder).await {
-                tracing::warn!(error = %e, dir = %folder.display(), "could not remove an adapter's files");
+    /// A deleted adapter, deregistered: its files (every version) and its row go; its history
+    /// stays. A store that cannot be reached leaves the row, so the next pass tries again.
+    async fn forget(&self, a: &AdapterRow) -> sqlx::Result<Result<(), FleetError>> {
+        if let (Some(store), Some(uri)) = (&self.store, a.storage_uri.as_deref()) {
+            match store.remove_adapter(uri, &a.id.simple().to_string()).await {
+                Ok(()) => {}
+                // Kept in a store this replica is not configured with: nothing to retry.
+                Err(e @ super::storage::StoreError::Config { .. }) => {
+                    tracing::warn!(error = %e, uri, "an adapter's files are not in this store");
+                }
+                Err(e) => return Ok(Err(FleetError::Unavailable(format!("adapter store: {e}")))),
             }
         }
         let mut tx = self.pool.begin().await?;
@@ -481,7 +492,8 @@ impl Controller {
                 record_adapter(&mut tx, &row, "deleted", None).await?;
             }
         }
-        tx.commit().await
+        tx.commit().await?;
+        Ok(Ok(()))
     }
 
     fn waiting(&self, key: &str) -> bool {

@@ -15,13 +15,16 @@ pub mod validate;
 pub use controller::{Controller, ControllerOptions};
 pub use metrics::FleetMetrics;
 pub use service::{Actor, AdapterView, Lifecycle, LifecycleError, UploadLimits};
-pub use storage::AdapterStore;
+pub use storage::{AdapterStore, StoreError};
 
 /// What the app needs to run the lifecycle.
 #[derive(Clone)]
 pub struct LifecycleOptions {
-    /// Where uploaded adapters are stored (`--adapter-dir`).
+    /// The local directory uploaded adapters are stored in when `store` is `None`.
     pub adapter_dir: std::path::PathBuf,
+    /// Where uploaded adapters are stored (`--adapter-store`: a directory or an S3 bucket);
+    /// `None`: `adapter_dir`.
+    pub store: Option<AdapterStore>,
     pub limits: UploadLimits,
     /// The backend the controller drives; `None`: no controller on this replica (static fleets).
     pub backend: Option<std::sync::Arc<dyn crate::fleet::backend::FleetBackend>>,
@@ -32,9 +35,20 @@ impl Default for LifecycleOptions {
     fn default() -> Self {
         Self {
             adapter_dir: std::env::temp_dir().join("tokenfactory-adapters"),
+            store: None,
             limits: UploadLimits::default(),
             backend: None,
             controller: ControllerOptions::default(),
+        }
+    }
+}
+
+impl LifecycleOptions {
+    /// The adapter store these options name (the local directory is created if missing).
+    pub fn adapter_store(&self) -> Result<AdapterStore, StoreError> {
+        match &self.store {
+            Some(store) => Ok(store.clone()),
+            None => AdapterStore::local(&self.adapter_dir),
         }
     }
 }

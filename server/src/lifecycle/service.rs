@@ -3,8 +3,6 @@
 //! change is one transaction with its history row and its audit record; the controller makes the
 //! fleet follow.
 
-use std::path::PathBuf;
-
 use bytes::Bytes;
 use futures::Stream;
 use serde_json::json;
@@ -192,10 +190,7 @@ impl Lifecycle {
                     &self.store.uri(&key),
                 )
                 .await?;
-                replaced = row
-                    .storage_uri
-                    .as_deref()
-                    .and_then(AdapterStore::dir_of_uri);
+                replaced = row.storage_uri.clone();
                 (row.id, version, Some(row.state))
             }
             None => {
@@ -249,8 +244,10 @@ impl Lifecycle {
         .await?;
         tx.commit().await?;
         // The stopped version's files are not needed any more (its engine name is retired).
-        if let Some(dir) = replaced {
-            let _ = AdapterStore::remove_dir(&dir).await;
+        if let Some(uri) = replaced {
+            if let Err(e) = self.store.remove_uri(&uri).await {
+                tracing::warn!(error = %e, uri, "could not remove a replaced adapter version");
+            }
         }
         Ok(Upload {
             id,
@@ -293,7 +290,7 @@ impl Lifecycle {
                 self.reject(upload, "the upload was interrupted").await?;
                 Err(LifecycleError::BadRequest(reason))
             }
-            Err(StoreError::Io(e)) => Err(e.into()),
+            Err(e) => Err(LifecycleError::Io(e.into())),
         }
     }
 
@@ -302,19 +299,22 @@ impl Lifecycle {
         self.transition_upload(upload, "uploading", "validating", None)
             .await?;
         let base = self.base_spec(upload.id).await?;
-        let dir = self.store.dir(&upload.key);
-        let weights_name = upload.weights_name.clone();
-        let verdict = tokio::task::spawn_blocking(move || {
-            validate::check_file_name(weights_name.as_deref())?;
-            validate::validate_dir(&dir, &base)
-        })
-        .await
-        .map_err(|e| std::io::Error::other(e.to_string()))?;
+        let verdict = match validate::check_file_name(upload.weights_name.as_deref()) {
+            Err(rejection) => Err(rejection),
+            Ok(()) => {
+                let (verdict, size) = validate::validate_stored(
+                    &self.store,
+                    &upload.key,
+                    &base,
+                    self.limits.config_bytes,
+                )
+                .await
+                .map_err(std::io::Error::from)?;
+                verdict.map(|accepted| (accepted, size))
+            }
+        };
         match verdict {
-            Ok(accepted) => {
-                let size = std::fs::metadata(self.store.dir(&upload.key).join(WEIGHTS_FILE))
-                    .map(|m| m.len())
-                    .unwrap_or(0);
+            Ok((accepted, size)) => {
                 let mut tx = self.pool.begin().await?;
                 db::set_validation(
                     &mut tx,
@@ -364,7 +364,9 @@ impl Lifecycle {
             }
         }
         tx.commit().await?;
-        let _ = AdapterStore::remove_dir(&self.store.dir(&upload.key)).await;
+        if let Err(e) = self.store.remove(&upload.key).await {
+            tracing::warn!(error = %e, key = upload.key, "could not remove a rejected upload");
+        }
         Ok(())
     }
 
@@ -477,9 +479,9 @@ impl Lifecycle {
             .collect())
     }
 
-    /// Where an adapter's stored version lives (for the controller's delete).
-    pub fn dir_of(uri: &str) -> Option<PathBuf> {
-        AdapterStore::dir_of_uri(uri)
+    /// The store the adapters' files are kept in.
+    pub fn store(&self) -> &AdapterStore {
+        &self.store
     }
 }
 

@@ -1,12 +1,12 @@
 //! Judging stored adapter files against their base, once, before the adapter can be started:
 //! refuses pickle files by name and by content, then runs [`crate::adapter_check`] (bounded
 //! safetensors header, PEFT config, every tensor's shape against the base's `config.json`, rank
-//! against the graph's `--max-lora-rank`). Blocking file I/O: run it on a blocking thread.
-
-use std::io::{BufReader, Read, Seek, SeekFrom};
-use std::path::Path;
+//! against the graph's `--max-lora-rank`). Reads the stored files by range from the adapter
+//! store; the parsing runs on a blocking thread.
 
 use serde_json::json;
+
+use super::storage::{AdapterStore, StoreError};
 
 use crate::adapter_check::config::{AdapterConfig, BaseConfig};
 use crate::adapter_check::{self, safetensors, Accepted, GraphLimits, Rejection};
@@ -49,28 +49,70 @@ fn check_not_pickle(first: &[u8]) -> Result<(), Rejection> {
     Ok(())
 }
 
-/// Validates the stored files in `dir` against `base`; the summary is kept with the adapter.
-pub fn validate_dir(dir: &Path, base: &BaseSpec) -> Result<Accepted, Rejection> {
-    let config = std::fs::read_to_string(dir.join(CONFIG_FILE))
-        .map_err(|e| Rejection::Config(format!("{CONFIG_FILE} is missing or not UTF-8: {e}")))?;
-    let adapter = AdapterConfig::parse(&config)?;
+/// Validates the stored version `key` against `base`; the summary is kept with the adapter.
+/// Reads the config (at most `config_limit` bytes) and, of the weights, only the 8-byte length
+/// prefix and then the header it announces, once that length is checked against the cap and the
+/// object's real size: memory is bounded by the header size accepted, never by the file's.
+/// Returns the verdict and the weights' size.
+pub async fn validate_stored(
+    store: &AdapterStore,
+    key: &str,
+    base: &BaseSpec,
+    config_limit: u64,
+) -> Result<(Result<Accepted, Rejection>, u64), StoreError> {
+    let config = match store.read_small(key, CONFIG_FILE, config_limit).await {
+        Ok(bytes) => bytes,
+        Err(e) if e.is_not_found() => {
+            return Ok((
+                Err(Rejection::Config(format!("{CONFIG_FILE} is missing"))),
+                0,
+            ))
+        }
+        Err(e @ StoreError::TooLarge { .. }) => {
+            return Ok((Err(Rejection::Config(e.to_string())), 0))
+        }
+        Err(e) => return Err(e),
+    };
+    let len = match store.size(key, WEIGHTS_FILE).await {
+        Ok(len) => len,
+        Err(e) if e.is_not_found() => {
+            return Ok((
+                Err(Rejection::Format(format!("{WEIGHTS_FILE} is missing"))),
+                0,
+            ))
+        }
+        Err(e) => return Err(e),
+    };
+    let prefix = store.read_range(key, WEIGHTS_FILE, 0..len.min(8)).await?;
+    // The header is fetched only when its announced length is one `read_header` accepts;
+    // otherwise `read_header` refuses it from the prefix alone, with its own reason.
+    let announced = <[u8; 8]>::try_from(&prefix[..]).map_or(u64::MAX, u64::from_le_bytes);
+    let head = if announced <= safetensors::MAX_HEADER_BYTES && announced <= len - 8 {
+        let mut head = prefix.to_vec();
+        head.extend_from_slice(
+            &store
+                .read_range(key, WEIGHTS_FILE, 8..8 + announced)
+                .await?,
+        );
+        head
+    } else {
+        prefix.to_vec()
+    };
+    let base = base.clone();
+    let verdict = tokio::task::spawn_blocking(move || judge(&config, &head, len, &base))
+        .await
+        .map_err(|e| std::io::Error::other(e.to_string()))?;
+    Ok((verdict, len))
+}
+
+/// The CPU part of validation: the config, the pickle check and the header against the base.
+fn judge(config: &[u8], head: &[u8], len: u64, base: &BaseSpec) -> Result<Accepted, Rejection> {
+    let config = std::str::from_utf8(config)
+        .map_err(|_| Rejection::Config(format!("{CONFIG_FILE} is not UTF-8")))?;
+    let adapter = AdapterConfig::parse(config)?;
     let base_config = BaseConfig::parse(&base.config_json.to_string())?;
-    let file = std::fs::File::open(dir.join(WEIGHTS_FILE))
-        .map_err(|e| Rejection::Format(format!("{WEIGHTS_FILE} is missing: {e}")))?;
-    let len = file
-        .metadata()
-        .map_err(|e| Rejection::Format(format!("{WEIGHTS_FILE}: {e}")))?
-        .len();
-    let mut reader = BufReader::new(file);
-    let mut first = [0u8; 4];
-    let n = reader
-        .read(&mut first)
-        .map_err(|e| Rejection::Format(format!("{WEIGHTS_FILE}: {e}")))?;
-    check_not_pickle(&first[..n])?;
-    reader
-        .seek(SeekFrom::Start(0))
-        .map_err(|e| Rejection::Format(format!("{WEIGHTS_FILE}: {e}")))?;
-    let header = safetensors::read_header(reader, len)?;
+    check_not_pickle(&head[..head.len().min(4)])?;
+    let header = safetensors::read_header(head, len)?;
     adapter_check::check(
         &header,
         &adapter,

@@ -15,8 +15,8 @@ pub struct MeterContext {
     /// The event with identity fields filled and zero tokens.
     pub event: UsageEvent,
     pub started: Instant,
-    /// Prompt tokens counted by the gateway from the prompt's words (no real tokenizer: a count
-    /// no BPE tokenizer goes below), computed only if the engine never reported usage.
+    /// Prompt tokens counted by the gateway (the base's tokenizer, else the prompt's words: a
+    /// count no BPE tokenizer goes below), computed only if the engine never reported usage.
     pub estimate_prompt: Box<dyn FnOnce() -> u64 + Send>,
     pub sink: Arc<dyn UsageSink>,
     /// Fires at the shutdown deadline: the stream is cut, billed and ended with an error event.
