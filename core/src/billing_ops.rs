@@ -221,10 +221,12 @@ pub async fn issue(
     invoice: Uuid,
 ) -> Result<db::Invoice, AccountError> {
     let mut tx = pool.begin().await?;
-    let inv = about(&mut tx, invoice).await?;
+    about(&mut tx, invoice).await?;
     if !db::issue(&mut *tx, invoice, actor.name).await? {
         return Err(AccountError::Invalid(format!("{invoice} is not a draft")));
     }
+    // Read after issuing: a rebuild that held the tenant's lock may have changed the total.
+    let inv = about(&mut tx, invoice).await?;
     record(
         &mut tx,
         actor,

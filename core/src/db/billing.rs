@@ -464,15 +464,31 @@ pub async fn adjust(
 
 /// Issues a draft: from then on the database refuses any change to it or its entries. False
 /// when it was not a draft.
-pub async fn issue(db: impl PgExecutor<'_>, invoice: Uuid, by: &str) -> sqlx::Result<bool> {
+pub async fn issue(
+    db: impl Acquire<'_, Database = Postgres>,
+    invoice: Uuid,
+    by: &str,
+) -> sqlx::Result<bool> {
+    let mut tx = db.begin().await?;
+    // The tenant's row first, as [`build_draft`] takes it: a rebuild running now finishes before
+    // the draft is frozen, and one that starts after sees it issued (without the lock, a rebuild
+    // that read "not issued" just before could start a second draft for an issued month).
+    sqlx::query!(
+        "SELECT t.id FROM tenants t JOIN invoices i ON i.tenant_id = t.id
+         WHERE i.id = $1 FOR UPDATE OF t",
+        invoice
+    )
+    .fetch_optional(&mut *tx)
+    .await?;
     let done = sqlx::query!(
         "UPDATE invoices SET status = 'issued', issued_at = now(), issued_by = $2
          WHERE id = $1 AND status = 'draft'",
         invoice,
         by,
     )
-    .execute(db)
+    .execute(&mut *tx)
     .await?;
+    tx.commit().await?;
     Ok(done.rows_affected() == 1)
 }
 
