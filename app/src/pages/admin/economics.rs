@@ -302,8 +302,9 @@ fn body(v: EconomicsView, csrf: String) -> AnyView {
              completion) over what the warm replicas could serve at peak. The floor's idle cost \
              is its cost times the share of its capacity unused (traffic fills the floor first). \
              Money in micro-units and ratios in basis points, each rounded once, half-up; the \
-             margin is revenue minus GPU cost as shown. Revenue is the usage priced by the \
-             placeholder price until billing's rated charges replace it. Today counts up to now."
+             margin is revenue minus GPU cost as shown. Revenue is billing's rated charges \
+             (the live rating run); usage the rater has not reached yet is not counted. Today \
+             counts up to now."
         </p>
         {empty.then(|| view! { <p class="muted">"No base has costs, graph history or usage in these 30 days."</p> })}
         {v.bases.into_iter().map(|b| base_panel(b, &day)).collect_view()}
