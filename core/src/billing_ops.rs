@@ -12,32 +12,9 @@ use time::{Date, OffsetDateTime};
 use uuid::Uuid;
 
 use crate::accounts::AccountError;
-use crate::db::{audit, billing as db, invoicing};
+use crate::db::{billing as db, invoicing};
 use crate::money::Rates;
-use crate::operator::Actor;
-
-async fn record(
-    conn: &mut PgConnection,
-    actor: &Actor<'_>,
-    tenant_id: Option<Uuid>,
-    action: &str,
-    target: &str,
-    detail: Value,
-) -> sqlx::Result<()> {
-    audit::record(
-        conn,
-        &audit::Entry {
-            actor_user_id: actor.user_id,
-            actor: actor.name,
-            tenant_id,
-            action,
-            target,
-            detail,
-            source_ip: actor.source_ip,
-        },
-    )
-    .await
-}
+use crate::operator::{record, Actor};
 
 fn rfc3339(t: OffsetDateTime) -> String {
     t.format(&Rfc3339).unwrap_or_default()

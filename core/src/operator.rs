@@ -35,7 +35,8 @@ impl Actor<'static> {
     };
 }
 
-async fn record(
+/// One audit row for an operator's action, in the caller's transaction (also billing's).
+pub(crate) async fn record(
     conn: &mut PgConnection,
     actor: &Actor<'_>,
     tenant_id: Option<Uuid>,
