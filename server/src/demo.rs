@@ -50,8 +50,8 @@ impl std::fmt::Debug for DemoCredentials {
 }
 
 /// A random password that meets the minimum length.
-/// The demo's placeholder price on its simulated bases: $0.20 per million tokens, so the usage
-/// pages and the home show money (until the billing issue's price book).
+/// The demo's price on its simulated bases: $0.20 per million tokens, as the placeholder price
+/// (usage pages, spend) and in the price book (invoices), so its pages show money that agrees.
 pub const DEMO_MICROS_PER_1K: i64 = 200;
 
 pub fn random_password() -> String {
@@ -96,6 +96,7 @@ pub async fn ensure(
             demo_adapter(pool, lifecycle, tenant.id, served).await?;
         }
         tf_core::db::catalog::price_unpriced(pool, "local-sim", DEMO_MICROS_PER_1K).await?;
+        price_book(pool).await?;
     }
     let api_key = match saved.as_ref().map(|s| s.api_key.as_str()) {
         Some(key) if key_works(pool, tenant.id, key).await? => key.to_owned(),
@@ -111,6 +112,42 @@ pub async fn ensure(
     write_state(state, &creds)
         .with_context(|| format!("writing the demo credentials to {}", state.display()))?;
     Ok(creds)
+}
+
+/// Gives the demo's bases the same price in the price book as their placeholder price, so its
+/// invoices agree with its usage pages (the billing migration only copied the bases that existed
+/// when it ran). A base the book already prices keeps its price; nothing new, no new version.
+async fn price_book(pool: &PgPool) -> anyhow::Result<()> {
+    use tf_core::billing_ops::{self, NewPrice};
+    let now = time::OffsetDateTime::now_utc();
+    let priced: std::collections::HashSet<String> = tf_core::db::billing::prices_at(pool, now)
+        .await?
+        .map(|(_, prices)| prices.into_iter().map(|p| p.price_key).collect())
+        .unwrap_or_default();
+    let per_m = DEMO_MICROS_PER_1K * 1000;
+    let missing: Vec<NewPrice> = tf_core::db::catalog::prices(pool)
+        .await?
+        .into_iter()
+        .filter(|b| b.micros_per_1k_tokens == DEMO_MICROS_PER_1K && !priced.contains(&b.name))
+        .map(|b| NewPrice {
+            price_key: b.name,
+            tier: "standard".to_owned(),
+            rates: tf_core::money::Rates {
+                fresh_per_m: per_m,
+                cached_per_m: per_m,
+                output_per_m: per_m,
+            },
+        })
+        .collect();
+    if !missing.is_empty() {
+        let demo = tf_core::operator::Actor {
+            user_id: None,
+            name: "demo",
+            source_ip: None,
+        };
+        billing_ops::set_prices(pool, &demo, now, &missing).await?;
+    }
+    Ok(())
 }
 
 /// Uploads (generated, valid weights) and starts a demo adapter unless it is already there; a
