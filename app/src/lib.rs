@@ -79,6 +79,7 @@ pub fn App() -> impl IntoView {
                 <Route path=path!("/admin/economics") view=pages::admin::economics::EconomicsPage ssr=SsrMode::Async/>
                 <Route path=path!("/admin/prices") view=pages::admin::prices::PricesPage ssr=SsrMode::Async/>
                 <Route path=path!("/admin/invoices") view=pages::admin::invoices::AdminInvoicesPage ssr=SsrMode::Async/>
+                <Route path=path!("/admin/invoices/:id") view=pages::admin::invoices::AdminInvoicePage ssr=SsrMode::Async/>
                 <Route path=path!("/admin/*any") view=pages::admin::AdminNotFound ssr=SsrMode::Async/>
             </Routes>
         </Router>

@@ -1,19 +1,8 @@
-//! Money: integer micro-units of currency, never floats. The price formulas of the product live
-//! here: [`cost_micros`], the placeholder flat price per 1,000 tokens that quota's estimates and
-//! settlements, the usage pages and the spend limit still use, and [`line_micros`], the rated
-//! price of a billing charge line (versioned prices, three rates, `db::billing`).
-
-/// Cost in micro-units of `tokens` at `micros_per_1k` micro-units per 1000 tokens, rounded up per
-/// request: a request that used any token of a priced model costs at least one micro. A negative
-/// price counts as 0 (the schema forbids one); the product saturates instead of wrapping.
-///
-/// INVARIANT: the spend aggregates in `db::spend` compute the same per event in SQL (test:
-/// db::spend::tests::sql_spend_agrees_with_cost_micros).
-pub fn cost_micros(tokens: u64, micros_per_1k: i64) -> i64 {
-    let price = u64::try_from(micros_per_1k).unwrap_or(0);
-    let micros = tokens.saturating_mul(price).saturating_add(999) / 1000;
-    i64::try_from(micros).unwrap_or(i64::MAX)
-}
+//! Money: integer micro-units of currency, never floats. The one cost function of the product
+//! lives here: [`line_micros`], what one usage event costs under a price's three rates. Quota's
+//! estimates and settlements use it; the SQL that prices events (the rater's
+//! `billing_rate_batch`, and `line_amount`/`charge_micros` behind the usage rollup, the spend
+//! limit and the request log) applies the same rule, and tests prove they agree.
 
 /// Token quantities of one rated event: fresh (uncached) input, cached input and output.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -48,7 +37,7 @@ pub fn line_micros(q: Quantities, r: Rates) -> i64 {
 
 #[cfg(test)]
 mod tests {
-    use super::{cost_micros, line_micros, Quantities, Rates};
+    use super::{line_micros, Quantities, Rates};
 
     fn q(fresh: i64, cached: i64, output: i64) -> Quantities {
         Quantities {
@@ -80,24 +69,5 @@ mod tests {
         );
         assert_eq!(line_micros(q(i64::MAX, 0, 0), r(i64::MAX, 0, 0)), i64::MAX);
         assert_eq!(line_micros(q(-5, 0, 0), r(1_000_000, 0, 0)), 0);
-    }
-
-    #[test]
-    fn cost_rounds_up_per_request() {
-        assert_eq!(cost_micros(0, 1000), 0);
-        assert_eq!(cost_micros(1, 1), 1);
-        assert_eq!(cost_micros(1000, 1), 1);
-        assert_eq!(cost_micros(1001, 1), 2);
-        assert_eq!(cost_micros(30, 1000), 30);
-        assert_eq!(cost_micros(5, 0), 0);
-    }
-
-    #[test]
-    fn negative_prices_are_free_and_huge_counts_saturate() {
-        assert_eq!(cost_micros(1_000, -5), 0);
-        assert_eq!(
-            cost_micros(u64::MAX, i64::MAX),
-            i64::try_from(u64::MAX / 1000).unwrap()
-        );
     }
 }

@@ -515,12 +515,22 @@ pub fn parse_idle_after(typed: &str) -> Option<i32> {
         .filter(|n| (1..=MAX_IDLE_AFTER_SECS).contains(n))
 }
 
-/// Sets a base's sleep policy (`None`: always on) through `db::sleep::set_idle_after`, audited
-/// as `fleet.idle_policy`. The controller applies it on its next pass.
+/// What an idle policy puts to sleep: the base's graph (zero replicas), or each of its adapters
+/// on its own (unloaded from the engines while the graph serves the others).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdleScope {
+    Graph,
+    Adapters,
+}
+
+/// Sets a base's sleep policy for `scope` (`None`: always on, or always loaded) through
+/// `db::sleep`, audited as `fleet.idle_policy` in the same transaction: the one path of the admin
+/// page and `tokenfactory admin fleet idle`.
 pub async fn set_idle_policy(
     pool: &PgPool,
     actor: &Actor<'_>,
     base: &str,
+    scope: IdleScope,
     idle_after_secs: Option<i32>,
 ) -> Result<(), AccountError> {
     if idle_after_secs.is_some_and(|s| !(1..=MAX_IDLE_AFTER_SECS).contains(&s)) {
@@ -529,11 +539,21 @@ pub async fn set_idle_policy(
         ));
     }
     let mut tx = pool.begin().await?;
-    if !db::sleep::set_idle_after(&mut *tx, base, idle_after_secs).await? {
+    let found = match scope {
+        IdleScope::Graph => db::sleep::set_idle_after(&mut *tx, base, idle_after_secs).await?,
+        IdleScope::Adapters => {
+            db::sleep::set_adapter_idle_after(&mut *tx, base, idle_after_secs).await?
+        }
+    };
+    if !found {
         return Err(AccountError::NotFound(format!(
             "templated base model {base}"
         )));
     }
+    let (scope_name, always) = match scope {
+        IdleScope::Graph => ("graph", "always-on"),
+        IdleScope::Adapters => ("adapters", "always-loaded"),
+    };
     record(
         &mut tx,
         actor,
@@ -541,7 +561,8 @@ pub async fn set_idle_policy(
         "fleet.idle_policy",
         base,
         json!({
-            "policy": if idle_after_secs.is_some() { "idle-after" } else { "always-on" },
+            "scope": scope_name,
+            "policy": if idle_after_secs.is_some() { "idle-after" } else { always },
             "idle_after_secs": idle_after_secs,
         }),
     )

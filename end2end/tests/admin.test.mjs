@@ -163,7 +163,7 @@ test("the economics and fleet pages work with JavaScript off", async () => {
     assert.match(fleet, /Cold starts/);
     assert.match(fleet, /Cold time to first token/);
     assert.match(fleet, /Sleep policy/);
-    const form = page.locator('form[action="/api/admin_set_idle_policy"]').first();
+    const form = page.locator('form.idle-form[action="/api/admin_set_idle_policy"]').first();
     if ((await form.count()) === 1) {
       const base = await form.locator('input[name="base"]').getAttribute("value");
       await form.locator('input[value="idle-after"]').check();
@@ -173,10 +173,24 @@ test("the economics and fleet pages work with JavaScript off", async () => {
       assert.match(await page.textContent("table.sleep-policy"), /idle after 1h/);
       await page.screenshot({ path: join(shots, "admin-fleet.png"), fullPage: true });
       // Back to always on, so the demo stays warm.
-      const again = page.locator(`form[action="/api/admin_set_idle_policy"]:has(input[name="base"][value="${base}"])`);
+      const again = page.locator(`form.idle-form:has(input[name="base"][value="${base}"])`);
       await again.locator('input[value="always-on"]').check();
       await Promise.all([page.waitForURL((u) => u.pathname === "/admin/fleet"), again.locator('button[type="submit"]').click()]);
       assert.match(await page.textContent("main"), /Sleep policy saved/);
+
+      // The same base's adapters: each unloaded after 30 minutes idle, then always loaded again.
+      const adapters = page.locator(`form.adapter-idle-form:has(input[name="base"][value="${base}"])`);
+      await adapters.locator('input[value="idle-after"]').check();
+      await adapters.locator('input[name="after"]').fill("30m");
+      await Promise.all([page.waitForURL((u) => u.pathname === "/admin/fleet"), adapters.locator('button[type="submit"]').click()]);
+      const row = `table.sleep-policy tr:has(input[name="base"][value="${base}"])`;
+      assert.equal((await page.textContent(`${row} td.adapter-idle-policy`)).trim(), "unloaded after 30m idle");
+      assert.equal((await page.textContent(`${row} td.idle-policy`)).trim(), "always on", "the graph's policy unchanged");
+      await page.screenshot({ path: join(shots, "admin-fleet-adapters.png"), fullPage: true });
+      const back = page.locator(`form.adapter-idle-form:has(input[name="base"][value="${base}"])`);
+      await back.locator('input[value="always-loaded"]').check();
+      await Promise.all([page.waitForURL((u) => u.pathname === "/admin/fleet"), back.locator('button[type="submit"]').click()]);
+      assert.equal((await page.textContent(`${row} td.adapter-idle-policy`)).trim(), "always loaded");
     } else {
       await page.screenshot({ path: join(shots, "admin-fleet.png"), fullPage: true });
     }

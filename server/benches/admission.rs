@@ -28,6 +28,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
+use tf_core::money::Quantities;
 use tf_engine_sim::{EngineSim, SimConfig};
 use tokenfactory::app::{self, AppOptions};
 use tokenfactory::fleet::{self, BaseRegistration};
@@ -112,7 +113,11 @@ fn main() {
             prompt_estimator: tokenfactory::engine_policy::PromptEstimator::SimWords,
         };
         fleet::register_bases(&pool, "static", &[reg]).await.unwrap();
-        sqlx::query!("UPDATE base_models SET micros_per_1k_tokens = 1").execute(&pool).await.unwrap();
+        // 1 micro per request, estimated or used: 7 prompt tokens at 1/7 micro each (half-up to
+        // 1), output free, so the spend checks run at the same cost as the rate checks.
+        let rates = tf_core::money::Rates { fresh_per_m: 142_858, cached_per_m: 0, output_per_m: 0 };
+        let from = time::OffsetDateTime::now_utc() - time::Duration::hours(1);
+        tf_core::db::billing::set_price(&pool, from, "bench-base", "standard", rates, "bench").await.unwrap().unwrap();
         let free = tf_core::accounts::create_tenant(&pool, "free", "Free").await.unwrap();
         let (_, free_key) = tf_core::keys::issue(&pool, free.id, "bench").await.unwrap();
         let limited = tf_core::accounts::create_tenant(&pool, "limited", "Limited").await.unwrap();
@@ -151,7 +156,7 @@ fn main() {
                 tenant: limited.id,
                 key: limited_key_row.id,
                 graph: "bench",
-                base: "bench-base",
+                price_key: "bench-base",
                 max_tokens: Some(16),
                 sequences: 1,
             };
@@ -264,7 +269,7 @@ async fn many_tenants(pool: &sqlx::PgPool, tenants: usize, rounds: u64) {
                 for (tenant, key) in &subjects {
                     q.limits().limits(*tenant, *key).await;
                 }
-                q.limits().price("bench-base").await;
+                q.limits().price(None, "bench-base").await;
             }
             let start = Instant::now();
             let mut tasks = Vec::new();
@@ -279,7 +284,7 @@ async fn many_tenants(pool: &sqlx::PgPool, tenants: usize, rounds: u64) {
                                 tenant,
                                 key,
                                 graph: "bench",
-                                base: "bench-base",
+                                price_key: "bench-base",
                                 max_tokens: Some(16),
                                 sequences: 1,
                             };
@@ -290,7 +295,13 @@ async fn many_tenants(pool: &sqlx::PgPool, tenants: usize, rounds: u64) {
                             match decided {
                                 Ok(Some(admitted)) => {
                                     tally.admitted += 1;
-                                    admitted.settle(8).await; // 7 prompt + 1 completion token
+                                    admitted
+                                        .settle(Quantities {
+                                            fresh: 7,
+                                            cached: 0,
+                                            output: 1,
+                                        })
+                                        .await;
                                 }
                                 Ok(None) => tally.admitted += 1,
                                 Err(r) => {

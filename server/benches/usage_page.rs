@@ -264,8 +264,10 @@ fn main() {
             })
             .collect();
         tf_core::db::catalog::upsert_bases(&pool, "static", &bases).await.unwrap();
-        sqlx::query!("UPDATE base_models SET micros_per_1k_tokens = 150").execute(&pool).await.unwrap();
         let now = time::OffsetDateTime::now_utc();
+        let rates = tf_core::money::Rates { fresh_per_m: 150_000, cached_per_m: 75_000, output_per_m: 600_000 };
+        let prices: Vec<_> = MODELS.iter().map(|m| (*m, "standard", rates)).collect();
+        tf_core::db::billing::set_prices(&pool, now - time::Duration::days(91), &prices, "bench").await.unwrap().unwrap();
         let span_ms = 90 * 86_400_000_i64 - 60_000;
         let mut rng = Rng(0x2545_F491_4F6C_DD1D);
         let t0 = Instant::now();
@@ -299,8 +301,9 @@ fn main() {
                 r#"SELECT (e.started_at AT TIME ZONE 'UTC')::date AS day, e.served_name, count(*) AS "requests!",
                           SUM(e.prompt_tokens)::bigint AS "prompt!", SUM(e.cached_tokens)::bigint AS "cached!",
                           SUM(e.completion_tokens)::bigint AS "completion!",
-                          COALESCE(SUM(((e.prompt_tokens + e.completion_tokens) * b.micros_per_1k_tokens + 999) / 1000), 0)::bigint AS "cost!"
-                   FROM usage_events e LEFT JOIN base_models b ON b.name = e.base_model
+                          COALESCE(SUM(charge_micros(e.tenant_id, e.price_key, e.started_at, e.prompt_tokens - e.cached_tokens,
+                                                     e.cached_tokens, e.completion_tokens)), 0)::bigint AS "cost!"
+                   FROM usage_events e
                    WHERE e.tenant_id = $1 AND e.started_at >= $2
                    GROUP BY 1, 2"#,
                 tenant.id,

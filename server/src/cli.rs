@@ -459,11 +459,17 @@ pub struct FleetAdminArgs {
 #[derive(Debug, Clone, Subcommand)]
 pub enum FleetAdminAction {
     /// Set a base's sleep policy: its graph goes to zero replicas after `--after` without a
-    /// request (the next request is held while it wakes), or stays `--always-on`.
+    /// request (the next request is held while it wakes), or stays `--always-on`. With
+    /// `--adapters`, the policy of its adapters instead: each is unloaded from the engines after
+    /// `--after` without a request of its own and reloaded by the next (held meanwhile), or
+    /// stays loaded (`--always-on`) while the graph is up.
     Idle {
         /// The base model.
         #[arg(long)]
         base: String,
+        /// Set the policy of the base's adapters, not of its graph.
+        #[arg(long)]
+        adapters: bool,
         /// Idle time before sleeping: seconds or `90s`, `10m`, `1h30m`, `1d` (1 s to 30 days).
         #[arg(
             long,

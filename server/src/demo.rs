@@ -50,9 +50,13 @@ impl std::fmt::Debug for DemoCredentials {
 }
 
 /// A random password that meets the minimum length.
-/// The demo's price on its simulated bases: $0.20 per million tokens, as the placeholder price
-/// (usage pages, spend) and in the price book (invoices), so its pages show money that agrees.
-pub const DEMO_MICROS_PER_1K: i64 = 200;
+/// The demo's price per million tokens of its simulated bases: fresh input, cached input (half),
+/// output (three times), so its pages and invoices show the three rates at work.
+pub const DEMO_RATES: tf_core::money::Rates = tf_core::money::Rates {
+    fresh_per_m: 200_000,
+    cached_per_m: 100_000,
+    output_per_m: 600_000,
+};
 
 pub fn random_password() -> String {
     Alphanumeric.sample_string(&mut rand::rngs::OsRng, 16)
@@ -95,7 +99,6 @@ pub async fn ensure(
         for served in local_sim::DEMO_ADAPTERS {
             demo_adapter(pool, lifecycle, tenant.id, served).await?;
         }
-        tf_core::db::catalog::price_unpriced(pool, "local-sim", DEMO_MICROS_PER_1K).await?;
         price_book(pool).await?;
     }
     let api_key = match saved.as_ref().map(|s| s.api_key.as_str()) {
@@ -114,9 +117,9 @@ pub async fn ensure(
     Ok(creds)
 }
 
-/// Gives the demo's bases the same price in the price book as their placeholder price, so its
-/// invoices agree with its usage pages (the billing migration only copied the bases that existed
-/// when it ran). A base the book already prices keeps its price; nothing new, no new version.
+/// Prices the demo's simulated bases in the price book ([`DEMO_RATES`]), so its usage pages,
+/// spend and invoices show money. A base the book already prices keeps its price (an operator's
+/// is never overwritten); nothing new, no new version.
 async fn price_book(pool: &PgPool) -> anyhow::Result<()> {
     use tf_core::billing_ops::{self, NewPrice};
     let now = time::OffsetDateTime::now_utc();
@@ -124,19 +127,14 @@ async fn price_book(pool: &PgPool) -> anyhow::Result<()> {
         .await?
         .map(|(_, prices)| prices.into_iter().map(|p| p.price_key).collect())
         .unwrap_or_default();
-    let per_m = DEMO_MICROS_PER_1K * 1000;
-    let missing: Vec<NewPrice> = tf_core::db::catalog::prices(pool)
+    let missing: Vec<NewPrice> = tf_core::db::catalog::price_keys_of_fleet(pool, "local-sim")
         .await?
         .into_iter()
-        .filter(|b| b.micros_per_1k_tokens == DEMO_MICROS_PER_1K && !priced.contains(&b.name))
-        .map(|b| NewPrice {
-            price_key: b.name,
+        .filter(|k| !priced.contains(k))
+        .map(|price_key| NewPrice {
+            price_key,
             tier: "standard".to_owned(),
-            rates: tf_core::money::Rates {
-                fresh_per_m: per_m,
-                cached_per_m: per_m,
-                output_per_m: per_m,
-            },
+            rates: DEMO_RATES,
         })
         .collect();
     if !missing.is_empty() {

@@ -1,7 +1,8 @@
 //! The `FleetBackend` contract, run against every backend: the controller re-sends the whole
 //! desired state after every pass and every error, so every call must be idempotent, observing
 //! what is not there must answer `None`, an adapter must become ready on every replica, and
-//! deleting a graph must leave nothing running or stored behind. A new backend joins with a
+//! deleting a graph must leave nothing running or stored behind; a graph scaled to zero replicas
+//! (asleep) must come back with the adapters registered before. A new backend joins with a
 //! factory and one `contract_suite!` line at the bottom.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may fail loudly
@@ -176,6 +177,32 @@ mod cases {
         );
     }
 
+    pub async fn a_graph_scaled_to_zero_comes_back_with_its_adapters(s: Subject) {
+        let spec = graph_spec("contract-sleep");
+        ready_graph(&s, &spec).await;
+        let a = adapter(&s, "contract-sleep", "acme--bot--v1");
+        ready_adapter(&s, &a).await;
+        // Asleep: zero replicas, applied twice as the controller does.
+        let mut asleep = spec.clone();
+        asleep.template.replicas = 0;
+        s.backend.apply_graph(&asleep).await.unwrap();
+        s.backend.apply_graph(&asleep).await.unwrap();
+        eventually(WITHIN, "no replica left", || async {
+            match s.backend.observe_graph(&spec.graph).await {
+                Ok(Some(g)) if (g.replicas_ready, g.replicas_desired) == (0, 0) => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await;
+        // Woken: the floor again, and the adapter registered before is on every new replica.
+        let woken = ready_graph(&s, &spec).await;
+        assert_eq!((woken.replicas_ready, woken.replicas_desired), (2, 2));
+        let ready = ready_adapter(&s, &a).await;
+        assert_eq!((ready.ready_endpoints, ready.total_endpoints), (2, 2));
+        s.backend.delete_graph(&spec.graph).await.unwrap();
+        assert_eq!((s.leftovers)().await, Vec::<String>::new());
+    }
+
     pub async fn delete_graph_is_idempotent(s: Subject) {
         let spec = graph_spec("contract-delete");
         ready_graph(&s, &spec).await;
@@ -233,6 +260,10 @@ macro_rules! contract_suite {
             #[tokio::test]
             async fn observing_what_is_missing_answers_none() {
                 cases::observing_what_is_missing_answers_none($factory().await).await
+            }
+            #[tokio::test]
+            async fn a_graph_scaled_to_zero_comes_back_with_its_adapters() {
+                cases::a_graph_scaled_to_zero_comes_back_with_its_adapters($factory().await).await
             }
             #[tokio::test]
             async fn delete_graph_is_idempotent() {

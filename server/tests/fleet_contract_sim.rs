@@ -28,6 +28,7 @@ fn spec(base: &str, replicas: i32) -> GraphSpec {
         graph_state: None,
         replicas_desired: None,
         replicas_ready: None,
+        adapter_idle_after_secs: None,
         sleep: Default::default(),
     })
 }

@@ -431,6 +431,36 @@ async fn admins_issue_adjust_and_grant_from_the_invoices_page(pool: PgPool) {
     assert_eq!(inv.total_micros, 1_500_000);
     assert_eq!(audited(&pool, "invoice.adjust").await, 1);
 
+    // The operator's view of the invoice: whose it is, each entry, the total; the member gets
+    // none of it; an unknown id is a 404.
+    let html = a.html("/admin/invoices").await;
+    assert!(html.contains(&format!(r#"href="/admin/invoices/{id}""#)));
+    let html = a.html(&format!("/admin/invoices/{id}")).await;
+    assert!(html.contains(r#"href="/admin/tenants/acme""#), "{html}");
+    let usage = row_of(&html, r#"data-model="llama""#);
+    assert!(
+        usage.contains("$2.00") && usage.contains("1,000,000"),
+        "{usage}"
+    );
+    assert!(
+        html.contains("goodwill") && html.contains("-$0.50"),
+        "{html}"
+    );
+    let total = &html[html.find(r#"id="invoice-total""#).unwrap()..];
+    assert!(
+        total[total.find('>').unwrap()..].starts_with(">$1.50<"),
+        "{html}"
+    );
+    assert!(
+        !html.contains("Download CSV"),
+        "the tenant's CSV route is not the admin's"
+    );
+    let res = a.get(&format!("/admin/invoices/{}", Uuid::now_v7())).await;
+    assert_eq!(res.status(), StatusCode::NOT_FOUND);
+    let res = m.get(&format!("/admin/invoices/{id}")).await;
+    assert_eq!(res.status(), StatusCode::FORBIDDEN);
+    assert!(!res.text().await.unwrap().contains("goodwill"));
+
     // Issue: refused without the token, then issued, audited and immutable.
     let res = a
         .post(
@@ -909,10 +939,7 @@ async fn credit_raises_the_tenant_spend_limit_by_what_is_left(pool: PgPool) {
 async fn a_request_refused_at_the_spend_limit_goes_through_once_credit_is_granted(pool: PgPool) {
     let app = TestApp::builder(pool.clone()).shared_redis().start().await;
     let acme = app.tenant("acme").await;
-    sqlx::query("UPDATE base_models SET micros_per_1k_tokens = 1000")
-        .execute(&pool)
-        .await
-        .unwrap();
+    common::price_every_token(&pool, 1).await;
     admin_limits(&pool, &["--tenant", "acme", "--spend-limit", "60"]).await;
     let mut body = chat(BASE, "hello world", 23);
     body["sim"] = json!({"completion_tokens": 3});

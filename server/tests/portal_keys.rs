@@ -528,18 +528,27 @@ async fn the_home_shows_this_months_usage_keys_and_models_of_the_tenant_only(poo
     let t = TestApp::builder(pool).start().await;
     let acme = member(&t, "acme").await;
     let beta = member(&t, "beta").await;
-    sqlx::query!(
-        "UPDATE base_models SET micros_per_1k_tokens = 2500 WHERE name = $1",
-        common::BASE
-    )
-    .execute(&t.pool)
-    .await
-    .unwrap();
     let now = OffsetDateTime::now_utc();
     let month_start = now
         .replace_day(1)
         .unwrap()
         .replace_time(time::Time::MIDNIGHT);
+    let rates = tf_core::money::Rates {
+        fresh_per_m: 2_500_000,
+        cached_per_m: 1_250_000,
+        output_per_m: 5_000_000,
+    };
+    tf_core::db::billing::set_price(
+        &t.pool,
+        month_start - time::Duration::days(40),
+        common::BASE,
+        "standard",
+        rates,
+        "test",
+    )
+    .await
+    .unwrap()
+    .unwrap();
     let mut events = vec![
         event(acme.tenant, common::BASE, 1_000, 333, now),
         event(acme.tenant, common::BASE, 7, 0, month_start),
@@ -560,12 +569,20 @@ async fn the_home_shows_this_months_usage_keys_and_models_of_the_tenant_only(poo
     tf_core::db::usage::insert_batch(&t.pool, &events)
         .await
         .unwrap();
-    // Expected cost: each event rounded up on its own, as billed.
-    let cost: i64 = [(1_000 + 333), 7, (400_000 + 1_234_567)]
+    // Expected cost: each event rated once, half-up, as billed ((prompt, completion); half the
+    // prompt is cached).
+    let cost: i64 = [(1_000, 333), (7, 0), (400_000, 1_234_567)]
         .iter()
-        .map(|tokens| tf_core::money::cost_micros(*tokens, 2500))
+        .map(|(prompt, completion)| {
+            let q = tf_core::money::Quantities {
+                fresh: prompt - prompt / 2,
+                cached: prompt / 2,
+                output: *completion,
+            };
+            tf_core::money::line_micros(q, rates)
+        })
         .sum();
-    assert_eq!(cost, 3_333 + 18 + 4_086_418);
+    assert_eq!(cost, 3_540 + 14 + 6_922_835);
     create_key(&acme.browser, "one").await;
     let second = create_key(&acme.browser, "two").await;
     let second_id = key_id(&t.pool, &second).await;
@@ -593,7 +610,7 @@ async fn the_home_shows_this_months_usage_keys_and_models_of_the_tenant_only(poo
     let html = acme.browser.html("/").await;
     assert!(html.contains("acme Inc"), "{html}");
     assert_eq!(stat(&html, "requests"), "3");
-    assert_eq!(stat(&html, "cost"), "$4.089769");
+    assert_eq!(stat(&html, "cost"), "$6.926389");
     assert_eq!(stat(&html, "cost"), tf_app::money::format_micros(cost));
     assert_eq!(stat(&html, "keys"), "1");
     assert!(html.contains("401,007"), "prompt tokens: {html}");
@@ -602,7 +619,12 @@ async fn the_home_shows_this_months_usage_keys_and_models_of_the_tenant_only(poo
     assert!(html.contains(common::BASE));
     assert!(html.contains("acme-helper") && html.contains("adapter on sim-base"));
     assert!(!html.contains("beta-private-adapter"));
-    assert!(html.contains("$0.0025"), "price per 1k: {html}");
+    for price in ["$2.50", "$1.25", "$5.00"] {
+        assert!(
+            html.contains(&format!(r#"<td class="num">{price}</td>"#)),
+            "price per million {price}: {html}"
+        );
+    }
     assert!(html.contains(&format!("{}/v1/chat/completions", t.url(""))));
     assert!(html.contains("Bearer YOUR_KEY"));
     for link in ["/keys", "/usage", "/logs"] {

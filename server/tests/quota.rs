@@ -219,10 +219,7 @@ async fn token_rate_is_corrected_from_real_usage_and_holds(pool: PgPool) {
 async fn spend_overshoots_by_at_most_the_reservations_in_flight(pool: PgPool) {
     let (a, b_addr, _b, _) = two_replicas(pool.clone(), 30_000).await;
     let acme = a.tenant("acme").await;
-    sqlx::query!("UPDATE base_models SET micros_per_1k_tokens = 1000")
-        .execute(&pool)
-        .await
-        .unwrap();
+    common::price_every_token(&pool, 1).await;
     admin_limits(&pool, &["--tenant", "acme", "--spend-limit", "2000"]).await;
     let mut body = chat(BASE, "hello world", 23);
     body["sim"] = json!({"completion_tokens": 3});
@@ -382,10 +379,7 @@ async fn serving_continues_on_local_limits_while_redis_is_down_and_counters_reco
         .start()
         .await;
     let acme = a.tenant("acme").await;
-    sqlx::query!("UPDATE base_models SET micros_per_1k_tokens = 1000")
-        .execute(&pool)
-        .await
-        .unwrap();
+    common::price_every_token(&pool, 1).await;
     admin_limits(
         &pool,
         &[

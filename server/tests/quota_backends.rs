@@ -20,6 +20,15 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
+/// Usage of `n` tokens, all fresh input (the spend these tests set is one micro per token).
+fn tokens(n: i64) -> tf_core::money::Quantities {
+    tf_core::money::Quantities {
+        fresh: n,
+        cached: 0,
+        output: 0,
+    }
+}
+
 const REDIS: &str = "redis://127.0.0.1:6379";
 
 #[derive(Debug, Clone, Copy)]
@@ -74,10 +83,7 @@ async fn subject(
         prompt_estimator: tokenfactory::engine_policy::PromptEstimator::SimWords,
     };
     fleet::register_bases(pool, "static", &[reg]).await.unwrap();
-    sqlx::query("UPDATE base_models SET micros_per_1k_tokens = 1000")
-        .execute(pool)
-        .await
-        .unwrap();
+    common::price_every_token(pool, 1).await;
     let t = tf_core::accounts::create_tenant(pool, "acme", "Acme")
         .await
         .unwrap();
@@ -138,7 +144,7 @@ impl Subject {
             tenant: self.tenant,
             key: self.key,
             graph: "g",
-            base: "b",
+            price_key: "b",
             max_tokens: Some(16),
             sequences: 1,
         };
@@ -199,8 +205,8 @@ async fn tokens_are_corrected_at_settle(pool: PgPool, b: Backend) {
         RefusalKind::Tokens,
         "20 + 20 + 20 > 50"
     );
-    a1.settle(2).await;
-    a2.settle(2).await;
+    a1.settle(tokens(2)).await;
+    a2.settle(tokens(2)).await;
     // 4 used: two more of 20 fit, a third does not.
     let _a3 = s.admit_soon(Duration::from_secs(2)).await;
     let _a4 = s.admit_soon(Duration::from_secs(2)).await;
@@ -220,8 +226,8 @@ async fn spend_is_reserved_then_settled(pool: PgPool, b: Backend) {
         r.retry_after_s > 60,
         "spend is refused until the period ends"
     );
-    a1.settle(2).await;
-    a2.settle(2).await;
+    a1.settle(tokens(2)).await;
+    a2.settle(tokens(2)).await;
     // 4 micros spent: two more reservations of 20 fit, a third does not.
     let _a3 = s.admit_soon(Duration::from_secs(2)).await;
     let _a4 = s.admit_soon(Duration::from_secs(2)).await;
@@ -303,7 +309,7 @@ async fn a_failed_sync_is_sent_again_when_redis_returns(pool: PgPool) {
 
     let a = s.admit().await.unwrap();
     proxy.cut();
-    a.settle(100).await;
+    a.settle(tokens(100)).await;
     s.quota.spend_flushed().await; // the SYNC carrying the 100 micros fails
     assert_eq!(counter().await, Some(0), "Redis is cut off");
     proxy.restore();
@@ -318,7 +324,7 @@ async fn a_failed_sync_is_sent_again_when_redis_returns(pool: PgPool) {
 
     // Exact from then on: the batch was applied once, later spend adds to it.
     let b = s.admit_soon(Duration::from_secs(2)).await;
-    b.settle(50).await;
+    b.settle(tokens(50)).await;
     s.quota.spend_flushed().await;
     assert_eq!(counter().await, Some(150));
     tokio::time::sleep(Duration::from_millis(300)).await; // several syncer ticks

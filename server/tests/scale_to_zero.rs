@@ -9,148 +9,17 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::lifecycle::{self, valid_adapter};
-use common::{chat, eventually, request_id, Tenant, TestApp};
-use futures::StreamExt;
+use common::lifecycle::valid_adapter;
+use common::sleepy::{
+    call, entered, graph, idle_policies, idle_policy_audits, row_text, start, stream_gaps, GRAPH,
+    IDLE_SECS, SETTLE, SLEEPY, WARM,
+};
+use common::{chat, eventually};
 use sqlx::PgPool;
 use tf_engine_sim::SimConfig;
-use tokenfactory::fleet::sim_fleet::SimFleet;
-use tokenfactory::gateway::GatewayOptions;
-use tokenfactory::lifecycle::{ControllerOptions, LifecycleOptions};
 use tokenfactory::usage::UsageStatus;
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
-
-/// The base with an idle policy.
-const SLEEPY: &str = "sleepy-base";
-const GRAPH: &str = "local-sim/sleepy-base";
-/// Always on, beside it.
-const WARM: &str = "warm-base";
-const IDLE_SECS: i32 = 2;
-const SETTLE: Duration = Duration::from_secs(20);
-
-/// Two gateway replicas (the first runs the controller) over one simulated fleet.
-struct Sleepy {
-    app: TestApp,
-    replica: TestApp,
-    fleet: Arc<SimFleet>,
-    _dir: tempfile::TempDir,
-}
-
-async fn start(pool: PgPool, pacing: SimConfig, startup: Duration, hold_ms: u64) -> Sleepy {
-    lifecycle::offer(&pool, SLEEPY, 1, true).await;
-    lifecycle::offer(&pool, WARM, 1, true).await;
-    assert!(
-        tf_core::db::sleep::set_idle_after(&pool, SLEEPY, Some(IDLE_SECS))
-            .await
-            .unwrap()
-    );
-    let fleet = Arc::new(
-        SimFleet::new(TaskTracker::new(), CancellationToken::new(), pacing)
-            .with_startup_delay(startup),
-    );
-    let dir = tempfile::tempdir().unwrap();
-    let gateway = GatewayOptions {
-        hold_limit_ms: hold_ms,
-        ..GatewayOptions::default()
-    };
-    let app = TestApp::builder(pool.clone())
-        .gateway(gateway.clone())
-        .lifecycle(LifecycleOptions {
-            adapter_dir: dir.path().to_path_buf(),
-            backend: Some(fleet.clone()),
-            controller: ControllerOptions {
-                tick: Duration::from_millis(50),
-            },
-            ..LifecycleOptions::default()
-        })
-        .start()
-        .await;
-    let replica = TestApp::builder(pool)
-        .gateway(gateway)
-        .replica_of(&app)
-        .start()
-        .await;
-    Sleepy {
-        app,
-        replica,
-        fleet,
-        _dir: dir,
-    }
-}
-
-/// (state, replicas desired, wakes, failed wakes) of the sleepy graph.
-async fn graph(pool: &PgPool, name: &str) -> (String, i32, i64, i64) {
-    sqlx::query_as(
-        "SELECT state, replicas_desired, wakes, wake_failures FROM graphs WHERE name = $1",
-    )
-    .bind(name)
-    .fetch_one(pool)
-    .await
-    .unwrap()
-}
-
-/// How many times the graph entered `state` from another state.
-async fn entered(pool: &PgPool, name: &str, state: &str) -> i64 {
-    sqlx::query_scalar(
-        "SELECT count(*) FROM lifecycle_history WHERE entity = 'graph' AND name = $1 AND to_state = $2
-             AND from_state IS DISTINCT FROM to_state",
-    )
-    .bind(name)
-    .bind(state)
-    .fetch_one(pool)
-    .await
-    .unwrap()
-}
-
-impl Sleepy {
-    /// Waits until the sleepy graph is asleep with no replica left; returns when it was seen.
-    async fn asleep(&self) -> Instant {
-        eventually(SETTLE, "the idle graph asleep at zero replicas", || async {
-            let (state, desired, ..) = graph(&self.app.pool, GRAPH).await;
-            state == "asleep" && desired == 0 && self.fleet.replicas(GRAPH).await.is_empty()
-        })
-        .await;
-        Instant::now()
-    }
-
-    /// Waits until `tenant` is served `model`.
-    async fn served(&self, tenant: &Tenant, model: &str) {
-        eventually(SETTLE, "served", || async {
-            self.app.ask(tenant, model).await.0 == 200
-        })
-        .await;
-    }
-}
-
-/// One chat completion: (status, request id, retry-after, body, time taken).
-async fn call(
-    app: &TestApp,
-    key: &str,
-    model: &str,
-) -> (u16, String, Option<String>, serde_json::Value, Duration) {
-    let t = Instant::now();
-    let r = app
-        .post(
-            key,
-            "/v1/chat/completions",
-            chat(model, "wake up please", 4),
-        )
-        .send()
-        .await
-        .unwrap();
-    let status = r.status().as_u16();
-    let id = request_id(&r);
-    let retry = r
-        .headers()
-        .get("retry-after")
-        .map(|v| v.to_str().unwrap().to_owned());
-    let body = r.json().await.unwrap_or(serde_json::Value::Null);
-    (status, id, retry, body, t.elapsed())
-}
 
 #[sqlx::test(migrator = "tf_core::db::MIGRATOR")]
 async fn fifty_requests_on_two_replicas_wake_an_idle_graph_once_and_are_billed_once(pool: PgPool) {
@@ -191,43 +60,14 @@ async fn fifty_requests_on_two_replicas_wake_an_idle_graph_once_and_are_billed_o
     );
 
     // Each billed once, exactly what the engine (the woken replica's ledger) produced.
-    let ledger: Vec<_> = h
-        .fleet
-        .replicas(GRAPH)
-        .await
-        .iter()
-        .flat_map(|r| r.sim.ledger())
-        .collect();
-    for (_, id, ..) in &results {
-        let entries: Vec<_> = ledger
-            .iter()
-            .filter(|e| e.request_id.as_deref() == Some(id.as_str()))
-            .collect();
-        assert_eq!(entries.len(), 1, "{id} reached the engine once");
-        let event = h.app.event(id).await;
-        assert_eq!(event.status, UsageStatus::Ok);
-        assert_eq!(event.prompt_tokens, i64::from(entries[0].prompt_tokens));
-        assert_eq!(
-            event.completion_tokens,
-            i64::from(entries[0].completion_tokens)
-        );
-    }
+    h.billed_once(GRAPH, results.iter().map(|r| &r.1)).await;
     let events = h.app.events().await;
     assert_eq!(
         events.iter().filter(|e| e.served_name == SLEEPY).count(),
         51,
         "the warm-up request and the 50, once each"
     );
-    let metrics = h
-        .app
-        .http
-        .get(h.app.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = h.metrics().await;
     assert!(metrics.contains("tf_fleet_wakes_total 1"), "{metrics}");
     assert!(
         metrics.contains("tf_gateway_cold_ttft_seconds_count 25"),
@@ -414,7 +254,7 @@ async fn an_always_on_base_keeps_serving_while_its_neighbour_sleeps_and_wakes(po
 
 #[sqlx::test(migrator = "tf_core::db::MIGRATOR")]
 async fn admins_set_the_idle_policy_and_see_the_cold_time_to_first_token(pool: PgPool) {
-    use common::portal::{assert_redirect, TestPortal, ADMIN, PASSWORD};
+    use common::portal::{assert_redirect, ADMIN};
     // The engine answers the head at once and its first token 700 ms later: a cold request's
     // time to first token is the start-up delay plus that, not the start-up delay alone.
     let pacing = SimConfig {
@@ -449,21 +289,12 @@ async fn admins_set_the_idle_policy_and_see_the_cold_time_to_first_token(pool: P
     assert_eq!((cold.p50_le_ms, cold.p99_le_ms), (Some(2_000), Some(2_000)));
 
     // The fleet page shows the wake and the cold figures, and a sleep-policy form per base.
-    tf_core::accounts::create_user(&pool, ADMIN, PASSWORD, tf_core::accounts::Role::Admin, None)
-        .await
-        .unwrap();
-    let portal = TestPortal {
-        base: h.app.url(""),
-        pool: pool.clone(),
-        redis_prefix: String::new(),
-    };
-    let b = portal.browser();
-    assert_redirect(&b.login(ADMIN, PASSWORD).await, "/admin");
+    let b = h.admin_browser().await;
     let html = b.html("/admin/fleet").await;
     assert_eq!(row_text(&html, "wakes"), "Wakes (all graphs)1");
     assert_eq!(
         row_text(&html, "cold-requests"),
-        "Requests held for a wake (this server)1"
+        "Requests held for a wake or a reload (this server)1"
     );
     assert_eq!(
         row_text(&html, "cold-last"),
@@ -487,28 +318,11 @@ async fn admins_set_the_idle_policy_and_see_the_cold_time_to_first_token(pool: P
     }
     let policy = |base: &'static str| {
         let pool = pool.clone();
-        async move {
-            sqlx::query_scalar::<_, Option<i32>>(
-                "SELECT t.idle_after_secs FROM base_templates t
-                 JOIN base_models b ON b.id = t.base_model_id WHERE b.name = $1",
-            )
-            .bind(base)
-            .fetch_one(&pool)
-            .await
-            .unwrap()
-        }
+        async move { idle_policies(&pool, base).await.0 }
     };
     let audited = |actor: &'static str| {
         let pool = pool.clone();
-        async move {
-            sqlx::query_scalar::<_, i64>(
-                "SELECT count(*) FROM audit_log WHERE action = 'fleet.idle_policy' AND actor = $1",
-            )
-            .bind(actor)
-            .fetch_one(&pool)
-            .await
-            .unwrap()
-        }
+        async move { idle_policy_audits(&pool, actor, None).await }
     };
 
     // The form: refused without the CSRF token; a bad duration changes nothing; then saved.
@@ -567,49 +381,4 @@ async fn admins_set_the_idle_policy_and_see_the_cold_time_to_first_token(pool: P
     })
     .await;
     assert_eq!(graph(&pool, GRAPH).await.2, 2, "the second wake");
-}
-
-/// The text of the table row with `class`, tags removed.
-fn row_text(html: &str, class: &str) -> String {
-    let marker = format!(r#"<tr class="{class}">"#);
-    let start = html
-        .find(&marker)
-        .unwrap_or_else(|| panic!("no row {class}: {html}"));
-    let row = &html[start..];
-    let row = &row[..row.find("</tr>").unwrap()];
-    let mut out = String::new();
-    let mut in_tag = false;
-    for c in row.chars() {
-        match c {
-            '<' => in_tag = true,
-            '>' => in_tag = false,
-            c if !in_tag => out.push(c),
-            _ => {}
-        }
-    }
-    out
-}
-
-/// Reads an SSE stream to its end: (longest gap between content chunks, content chunks).
-async fn stream_gaps(r: reqwest::Response) -> (Duration, usize) {
-    let mut stream = r.bytes_stream();
-    let (mut buf, mut stamps, mut done) = (String::new(), Vec::new(), false);
-    while let Some(chunk) = stream.next().await {
-        buf.push_str(&String::from_utf8_lossy(&chunk.unwrap()));
-        while let Some(end) = buf.find("\n\n") {
-            let event: String = buf.drain(..end + 2).collect();
-            if event.contains("[DONE]") {
-                done = true;
-            } else if event.contains("\"content\"") && !event.contains("\"content\":\"\"") {
-                stamps.push(Instant::now());
-            }
-        }
-    }
-    assert!(done, "the stream ended normally");
-    let gap = stamps
-        .windows(2)
-        .map(|w| w[1] - w[0])
-        .max()
-        .unwrap_or_default();
-    (gap, stamps.len())
 }

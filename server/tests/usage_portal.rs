@@ -1,6 +1,6 @@
 //! `/usage` and `/logs` against known usage events: every figure the usage page shows equals the
-//! sum of the stored events (priced with `money::cost_micros`, as the spend limit counts them),
-//! replays and price changes keep it so, the request log walks every event once in order across
+//! sum of the stored events (priced with `money::line_micros` under the price book, as the spend
+//! limit and the invoices count them), replays keep it so, a new price applies from its time on, the request log walks every event once in order across
 //! its pages, and nothing of another tenant ever shows, even with its ids in the query string.
 
 #![allow(
@@ -21,7 +21,7 @@ use sqlx::PgPool;
 use tf_app::api::usage::{UsageFigures, UsageReport};
 use tf_app::money::format_micros as money;
 use tf_core::accounts::{self, Role};
-use tf_core::money::cost_micros;
+use tf_core::money::{line_micros, Quantities, Rates};
 use tf_core::usage::{Provenance, UsageEvent, UsageStatus};
 use time::{Date, Duration, OffsetDateTime};
 use uuid::Uuid;
@@ -86,8 +86,12 @@ async fn world(pool: PgPool) -> World {
     tf_core::db::catalog::upsert_bases(&pool, "static", &bases)
         .await
         .unwrap();
-    set_price(&pool, "llama", 1_500).await;
-    set_price(&pool, "qwen", 7).await;
+    set_prices(
+        &pool,
+        OffsetDateTime::now_utc() - Duration::days(60),
+        &start_prices(),
+    )
+    .await;
     World {
         portal,
         acme,
@@ -101,15 +105,47 @@ fn rand_hash() -> [u8; 32] {
     *Uuid::new_v4().as_bytes().repeat(2).first_chunk().unwrap()
 }
 
-async fn set_price(pool: &PgPool, base: &str, micros: i64) {
-    sqlx::query!(
-        "UPDATE base_models SET micros_per_1k_tokens = $2 WHERE name = $1",
-        base,
-        micros
+/// Rates per million (fresh, cached, output): odd figures, so per-line rounding shows.
+fn rates(fresh_per_m: i64, cached_per_m: i64, output_per_m: i64) -> Rates {
+    Rates {
+        fresh_per_m,
+        cached_per_m,
+        output_per_m,
+    }
+}
+
+fn start_prices() -> BTreeMap<&'static str, Rates> {
+    BTreeMap::from([
+        ("llama", rates(1_500_000, 750_001, 3_000_003)),
+        ("qwen", rates(7_000, 3_499, 14_001)),
+    ])
+}
+
+/// A new version of the price book from `from` on, in the standard tier.
+async fn set_prices(pool: &PgPool, from: OffsetDateTime, prices: &BTreeMap<&str, Rates>) {
+    let list: Vec<_> = prices.iter().map(|(k, r)| (*k, "standard", *r)).collect();
+    tf_core::db::billing::set_prices(pool, from, &list, "test")
+        .await
+        .unwrap()
+        .unwrap();
+}
+
+fn cost(e: &UsageEvent, prices: &BTreeMap<&str, Rates>) -> i64 {
+    if e.status == UsageStatus::Rejected {
+        return 0;
+    }
+    let q = Quantities {
+        fresh: e.prompt_tokens - e.cached_tokens,
+        cached: e.cached_tokens,
+        output: e.completion_tokens,
+    };
+    line_micros(
+        q,
+        prices
+            .get(e.price_key.as_str())
+            .copied()
+            .unwrap_or_default(),
     )
-    .execute(pool)
-    .await
-    .unwrap();
 }
 
 #[expect(clippy::too_many_arguments, reason = "a test's event literal")]
@@ -194,15 +230,11 @@ fn events(w: &World, now: OffsetDateTime) -> Vec<UsageEvent> {
     out
 }
 
-fn price(base: &str, prices: &BTreeMap<&str, i64>) -> i64 {
-    prices.get(base).copied().unwrap_or(0)
-}
-
 /// The figures the page must show for `tenant`'s events kept by `keep`, per day and model.
 fn expected(
     events: &[UsageEvent],
     tenant: Uuid,
-    prices: &BTreeMap<&str, i64>,
+    prices: &BTreeMap<&str, Rates>,
     keep: impl Fn(&UsageEvent) -> bool,
 ) -> BTreeMap<(Date, String), UsageFigures> {
     let mut out: BTreeMap<(Date, String), UsageFigures> = BTreeMap::new();
@@ -215,10 +247,7 @@ fn expected(
             prompt_tokens: e.prompt_tokens,
             cached_tokens: e.cached_tokens,
             completion_tokens: e.completion_tokens,
-            cost_micros: cost_micros(
-                u64::try_from(e.prompt_tokens + e.completion_tokens).unwrap(),
-                price(&e.base_model, prices),
-            ),
+            cost_micros: cost(e, prices),
         });
     }
     out
@@ -275,7 +304,7 @@ async fn usage_figures_equal_the_stored_events_and_the_spend_limit(pool: PgPool)
     let (a, b) = events.split_at(events.len() / 2);
     tf_core::db::usage::insert_batch(&pool, a).await.unwrap();
     tf_core::db::usage::insert_batch(&pool, b).await.unwrap();
-    let mut prices = BTreeMap::from([("llama", 1_500), ("qwen", 7)]);
+    let prices = start_prices();
 
     let browser = w.portal.browser();
     assert_redirect(&browser.login(MEMBER, PASSWORD).await, "/");
@@ -298,7 +327,7 @@ async fn usage_figures_equal_the_stored_events_and_the_spend_limit(pool: PgPool)
 
     // The cost is what the spend limit counts (db::spend, one formula).
     let all = report(&browser, "params[range]=90").await;
-    let since = (now.date() - Duration::days(89)).midnight().assume_utc();
+    let since = now.date() - Duration::days(89);
     let spend = tf_core::db::spend::consumption(&pool, w.acme, None, since)
         .await
         .unwrap();
@@ -358,13 +387,33 @@ async fn usage_figures_equal_the_stored_events_and_the_spend_limit(pool: PgPool)
     );
     check(&report(&browser, "").await, &want);
 
-    // A price change re-prices the rollup: still the events' sum at today's price.
-    set_price(&pool, "llama", 2_999).await;
-    prices.insert("llama", 2_999);
-    check(
-        &report(&browser, "params[range]=90").await,
-        &expected(&events, w.acme, &prices, in_last(90, now)),
+    // A new price applies from its time on: the stored events keep the price of their time
+    // (as their rated lines do), an event after it costs the new one.
+    let mut later = start_prices();
+    later.insert("llama", rates(2_999_000, 1_000_000, 5_999_999));
+    let change = OffsetDateTime::now_utc();
+    set_prices(&pool, change, &later).await;
+    let before = expected(&events, w.acme, &prices, in_last(90, now));
+    check(&report(&browser, "params[range]=90").await, &before);
+    let new = event(
+        w.acme,
+        Some(k1),
+        "llama",
+        "llama",
+        change + Duration::milliseconds(1),
+        4_321,
+        321,
+        77,
     );
+    tf_core::db::usage::insert_batch(&pool, std::slice::from_ref(&new))
+        .await
+        .unwrap();
+    let r = report(&browser, "params[range]=90").await;
+    assert_eq!(
+        r.totals.cost_micros,
+        before.values().map(|f| f.cost_micros).sum::<i64>() + cost(&new, &later)
+    );
+    assert_ne!(cost(&new, &later), cost(&new, &prices));
 }
 
 #[sqlx::test(migrations = "../migrations")]
@@ -375,7 +424,7 @@ async fn usage_never_shows_another_tenant(pool: PgPool) {
     tf_core::db::usage::insert_batch(&pool, &events)
         .await
         .unwrap();
-    let prices = BTreeMap::from([("llama", 1_500), ("qwen", 7)]);
+    let prices = start_prices();
 
     let eve = w.portal.browser();
     assert_redirect(&eve.login(OTHER, PASSWORD).await, "/");
@@ -539,7 +588,7 @@ async fn the_log_walks_every_event_once_newest_first(pool: PgPool) {
     );
     assert!(!seen.is_empty());
 
-    // A row shows its figures; the cost is cost_micros at the base's price.
+    // A row shows its figures; the cost is the one cost function's, at the price book's rates.
     let first = events
         .iter()
         .filter(|e| e.tenant_id == w.acme)
@@ -551,15 +600,7 @@ async fn the_log_walks_every_event_once_newest_first(pool: PgPool) {
         .nth(1)
         .unwrap();
     let row = &row[..row.find("</tr>").unwrap()];
-    let price = if first.base_model == "llama" {
-        1_500
-    } else {
-        7
-    };
-    let cost = cost_micros(
-        u64::try_from(first.prompt_tokens + first.completion_tokens).unwrap(),
-        price,
-    );
+    let cost = cost(first, &start_prices());
     assert!(row.contains(&money(cost)), "{row}");
     assert!(
         row.contains(r#"<td class="num">345</td>"#) && row.contains(r#"<td class="num">12</td>"#),

@@ -12,8 +12,11 @@ pub struct ModelView {
     pub name: String,
     /// "base model" or "adapter on <base>".
     pub kind: String,
-    /// Price per 1000 tokens, formatted.
-    pub price: String,
+    /// Prices per million tokens now, formatted: fresh input, cached input, output ("-" for
+    /// each when the model has no price).
+    pub input_price: String,
+    pub cached_price: String,
+    pub output_price: String,
 }
 
 /// Everything the home shows, formatted on the server from integers.
@@ -47,10 +50,7 @@ pub async fn load_home() -> Result<HomeView, PortalError> {
     let m = member::required(&portal, &s).await?;
     let pool = &portal.deps.pool;
     let now = time::OffsetDateTime::now_utc();
-    let month_start = now
-        .replace_day(1)
-        .map(|d| d.replace_time(time::Time::MIDNIGHT))
-        .map_err(|e| internal("computing the month's start", e))?;
+    let month_start = now.date().replace_day(1).unwrap_or(now.date());
     let (totals, active, models) = tokio::try_join!(
         dashboard::totals_since(pool, m.tenant.id, month_start),
         keys::count_active(pool, m.tenant.id),
@@ -73,7 +73,13 @@ pub async fn load_home() -> Result<HomeView, PortalError> {
                 kind: u
                     .base
                     .map_or_else(|| "base model".to_owned(), |b| format!("adapter on {b}")),
-                price: format_micros(u.micros_per_1k_tokens),
+                input_price: u.rates.map_or("-".into(), |r| format_micros(r.fresh_per_m)),
+                cached_price: u
+                    .rates
+                    .map_or("-".into(), |r| format_micros(r.cached_per_m)),
+                output_price: u
+                    .rates
+                    .map_or("-".into(), |r| format_micros(r.output_per_m)),
                 name: u.name,
             })
             .collect(),

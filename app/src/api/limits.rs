@@ -47,11 +47,7 @@ pub async fn load_limits() -> Result<LimitsView, PortalError> {
     let pool = &portal.deps.pool;
     let failed = |e| internal("reading limits", e);
     let now = time::OffsetDateTime::now_utc();
-    let month = now
-        .date()
-        .replace_day(1)
-        .map(|d| d.midnight().assume_utc())
-        .unwrap_or(now);
+    let month = now.date().replace_day(1).unwrap_or(now.date());
     let (rates, caps) = limits::of_tenant(pool, m.tenant.id)
         .await
         .map_err(failed)?
@@ -94,7 +90,7 @@ pub async fn load_limits() -> Result<LimitsView, PortalError> {
         max_long_prompts: caps.max_long_prompts,
         long_prompt_tokens: caps.long_prompt_tokens,
         keys: key_rows,
-        month: month.date().to_string(),
+        month: month.to_string(),
         credit_micros,
     })
 }

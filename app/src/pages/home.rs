@@ -54,12 +54,16 @@ fn dashboard(h: HomeView, email: Option<String>) -> AnyView {
     } else {
         view! {
             <table class="list models">
-                <thead><tr><th>"Model"</th><th>"Kind"</th><th>"Price per 1,000 tokens"</th></tr></thead>
+                <thead><tr><th>"Model"</th><th>"Kind"</th><th class="num">"Input / 1M tokens"</th><th class="num">"Cached input / 1M"</th><th class="num">"Output / 1M"</th></tr></thead>
                 <tbody>
                     {h.models
                         .into_iter()
                         .map(|m| view! {
-                            <tr><td><code>{m.name}</code></td><td>{m.kind}</td><td class="num">{m.price}</td></tr>
+                            <tr>
+                                <td><code>{m.name}</code></td><td>{m.kind}</td>
+                                <td class="num">{m.input_price}</td><td class="num">{m.cached_price}</td>
+                                <td class="num">{m.output_price}</td>
+                            </tr>
                         })
                         .collect_view()}
                 </tbody>

@@ -151,7 +151,7 @@ fn detail_page(state: PageState) -> AnyView {
             <Suspense fallback=|| ()>
                 {Suspend::new(async move {
                     match fetch_invoice(id).await {
-                        Ok(Some(d)) => detail(d),
+                        Ok(Some(d)) => detail(d, Links::Tenant),
                         Ok(None) => not_found(),
                         Err(e) => view! { <p class="flash" role="alert">{e.to_string()}</p> }.into_any(),
                     }
@@ -204,7 +204,15 @@ fn other_row(e: EntryView) -> AnyView {
     .into_any()
 }
 
-fn detail(d: InvoiceDetail) -> AnyView {
+/// Where an invoice page's links go: the tenant's own pages (with the CSV download), or the
+/// operator's (`/admin/invoices/{id}`; exports are the operator's CSV).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Links {
+    Tenant,
+    Admin,
+}
+
+pub(crate) fn detail(d: InvoiceDetail, links: Links) -> AnyView {
     let r = d.row;
     let heading = if r.kind == "credit_note" {
         format!("Credit note {}", r.month)
@@ -213,7 +221,14 @@ fn detail(d: InvoiceDetail) -> AnyView {
     };
     let (usage, other): (Vec<EntryView>, Vec<EntryView>) =
         d.entries.into_iter().partition(|e| e.kind == "usage");
-    let csv = format!("/invoices/{}.csv", r.id);
+    let csv = (links == Links::Tenant).then(|| {
+        let href = format!("/invoices/{}.csv", r.id);
+        view! { <p><a class="button" href=href download="">"Download CSV"</a></p> }
+    });
+    let base = match links {
+        Links::Tenant => "/invoices",
+        Links::Admin => "/admin/invoices",
+    };
     let status = status_label(&r);
     let live_note = r.live.then(|| {
         view! {
@@ -230,10 +245,10 @@ fn detail(d: InvoiceDetail) -> AnyView {
             <dt>"Status"</dt><dd class="status">{status}</dd>
             <dt>"Issued (UTC)"</dt><dd>{r.issued_at.clone().unwrap_or_else(|| "–".to_owned())}</dd>
             {r.corrects.clone().map(|c| view! {
-                <dt>"Corrects"</dt><dd><a class="mono" href=format!("/invoices/{c}")>{c.clone()}</a></dd>
+                <dt>"Corrects"</dt><dd><a class="mono" href=format!("{base}/{c}")>{c.clone()}</a></dd>
             })}
         </dl>
-        <p><a class="button" href=csv download="">"Download CSV"</a></p>
+        {csv}
         <div class="scroll">
         <table class="usage invoice">
             <thead>

@@ -291,10 +291,7 @@ pub fn log_entry(r: reports::LogRow) -> LogEntry {
             _ => "(unknown key)".into(),
         },
         status: r.status,
-        cost_micros: tf_core::money::cost_micros(
-            u64::try_from(r.prompt_tokens.saturating_add(r.completion_tokens)).unwrap_or(0),
-            r.micros_per_1k_tokens,
-        ),
+        cost_micros: r.cost_micros,
         prompt_tokens: r.prompt_tokens,
         cached_tokens: r.cached_tokens,
         completion_tokens: r.completion_tokens,

@@ -595,6 +595,20 @@ pub async fn invoice(
     .await
 }
 
+/// The tenant (id, handle) an invoice belongs to, for the operator's view of any invoice.
+pub async fn invoice_tenant(
+    db: impl PgExecutor<'_>,
+    id: Uuid,
+) -> sqlx::Result<Option<(Uuid, String)>> {
+    let row = sqlx::query!(
+        "SELECT t.id, t.name FROM invoices i JOIN tenants t ON t.id = i.tenant_id WHERE i.id = $1",
+        id
+    )
+    .fetch_optional(db)
+    .await?;
+    Ok(row.map(|r| (r.id, r.name)))
+}
+
 /// An entry of an invoice: usage per price key, a credit or an adjustment.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {

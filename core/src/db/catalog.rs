@@ -106,11 +106,14 @@ pub struct RouteRow {
     pub prompt_estimator: String,
     /// Unix seconds (OpenAI's `created`).
     pub created: i64,
-    /// `ready`, or `starting` (answered 503 with `retry-after` until it is ready).
+    /// `ready`, `starting` (answered 503 with `retry-after` until it is ready), or an idle
+    /// adapter's `unloading`, `unloaded`, `reloading`.
     pub state: String,
-    /// The base's graph is asleep or waking: requests are held until it serves (issue 18).
+    /// The base's graph is asleep or waking, or the adapter is unloaded for idleness (or on its
+    /// way out or back): requests are held until it serves (issue 18).
     pub asleep: bool,
-    /// Wakes of the graph that failed so far (a held request that sees this grow gives up).
+    /// Failed wakes of the graph plus failed reloads of the adapter so far (a held request that
+    /// sees this grow gives up).
     pub wake_failures: i64,
 }
 
@@ -133,41 +136,25 @@ pub async fn routes(pool: &PgPool) -> sqlx::Result<Vec<RouteRow>> {
            SELECT a.name, a.tenant_id, b.name, a.id, a.version, b.graph, b.upstream_url, a.upstream_model,
                   a.price_key, a.shared_cache, b.continuous_usage, b.denied_fields, b.prompt_estimator,
                   extract(epoch FROM a.created_at)::bigint, a.state,
-                  COALESCE(g.state IN ('asleep', 'waking'), false), COALESCE(g.wake_failures, 0)
+                  COALESCE(g.state IN ('asleep', 'waking'), false)
+                      OR a.state IN ('unloading', 'unloaded', 'reloading'),
+                  COALESCE(g.wake_failures, 0) + a.reload_failures
            FROM adapters a JOIN base_models b ON b.id = a.base_model_id
                 JOIN tenants t ON t.id = a.tenant_id LEFT JOIN graphs g ON g.base_model_id = b.id
-           WHERE a.state IN ('ready', 'starting') AND a.desired = 'running'
+           WHERE a.state IN ('ready', 'starting', 'unloading', 'unloaded', 'reloading')
+                 AND a.desired = 'running'
                  AND b.upstream_url <> '' AND t.status = 'active'"#,
     )
     .fetch_all(pool)
     .await
 }
 
-/// A base model's placeholder price (until billing's price book).
-pub struct BasePrice {
-    pub name: String,
-    pub micros_per_1k_tokens: i64,
-}
-
-pub async fn prices(pool: &PgPool) -> sqlx::Result<Vec<BasePrice>> {
-    sqlx::query_as!(
-        BasePrice,
-        "SELECT name, micros_per_1k_tokens FROM base_models"
+/// The price keys of the bases of `fleet` (the demo prices its simulated bases by them).
+pub async fn price_keys_of_fleet(pool: &PgPool, fleet: &str) -> sqlx::Result<Vec<String>> {
+    sqlx::query_scalar!(
+        "SELECT DISTINCT price_key FROM base_models WHERE fleet = $1 ORDER BY price_key",
+        fleet
     )
     .fetch_all(pool)
     .await
-}
-
-/// Gives the bases of `fleet` that have no price yet `micros_per_1k_tokens` (the demo's simulated
-/// bases, so its pages show money); a price an operator set is kept.
-pub async fn price_unpriced(pool: &PgPool, fleet: &str, micros_per_1k: i64) -> sqlx::Result<u64> {
-    let done = sqlx::query!(
-        "UPDATE base_models SET micros_per_1k_tokens = $2
-         WHERE fleet = $1 AND micros_per_1k_tokens = 0",
-        fleet,
-        micros_per_1k,
-    )
-    .execute(pool)
-    .await?;
-    Ok(done.rows_affected())
 }

@@ -1,11 +1,13 @@
 //! The tenant home's figures: this month's usage totals and the models the tenant may call, each
 //! one statement scoped by the tenant. Totals are computed in PostgreSQL (a month of events never
-//! travels to Rust), with the per-event price formula of [`crate::money::cost_micros`] (as in
-//! [`super::spend`]).
+//! travels to Rust); the cost is the `usage_daily` rollup's, priced by the one cost function (as
+//! [`super::spend`] and the invoices count it).
 
 use sqlx::PgPool;
-use time::OffsetDateTime;
+use time::Date;
 use uuid::Uuid;
+
+use crate::money::Rates;
 
 /// A tenant's usage since a point in time.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -15,25 +17,23 @@ pub struct Totals {
     pub prompt_tokens: i64,
     pub cached_tokens: i64,
     pub completion_tokens: i64,
-    /// Cost in micro-units, each event rounded up as billed.
+    /// Cost in micro-units, each event rounded once, as billed.
     pub cost_micros: i64,
 }
 
-/// The tenant's totals of the events started at or after `since`.
-pub async fn totals_since(
-    pool: &PgPool,
-    tenant_id: Uuid,
-    since: OffsetDateTime,
-) -> sqlx::Result<Totals> {
+/// The tenant's totals of the events started on or after the UTC day `since`.
+pub async fn totals_since(pool: &PgPool, tenant_id: Uuid, since: Date) -> sqlx::Result<Totals> {
     sqlx::query_as!(
         Totals,
         r#"SELECT count(*) AS "requests!",
                   COALESCE(SUM(e.prompt_tokens), 0)::bigint AS "prompt_tokens!",
                   COALESCE(SUM(e.cached_tokens), 0)::bigint AS "cached_tokens!",
                   COALESCE(SUM(e.completion_tokens), 0)::bigint AS "completion_tokens!",
-                  COALESCE(SUM(((e.prompt_tokens + e.completion_tokens) * b.micros_per_1k_tokens + 999) / 1000), 0)::bigint AS "cost_micros!"
-           FROM usage_events e LEFT JOIN base_models b ON b.name = e.base_model
-           WHERE e.tenant_id = $1 AND e.started_at >= $2 AND e.status <> 'rejected'"#,
+                  (SELECT COALESCE(SUM(d.cost_micros), 0)::bigint FROM usage_daily d
+                   WHERE d.tenant_id = $1 AND d.day >= $2) AS "cost_micros!"
+           FROM usage_events e
+           WHERE e.tenant_id = $1 AND e.started_at >= $2::date::timestamp AT TIME ZONE 'UTC'
+             AND e.status <> 'rejected'"#,
         tenant_id,
         since,
     )
@@ -48,25 +48,43 @@ pub struct UsableModel {
     pub name: String,
     /// For an adapter, the base it runs on; `None` for a base model.
     pub base: Option<String>,
-    /// Price in micro-units per 1000 tokens.
-    pub micros_per_1k_tokens: i64,
+    /// What the tenant pays for it now (its tier's price, else the standard one); `None`: no
+    /// price is set, so it costs nothing.
+    pub rates: Option<Rates>,
 }
 
 /// What the gateway's route table lets the tenant call (see `RouteTable::visible`): every offered
-/// base, then the tenant's ready adapters, each sorted by name.
+/// base, then the tenant's ready adapters, each sorted by name, with the price in effect now.
 pub async fn usable_models(pool: &PgPool, tenant_id: Uuid) -> sqlx::Result<Vec<UsableModel>> {
-    sqlx::query_as!(
-        UsableModel,
-        r#"SELECT name AS "name!", base AS "base?", micros AS "micros_per_1k_tokens!" FROM (
-               SELECT 0 AS kind, b.name, NULL::text AS base, b.micros_per_1k_tokens AS micros
+    let rows = sqlx::query!(
+        r#"SELECT m.name AS "name!", m.base AS "base?", p.fresh_input_per_m AS "fresh?",
+                  p.cached_input_per_m AS "cached?", p.output_per_m AS "output?"
+           FROM (
+               SELECT 0 AS kind, b.name, NULL::text AS base, b.price_key
                FROM base_models b WHERE b.offered
                UNION ALL
-               SELECT 1, a.name, b.name, b.micros_per_1k_tokens
+               SELECT 1, a.name, b.name, a.price_key
                FROM adapters a JOIN base_models b ON b.id = a.base_model_id
                WHERE a.tenant_id = $1 AND a.state = 'ready'
-           ) m ORDER BY kind, name"#,
+           ) m LEFT JOIN LATERAL price_in_effect($1, m.price_key, now()) p ON true
+           ORDER BY m.kind, m.name"#,
         tenant_id,
     )
     .fetch_all(pool)
-    .await
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| UsableModel {
+            name: r.name,
+            base: r.base,
+            rates: match (r.fresh, r.cached, r.output) {
+                (Some(fresh_per_m), Some(cached_per_m), Some(output_per_m)) => Some(Rates {
+                    fresh_per_m,
+                    cached_per_m,
+                    output_per_m,
+                }),
+                _ => None,
+            },
+        })
+        .collect())
 }

@@ -42,6 +42,9 @@ pub struct TemplatedBase {
     pub graph_state: Option<String>,
     pub replicas_desired: Option<i32>,
     pub replicas_ready: Option<i32>,
+    /// `None`: its adapters stay loaded while the graph is up; else each is unloaded after this
+    /// many seconds without a request (an admin's setting, kept apart from the template file).
+    pub adapter_idle_after_secs: Option<i32>,
     /// The graph's scale-to-zero bookkeeping, read in SQL against the database's clock.
     pub sleep: SleepFacts,
 }
@@ -131,7 +134,7 @@ pub async fn templated_bases(db: impl PgExecutor<'_>) -> sqlx::Result<Vec<Templa
                   t.model, t.image, t.tensor_parallel_size, t.quantization, t.max_loras, t.max_lora_rank,
                   t.extra_args, t.gpus_per_replica, t.replicas_min, t.replicas_max, t.env_from_secret,
                   t.config_json, t.tokenizer_json, t.allow_dora, t.idle_after_secs,
-                  g.state AS "graph_state?", g.replicas_desired AS "replicas_desired?",
+                  t.adapter_idle_after_secs, g.state AS "graph_state?", g.replicas_desired AS "replicas_desired?",
                   g.replicas_ready AS "replicas_ready?",
                   COALESCE(GREATEST(g.last_active_at, g.state_since)
                       < now() - make_interval(secs => t.idle_after_secs), false) AS "idle!",
@@ -173,6 +176,7 @@ pub async fn templated_bases(db: impl PgExecutor<'_>) -> sqlx::Result<Vec<Templa
             graph_state: r.graph_state,
             replicas_desired: r.replicas_desired,
             replicas_ready: r.replicas_ready,
+            adapter_idle_after_secs: r.adapter_idle_after_secs,
             sleep: SleepFacts {
                 idle: r.idle,
                 used_since_change: r.used_since_change,

@@ -156,11 +156,13 @@ pub async fn of_key(pool: &PgPool, key_id: Uuid, tenant_id: Uuid) -> sqlx::Resul
 
 /// Everything admission needs about one key in one round trip: its tenant's limits and caps and
 /// its own limits (all `None` where no row exists).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct KeyLimitsRow {
     pub tenant: RateRow,
     pub caps: CapsRow,
     pub key: RateRow,
+    /// The tenant's billing tier (`None`: no such tenant).
+    pub tier: Option<String>,
 }
 
 /// The tenant's spend limit in it is the one enforced: the stored limit plus the tenant's
@@ -176,10 +178,11 @@ pub async fn for_key(pool: &PgPool, tenant_id: Uuid, key_id: Uuid) -> sqlx::Resu
                   t.max_in_flight AS "max_in_flight?", t.max_long_prompts AS "max_long_prompts?",
                   t.long_prompt_tokens AS "long_prompt_tokens?",
                   k.requests_per_minute AS "k_rpm?", k.tokens_per_minute AS "k_tpm?",
-                  k.spend_limit_micros AS "k_spend?"
+                  k.spend_limit_micros AS "k_spend?", tn.tier AS "tier?"
            FROM (SELECT 1) AS one
                 LEFT JOIN tenant_limits t ON t.tenant_id = $1
-                LEFT JOIN key_limits k ON k.api_key_id = $2 AND k.tenant_id = $1"#,
+                LEFT JOIN key_limits k ON k.api_key_id = $2 AND k.tenant_id = $1
+                LEFT JOIN tenants tn ON tn.id = $1"#,
         tenant_id,
         key_id,
     )
@@ -201,5 +204,6 @@ pub async fn for_key(pool: &PgPool, tenant_id: Uuid, key_id: Uuid) -> sqlx::Resu
             tokens_per_minute: r.k_tpm,
             spend_limit_micros: r.k_spend,
         },
+        tier: r.tier,
     })
 }

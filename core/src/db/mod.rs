@@ -11,7 +11,7 @@
 //! | [`invoicing`] | invoice lists with subtotals, the open month's draft as built now, tiers |
 //! | [`keys`] | `api_keys` |
 //! | [`bodies`] | `stored_bodies` (opted-in tenants' prompts and completions) |
-//! | [`catalog`] | `base_models`, `adapters` (routes, placeholder prices) |
+//! | [`catalog`] | `base_models`, `adapters` (routes, the fleet's price keys) |
 //! | [`limits`] | `tenant_limits`, `key_limits` |
 //! | [`members`] | a tenant's users and roles, `invitations` |
 //! | [`usage`] | `usage_events` (insert, list) |

@@ -1,11 +1,10 @@
 //! What the tenant's `/usage` and `/logs` pages read: usage per day and model from the
-//! `usage_daily` rollup (kept exact by triggers on `usage_events` and `base_models`, see its
-//! migration), and the request log, newest first, keyset-paginated on `(started_at, request_id)`.
+//! `usage_daily` rollup (kept exact by a trigger on `usage_events`, see its migration), and the request log, newest first, keyset-paginated on `(started_at, request_id)`.
 //! Every statement takes the tenant id and filters on it first.
 //!
-//! The rollup's cost is priced in SQL with the formula of [`crate::money::cost_micros`] per event
-//! (as `db::spend` does); the log prices each row in Rust with that function. The test
-//! `server/tests/usage_portal.rs` checks both against the events.
+//! The rollup's cost and each log row's are the one cost function's (SQL `charge_micros`, the
+//! rule of [`crate::money::line_micros`] under the price book, as `db::spend` and the invoices
+//! count). The test `server/tests/usage_portal.rs` checks both against the events.
 
 use sqlx::PgPool;
 use time::{Date, OffsetDateTime};
@@ -117,9 +116,8 @@ pub struct LogRow {
     pub completion_tokens: i64,
     pub ttft_ms: Option<i32>,
     pub duration_ms: i32,
-    /// The base's placeholder price per 1000 tokens (0 when the base is unknown, as in
-    /// `db::spend`); the row's cost is `money::cost_micros` of it.
-    pub micros_per_1k_tokens: i64,
+    /// What the request costs (the price book's rates at its start; 0 when refused or unpriced).
+    pub cost_micros: i64,
 }
 
 /// Up to `limit` requests of `tenant` older than `before` (a `(started_at, request_id)` cursor:
@@ -142,10 +140,12 @@ pub async fn log_page(
         r#"SELECT e.request_id, e.started_at, e.served_name, e.api_key_id,
                   k.name AS "key_name?", k.prefix AS "key_prefix?", e.status,
                   e.prompt_tokens, e.cached_tokens, e.completion_tokens, e.ttft_ms, e.duration_ms,
-                  COALESCE(b.micros_per_1k_tokens, 0) AS "micros_per_1k_tokens!"
+                  CASE WHEN e.status = 'rejected' THEN 0
+                       ELSE charge_micros(e.tenant_id, e.price_key, e.started_at,
+                                          e.prompt_tokens - e.cached_tokens, e.cached_tokens,
+                                          e.completion_tokens) END AS "cost_micros!"
            FROM usage_events e
                 LEFT JOIN api_keys k ON k.id = e.api_key_id AND k.tenant_id = e.tenant_id
-                LEFT JOIN base_models b ON b.name = e.base_model
            WHERE e.tenant_id = $1
              AND (e.started_at, e.request_id) < ($2, $3)
              AND ($4::text IS NULL OR e.served_name = $4)
@@ -180,10 +180,12 @@ pub async fn log_entry(
         r#"SELECT e.request_id, e.started_at, e.served_name, e.api_key_id,
                   k.name AS "key_name?", k.prefix AS "key_prefix?", e.status,
                   e.prompt_tokens, e.cached_tokens, e.completion_tokens, e.ttft_ms, e.duration_ms,
-                  COALESCE(b.micros_per_1k_tokens, 0) AS "micros_per_1k_tokens!"
+                  CASE WHEN e.status = 'rejected' THEN 0
+                       ELSE charge_micros(e.tenant_id, e.price_key, e.started_at,
+                                          e.prompt_tokens - e.cached_tokens, e.cached_tokens,
+                                          e.completion_tokens) END AS "cost_micros!"
            FROM usage_events e
                 LEFT JOIN api_keys k ON k.id = e.api_key_id AND k.tenant_id = e.tenant_id
-                LEFT JOIN base_models b ON b.name = e.base_model
            WHERE e.tenant_id = $1 AND e.request_id = $2"#,
         tenant,
         request_id,

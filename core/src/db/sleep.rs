@@ -140,3 +140,145 @@ pub async fn set_idle_after(
     .await?;
     Ok(set > 0)
 }
+
+/// Marks the named adapters used now (a gateway's periodic flush). Adapters deleted meanwhile
+/// are skipped.
+pub async fn touch_adapters(pool: &PgPool, ids: &[Uuid]) -> sqlx::Result<()> {
+    sqlx::query!(
+        "INSERT INTO adapter_use (adapter_id, last_active_at)
+         SELECT id, now() FROM adapters WHERE id = ANY($1)
+         ON CONFLICT (adapter_id) DO UPDATE SET last_active_at = now()",
+        ids,
+    )
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// Asks for an idle adapter to be loaded again; `true` when this call was the one that asked
+/// (the adapter is unloading or unloaded and nobody had asked yet).
+pub async fn request_reload(pool: &PgPool, adapter: Uuid) -> sqlx::Result<bool> {
+    let done = sqlx::query!(
+        "INSERT INTO adapter_use (adapter_id, reload_requested_at)
+         SELECT id, now() FROM adapters
+         WHERE id = $1 AND desired = 'running' AND state IN ('unloading', 'unloaded')
+         ON CONFLICT (adapter_id) DO UPDATE SET reload_requested_at = now()
+         WHERE adapter_use.reload_requested_at IS NULL",
+        adapter,
+    )
+    .execute(pool)
+    .await?;
+    Ok(done.rows_affected() > 0)
+}
+
+/// What the controller needs to unload an idle adapter or load it again, read against the
+/// database's clock.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AdapterSleep {
+    /// Its base unloads idle adapters and nothing arrived or ran for it for longer than that
+    /// since the later of its last use and its last state change.
+    pub idle: bool,
+    /// A request for it was seen after its last state change.
+    pub used_since_change: bool,
+    /// Seconds since its last state change.
+    pub changed_secs_ago: f64,
+    /// A held request asked for it to be loaded.
+    pub reload_requested: bool,
+}
+
+/// Every managed adapter's [`AdapterSleep`], by id.
+pub async fn adapter_sleep(
+    db: impl PgExecutor<'_>,
+) -> sqlx::Result<std::collections::HashMap<Uuid, AdapterSleep>> {
+    let rows = sqlx::query!(
+        r#"SELECT a.id,
+                  COALESCE(GREATEST(u.last_active_at, a.updated_at)
+                      < now() - make_interval(secs => t.adapter_idle_after_secs), false) AS "idle!",
+                  COALESCE(u.last_active_at > a.updated_at, false) AS "used_since_change!",
+                  extract(epoch FROM now() - a.updated_at)::float8 AS "changed_secs_ago!",
+                  u.reload_requested_at IS NOT NULL AS "reload_requested!"
+           FROM adapters a JOIN base_templates t ON t.base_model_id = a.base_model_id
+                LEFT JOIN adapter_use u ON u.adapter_id = a.id
+           WHERE a.storage_uri IS NOT NULL"#,
+    )
+    .fetch_all(db)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| {
+            (
+                r.id,
+                AdapterSleep {
+                    idle: r.idle,
+                    used_since_change: r.used_since_change,
+                    changed_secs_ago: r.changed_secs_ago,
+                    reload_requested: r.reload_requested,
+                },
+            )
+        })
+        .collect())
+}
+
+/// The counters and the reload request that go with an adapter's step into `to` (in the
+/// transaction that moves it): a reload counts as it starts; `ready` answers the reload request;
+/// a failed reload (`failed`) counts, and answers it too, so the next request asks again.
+pub async fn adapter_stepped(
+    conn: &mut sqlx::PgConnection,
+    adapter: Uuid,
+    to: &str,
+    failed: bool,
+) -> sqlx::Result<()> {
+    sqlx::query!(
+        "UPDATE adapters SET reloads = reloads + ($2 = 'reloading')::int,
+             reload_failures = reload_failures + $3::bool::int
+         WHERE id = $1 AND ($2 = 'reloading' OR $3)",
+        adapter,
+        to,
+        failed,
+    )
+    .execute(&mut *conn)
+    .await?;
+    if to == "ready" || failed {
+        sqlx::query!(
+            "UPDATE adapter_use SET reload_requested_at = NULL WHERE adapter_id = $1",
+            adapter,
+        )
+        .execute(&mut *conn)
+        .await?;
+    }
+    Ok(())
+}
+
+/// Sets how long a base's adapters may sit idle before they are unloaded (`None`: they stay
+/// loaded while the graph is up); `false` when no templated base has that name. Reached through
+/// `operator::set_idle_policy`, audited.
+pub async fn set_adapter_idle_after(
+    db: impl PgExecutor<'_>,
+    base: &str,
+    idle_after_secs: Option<i32>,
+) -> sqlx::Result<bool> {
+    let done = sqlx::query!(
+        "UPDATE base_templates t SET adapter_idle_after_secs = $2
+         FROM base_models b WHERE b.id = t.base_model_id AND b.name = $1",
+        base,
+        idle_after_secs,
+    )
+    .execute(db)
+    .await?;
+    Ok(done.rows_affected() > 0)
+}
+
+/// Each managed adapter's reloads started and failed (the admin fleet page).
+pub async fn reload_counts(
+    pool: &PgPool,
+) -> sqlx::Result<std::collections::HashMap<Uuid, (i64, i64)>> {
+    let rows = sqlx::query!(
+        "SELECT id, reloads, reload_failures FROM adapters WHERE storage_uri IS NOT NULL"
+    )
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| (r.id, (r.reloads, r.reload_failures)))
+        .collect())
+}

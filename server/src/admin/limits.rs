@@ -104,11 +104,7 @@ async fn consumption(
     tenant: Uuid,
 ) -> anyhow::Result<()> {
     let now = OffsetDateTime::now_utc();
-    let month = now
-        .date()
-        .replace_day(1)
-        .map(|d| d.midnight().assume_utc())
-        .unwrap_or(now);
+    let month = now.date().replace_day(1).unwrap_or(now.date());
     let c = spend::consumption(pool, tenant, key, month).await?;
     let _ = writeln!(out, "consumption (billed, PostgreSQL)");
     line(out, "requests, last minute", Some(c.requests_last_minute));

@@ -52,6 +52,12 @@ pub struct SimFleet {
     startup_delay: Duration,
     /// Fault injection: replicas fail to start (a wake that fails).
     fail_starts: AtomicBool,
+    /// How long loading an adapter takes (reported `Pending` until then).
+    adapter_load_delay: Duration,
+    /// When each adapter not yet registered began loading, by (graph, LoRA name).
+    loading: std::sync::Mutex<HashMap<(String, String), Instant>>,
+    /// Fault injection: adapters fail to load (a reload that fails).
+    fail_adapter_loads: AtomicBool,
 }
 
 impl SimFleet {
@@ -65,6 +71,9 @@ impl SimFleet {
             http: reqwest::Client::new(),
             startup_delay: Duration::ZERO,
             fail_starts: AtomicBool::new(false),
+            adapter_load_delay: Duration::ZERO,
+            loading: std::sync::Mutex::new(HashMap::new()),
+            fail_adapter_loads: AtomicBool::new(false),
         }
     }
 
@@ -73,6 +82,44 @@ impl SimFleet {
     pub fn with_startup_delay(mut self, delay: Duration) -> Self {
         self.startup_delay = delay;
         self
+    }
+
+    /// Adapters not yet registered take `delay` to load (reported `Pending` until then).
+    #[must_use]
+    pub fn with_adapter_load_delay(mut self, delay: Duration) -> Self {
+        self.adapter_load_delay = delay;
+        self
+    }
+
+    /// From now on, adapters fail to load (`true`) or load normally (`false`).
+    pub fn fail_adapter_loads(&self, fail: bool) {
+        self.fail_adapter_loads.store(fail, Ordering::Relaxed);
+    }
+
+    /// Whether `lora` is registered on `graph` (loaded on its replicas as they start).
+    pub async fn has_adapter(&self, graph: &str, lora: &str) -> bool {
+        self.graphs
+            .lock()
+            .await
+            .get(graph)
+            .is_some_and(|g| g.loras.contains_key(lora))
+    }
+
+    /// An adapter not yet registered is still loading (its delay not over).
+    fn still_loading(&self, a: &AdapterSpec) -> bool {
+        if self.adapter_load_delay.is_zero() {
+            return false;
+        }
+        let Ok(mut loading) = self.loading.lock() else {
+            return false;
+        };
+        let key = (a.graph.clone(), a.lora_name.clone());
+        let began = *loading.entry(key.clone()).or_insert_with(Instant::now);
+        if began.elapsed() < self.adapter_load_delay {
+            return true;
+        }
+        loading.remove(&key);
+        false
     }
 
     /// From now on, replicas fail to start (`true`) or start normally (`false`).
@@ -304,6 +351,22 @@ impl FleetBackend for SimFleet {
             let g = graphs
                 .get_mut(&a.graph)
                 .ok_or_else(|| FleetError::Unavailable(format!("graph {} not up", a.graph)))?;
+            if !g.loras.contains_key(&a.lora_name) {
+                if self.fail_adapter_loads.load(Ordering::Relaxed) {
+                    return Err(FleetError::Rejected(format!(
+                        "{} failed to load (simulated)",
+                        a.lora_name
+                    )));
+                }
+                if self.still_loading(a) {
+                    let n = u32::try_from(g.replicas.len()).unwrap_or(u32::MAX);
+                    return Ok(AdapterObserved {
+                        phase: Phase::Pending,
+                        ready_endpoints: 0,
+                        total_endpoints: n,
+                    });
+                }
+            }
             g.loras.insert(a.lora_name.clone(), a.source_uri.clone());
             g.replicas.iter().map(|r| r.addr).collect::<Vec<_>>()
         };
@@ -327,6 +390,10 @@ impl FleetBackend for SimFleet {
     }
 
     async fn remove_adapter(&self, a: &AdapterSpec) -> Result<(), FleetError> {
+        // A load cut short starts its delay again next time.
+        if let Ok(mut loading) = self.loading.lock() {
+            loading.remove(&(a.graph.clone(), a.lora_name.clone()));
+        }
         let addrs = {
             let mut graphs = self.graphs.lock().await;
             let Some(g) = graphs.get_mut(&a.graph) else {

@@ -137,7 +137,7 @@ async fn handle(
         tenant: principal.tenant_id,
         key: principal.key_id,
         graph: &route.graph,
-        base: &route.base,
+        price_key: &route.price_key,
         max_tokens: req.max_tokens(),
         sequences: req.sequences(),
     };
@@ -166,7 +166,7 @@ async fn handle(
         cut: gw.cut.clone(),
         admitted,
         tracker: gw.tracker.clone(),
-        holds: Some(route.activity.begin()),
+        holds: Some(route.activity.begin(route.adapter_activity.as_ref())),
         first_token: None,
     };
     let cold = route.asleep;

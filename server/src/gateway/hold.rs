@@ -1,8 +1,10 @@
-//! Requests for a model whose graph is asleep (issue 18) are held, not refused: the request asks
-//! for a wake (one conditional UPDATE, so one wake per graph however many requests and replicas
-//! ask) and waits for the resolution table to show the graph serving. Route reloads are the only
-//! signal, so holding costs no polling. The hold ends with the route awake (forward), the wake
-//! failed or the hold limit passed (503 with `retry-after`), or the model gone (404).
+//! Requests for a model whose graph is asleep, or whose adapter was unloaded for idleness (issue
+//! 18), are held, not refused: the request asks for a wake of the graph and a reload of the
+//! adapter (each one conditional UPDATE, so one wake per graph and one reload per adapter however
+//! many requests and replicas ask) and waits for the resolution table to show the model
+//! serving. Route reloads are the only signal, so holding costs no polling. The hold ends with
+//! the route awake (forward), the wake failed or the hold limit passed (503 with `retry-after`),
+//! or the model gone (404).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,6 +28,15 @@ pub async fn until_awake(
         Ok(false) => {}
         // The hold limit answers if the wake never comes.
         Err(e) => tracing::warn!(graph = %asleep.graph, error = %e, "could not ask for a wake"),
+    }
+    if let Some((adapter, _)) = asleep.adapter {
+        match tf_core::db::sleep::request_reload(routes.pool(), adapter).await {
+            Ok(true) => {
+                tracing::info!(model = %asleep.served_name, "asked to reload an idle adapter")
+            }
+            Ok(false) => {}
+            Err(e) => tracing::warn!(%adapter, error = %e, "could not ask for a reload"),
+        }
     }
     let deadline = tokio::time::sleep(limit);
     tokio::pin!(deadline);

@@ -358,6 +358,7 @@ mod tests {
             asleep: false,
             wake_failures: 0,
             activity: std::sync::Arc::default(),
+            adapter_activity: None,
         }
     }
 

@@ -44,12 +44,16 @@ pub struct Route {
     pub created: i64,
     /// An adapter being loaded: answered 503 with `retry-after` until it is ready.
     pub starting: bool,
-    /// The graph is asleep or waking: requests are held until it serves (`gateway::hold`).
+    /// The graph is asleep or waking, or the adapter is unloaded for idleness (or on its way
+    /// out or back): requests are held until it serves (`gateway::hold`).
     pub asleep: bool,
-    /// The graph's failed wakes so far (a held request that sees this grow gives up).
+    /// The graph's failed wakes plus the adapter's failed reloads so far (a held request that
+    /// sees this grow gives up).
     pub wake_failures: i64,
     /// The graph's use mark on this replica, shared by all its routes (`super::activity`).
     pub activity: Arc<super::activity::GraphUse>,
+    /// The adapter's own use mark, for a tenant's model.
+    pub adapter_activity: Option<Arc<super::activity::GraphUse>>,
 }
 
 /// One immutable snapshot.
@@ -151,6 +155,7 @@ impl RouteTable {
             let route = Arc::new(Route {
                 upstream: self.upstream(&row.upstream_url)?,
                 activity: self.activity.graph(&row.graph),
+                adapter_activity: row.adapter_id.map(|id| self.activity.adapter(id)),
                 served_name: row.served_name.clone(),
                 owner: row.owner,
                 base: row.base,

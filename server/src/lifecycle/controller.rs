@@ -9,6 +9,12 @@
 //! held request's wake request takes it through `waking` back to `ready`; a wake that fails
 //! goes back to `asleep` with the reason.
 //!
+//! An idle adapter on a warm graph (its base's adapter policy) goes `unloading` (routes first:
+//! its requests are held), leaves the engines after the same grace (`unloaded`), and a held
+//! request's reload request takes it through `reloading` back to `ready` (waking its graph first
+//! if that sleeps too); a reload that fails goes back to `unloaded` with the reason. The graph and
+//! its other adapters are not touched.
+//!
 //! Start = the base's graph exists (created if needed), then the adapter is registered on it;
 //! stop = that adapter is deregistered, nothing else; delete = deregistered, its files removed,
 //! its row removed, and the graph torn down when no model is left on it (unless the bare base is
@@ -20,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use sqlx::{Connection, PgConnection, PgPool};
 use tf_core::db::lifecycle::{self as db, AdapterRow, GraphWrite, TemplatedBase};
-use tf_core::db::sleep as sleep_db;
+use tf_core::db::sleep::{self as sleep_db, AdapterSleep};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -45,7 +51,18 @@ const FOLLOWER_RETRY: Duration = Duration::from_secs(2);
 const SLEEP_GRACE_SECS: f64 = 2.5;
 
 /// Adapter states that keep a model on its base (so its graph stays up).
-const ON_BASE: [&str; 5] = ["stopped", "starting", "ready", "stopping", "failed"];
+const ON_BASE: [&str; 8] = [
+    "stopped",
+    "starting",
+    "ready",
+    "stopping",
+    "failed",
+    "unloading",
+    "unloaded",
+    "reloading",
+];
+/// Adapter states in which the engines may have it loaded (a delete or stop deregisters it).
+const MAYBE_LOADED: [&str; 5] = ["starting", "ready", "stopping", "unloading", "reloading"];
 
 #[derive(Debug, Clone, Copy)]
 pub struct ControllerOptions {
@@ -160,6 +177,8 @@ impl Controller {
             .into_iter()
             .filter(|a| ours.contains(&a.base_model_id))
             .collect();
+        let adapter_sleep = sleep_db::adapter_sleep(&self.pool).await?;
+        let sleep_of = |a: &AdapterRow| adapter_sleep.get(&a.id).copied().unwrap_or_default();
         let needed = |base: &TemplatedBase| {
             base.offered
                 || adapters.iter().any(|a| {
@@ -168,11 +187,14 @@ impl Controller {
                         && ON_BASE.contains(&a.state.as_str())
                 })
         };
-        // An adapter started on an asleep base wakes it, like a request.
+        // An adapter started or reloaded on an asleep base wakes it, like a request.
         let wake = |base: &TemplatedBase| {
             base.sleep.wake_requested
                 || adapters.iter().any(|a| {
-                    a.base_model_id == base.id && a.desired == "running" && a.state == "starting"
+                    a.base_model_id == base.id
+                        && a.desired == "running"
+                        && (matches!(a.state.as_str(), "starting" | "reloading")
+                            || (a.state == "unloaded" && sleep_of(a).reload_requested))
                 })
         };
         let mut ready_graphs = HashSet::new();
@@ -185,8 +207,13 @@ impl Controller {
             let Some(base) = bases.iter().find(|b| b.id == adapter.base_model_id) else {
                 continue;
             };
-            self.reconcile_adapter(base, adapter, ready_graphs.contains(&base.id))
-                .await?;
+            self.reconcile_adapter(
+                base,
+                adapter,
+                ready_graphs.contains(&base.id),
+                sleep_of(adapter),
+            )
+            .await?;
         }
         for base in bases
             .iter()
@@ -402,6 +429,7 @@ impl Controller {
         base: &TemplatedBase,
         a: &AdapterRow,
         graph_ready: bool,
+        sleep: AdapterSleep,
     ) -> sqlx::Result<()> {
         let key = format!("adapter:{}", a.id);
         if self.waiting(&key) {
@@ -428,6 +456,66 @@ impl Controller {
                     Err(e) => Ok(Err(e)),
                 }
             }
+            ("running", "ready")
+                if graph_ready && base.adapter_idle_after_secs.is_some() && sleep.idle =>
+            {
+                let reason = adapter_idle_reason(base);
+                tracing::info!(model = %a.name, "adapter idle: unloading");
+                self.transition(a, "unloading", Some(&reason))
+                    .await
+                    .map(|()| Ok(()))
+            }
+            ("running", "unloading") if sleep.reload_requested || sleep.used_since_change => {
+                // Asked for, or used by a request forwarded before the routes changed: it never
+                // left the engines.
+                self.transition(a, "ready", None).await.map(|()| Ok(()))
+            }
+            ("running", "unloading") if sleep.changed_secs_ago >= SLEEP_GRACE_SECS => {
+                match self.backend.remove_adapter(&spec).await {
+                    Ok(()) => {
+                        let reason = adapter_idle_reason(base);
+                        self.transition(a, "unloaded", Some(&reason))
+                            .await
+                            .map(|()| Ok(()))
+                    }
+                    Err(e) => Ok(Err(e)),
+                }
+            }
+            ("running", "unloaded") if sleep.reload_requested => {
+                self.metrics.reload();
+                tracing::info!(model = %a.name, "reloading an idle adapter");
+                self.transition(a, "reloading", Some("a request arrived"))
+                    .await
+                    .map(|()| Ok(()))
+            }
+            ("running", "reloading") if graph_ready => {
+                let failure = match self.backend.apply_adapter(&spec).await {
+                    Ok(o) => match o.phase {
+                        Phase::Ready => None,
+                        Phase::Pending | Phase::Asleep => return Ok(()),
+                        Phase::Failed(r) => Some(r),
+                    },
+                    Err(FleetError::Rejected(r)) => Some(r),
+                    Err(e) => {
+                        self.failed(&key, &e);
+                        return Ok(());
+                    }
+                };
+                match failure {
+                    None => self.transition(a, "ready", None).await.map(|()| Ok(())),
+                    Some(r) => {
+                        self.metrics.reload_failed();
+                        // Whatever half-loaded stays off the engines until the next reload.
+                        if let Err(e) = self.backend.remove_adapter(&spec).await {
+                            tracing::warn!(model = %a.name, error = %e, "could not unload a failed reload");
+                        }
+                        let reason = format!("reload failed: {r}");
+                        self.transition(a, "unloaded", Some(&reason))
+                            .await
+                            .map(|()| Ok(()))
+                    }
+                }
+            }
             ("running", "ready") if graph_ready => {
                 match self.backend.observe_adapter(&spec).await {
                     Ok(Some(o)) if o.phase == Phase::Ready => Ok(Ok(())),
@@ -441,7 +529,7 @@ impl Controller {
                 Err(e) => Ok(Err(e)),
             },
             ("deleted", state) if !matches!(state, "uploading" | "validating") => {
-                let removed = if matches!(state, "starting" | "ready" | "stopping") {
+                let removed = if MAYBE_LOADED.contains(&state) {
                     self.backend.remove_adapter(&spec).await
                 } else {
                     Ok(())
@@ -460,13 +548,16 @@ impl Controller {
         Ok(())
     }
 
-    /// Moves an adapter from the state this pass read to `to`, unless its owner changed it since.
+    /// Moves an adapter from the state this pass read to `to`, unless its owner changed it since
+    /// (with an idle adapter's reload counters and request, `sleep_db::adapter_stepped`).
     async fn transition(&self, a: &AdapterRow, to: &str, reason: Option<&str>) -> sqlx::Result<()> {
         let mut tx = self.pool.begin().await?;
         if let Some(row) = db::lock_adapter_by_id(&mut tx, a.id).await? {
             if row.state == a.state && row.desired == a.desired && row.version == a.version {
                 db::set_adapter(&mut tx, row.id, &row.desired, to, reason).await?;
                 record_adapter(&mut tx, &row, to, reason).await?;
+                let failed_reload = a.state == "reloading" && to == "unloaded";
+                sleep_db::adapter_stepped(&mut tx, row.id, to, failed_reload).await?;
             }
         }
         tx.commit().await
@@ -528,6 +619,14 @@ fn idle_reason(base: &TemplatedBase) -> String {
     format!(
         "idle for {} s",
         base.template.idle_after_secs.unwrap_or_default()
+    )
+}
+
+/// Why an idle adapter is unloaded, for its owner and the admin page.
+fn adapter_idle_reason(base: &TemplatedBase) -> String {
+    format!(
+        "idle for {} s; the next request loads it again",
+        base.adapter_idle_after_secs.unwrap_or_default()
     )
 }
 

@@ -1,10 +1,11 @@
 //! The controller's counters: `tf_fleet_errors_total{kind}` (one series per `FleetError` kind,
 //! plus `database`), reconcile passes, whether this replica leads, wakes from zero replicas
-//! (`tf_fleet_wakes_total`, `tf_fleet_wake_failures_total`, counted by the leader that ran them)
-//! and the time to first token of requests held for a wake (`tf_gateway_cold_ttft_seconds`,
-//! observed by the gateway replica that held them, from the request's arrival: a streamed
-//! answer's first content chunk, a non-streamed answer's whole body, which is when its first
-//! token reaches the client).
+//! (`tf_fleet_wakes_total`, `tf_fleet_wake_failures_total`, counted by the leader that ran them),
+//! reloads of idle adapters (`tf_fleet_adapter_reloads_total`,
+//! `tf_fleet_adapter_reload_failures_total`, likewise) and the time to first token of requests
+//! held for a wake or a reload (`tf_gateway_cold_ttft_seconds`, observed by the gateway replica
+//! that held them, from the request's arrival: a streamed answer's first content chunk, a
+//! non-streamed answer's whole body, which is when its first token reaches the client).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -18,6 +19,8 @@ pub struct FleetMetrics {
     leader: AtomicBool,
     wakes: AtomicU64,
     wake_failures: AtomicU64,
+    reloads: AtomicU64,
+    reload_failures: AtomicU64,
     /// Cold requests per [`COLD_BUCKETS`] bucket (plus +Inf last), and their total in ms.
     cold: [AtomicU64; COLD_BUCKETS.len() + 1],
     cold_ms_sum: AtomicU64,
@@ -33,6 +36,8 @@ impl Default for FleetMetrics {
             leader: AtomicBool::new(false),
             wakes: AtomicU64::new(0),
             wake_failures: AtomicU64::new(0),
+            reloads: AtomicU64::new(0),
+            reload_failures: AtomicU64::new(0),
             cold: Default::default(),
             cold_ms_sum: AtomicU64::new(0),
             cold_last_ms: AtomicU64::new(u64::MAX),
@@ -100,6 +105,18 @@ impl FleetMetrics {
 
     pub fn wake_failed(&self) {
         self.wake_failures.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn reload(&self) {
+        self.reloads.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn reloads(&self) -> u64 {
+        self.reloads.load(Ordering::Relaxed)
+    }
+
+    pub fn reload_failed(&self) {
+        self.reload_failures.fetch_add(1, Ordering::Relaxed);
     }
 
     /// A request held for a wake got its first token from the engine `ttft` after it arrived.
@@ -182,6 +199,16 @@ impl FleetMetrics {
             out,
             "# TYPE tf_fleet_wake_failures_total counter\ntf_fleet_wake_failures_total {}",
             self.wake_failures.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(
+            out,
+            "# TYPE tf_fleet_adapter_reloads_total counter\ntf_fleet_adapter_reloads_total {}",
+            self.reloads()
+        );
+        let _ = writeln!(
+            out,
+            "# TYPE tf_fleet_adapter_reload_failures_total counter\ntf_fleet_adapter_reload_failures_total {}",
+            self.reload_failures.load(Ordering::Relaxed)
         );
         let _ = writeln!(out, "# TYPE tf_gateway_cold_ttft_seconds histogram");
         let mut cumulative = 0;

@@ -43,14 +43,24 @@ pub fn next(command: Command, state: &str, desired: &str) -> Result<Option<Next>
         (Command::Start, "rejected") => {
             Err("the model was rejected at validation; upload a corrected version".into())
         }
-        (Command::Start, "ready" | "starting") if desired == "running" => Ok(None),
+        (Command::Start, "ready" | "starting" | "unloading" | "unloaded" | "reloading")
+            if desired == "running" =>
+        {
+            Ok(None)
+        }
         (Command::Start, "ready") => to("running", "ready"),
         (Command::Start, _) => to("running", "starting"),
-        (Command::Stop, "ready" | "starting") => to("stopped", "stopping"),
+        (Command::Stop, "ready" | "starting" | "unloading" | "reloading") => {
+            to("stopped", "stopping")
+        }
+        // Idle and off the engines already: nothing to deregister.
+        (Command::Stop, "unloaded") => to("stopped", "stopped"),
         (Command::Stop, "stopping") if desired == "running" => to("stopped", "stopping"),
         (Command::Stop, "failed") => to("stopped", "stopped"),
         (Command::Stop, _) => Ok(None),
-        (Command::Delete, "ready" | "starting" | "stopping") => to("deleted", "stopping"),
+        (Command::Delete, "ready" | "starting" | "stopping" | "unloading" | "reloading") => {
+            to("deleted", "stopping")
+        }
         (Command::Delete, s) => Ok(Some(Next {
             desired: "deleted",
             state: static_state(s),
@@ -59,7 +69,7 @@ pub fn next(command: Command, state: &str, desired: &str) -> Result<Option<Next>
 }
 
 /// The observed states, as `'static` names.
-pub const STATES: [&str; 8] = [
+pub const STATES: [&str; 11] = [
     "uploading",
     "validating",
     "rejected",
@@ -68,6 +78,9 @@ pub const STATES: [&str; 8] = [
     "ready",
     "stopping",
     "failed",
+    "unloading",
+    "unloaded",
+    "reloading",
 ];
 
 fn static_state(s: &str) -> &'static str {
@@ -105,6 +118,22 @@ mod tests {
         let d = n(Command::Delete, "rejected", "stopped").unwrap_or_else(|| unreachable!());
         assert_eq!((d.desired, d.state), ("deleted", "rejected"));
         assert_eq!(n(Command::Delete, "stopping", "deleted"), None);
+    }
+
+    #[test]
+    fn an_idle_adapter_is_still_running_to_its_owner() {
+        let n = |c, s, d| next(c, s, d).unwrap_or_else(|e| unreachable!("{e}"));
+        for idle in ["unloading", "unloaded", "reloading"] {
+            assert_eq!(n(Command::Start, idle, "running"), None, "{idle}");
+            let d = n(Command::Delete, idle, "running").unwrap_or_else(|| unreachable!());
+            assert_eq!(d.desired, "deleted", "{idle}");
+        }
+        let s = |state| n(Command::Stop, state, "running").map(|n| (n.desired, n.state));
+        assert_eq!(s("unloaded"), Some(("stopped", "stopped")));
+        assert_eq!(s("unloading"), Some(("stopped", "stopping")));
+        assert_eq!(s("reloading"), Some(("stopped", "stopping")));
+        let d = n(Command::Delete, "unloaded", "running").unwrap_or_else(|| unreachable!());
+        assert_eq!((d.desired, d.state), ("deleted", "unloaded"));
     }
 
     #[test]

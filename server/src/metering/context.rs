@@ -79,8 +79,13 @@ impl MeterContext {
         // to PostgreSQL waits until Redis has it (`Quota::spend_flushed`), so Redis never counts
         // less than PostgreSQL has billed and the reconciler only ever raises counters.
         if let Some(admitted) = admitted {
-            let tokens = event.prompt_tokens.saturating_add(event.completion_tokens);
-            admitted.settle(u64::try_from(tokens).unwrap_or(0)).await;
+            admitted
+                .settle(tf_core::money::Quantities {
+                    fresh: event.prompt_tokens - event.cached_tokens,
+                    cached: event.cached_tokens,
+                    output: event.completion_tokens,
+                })
+                .await;
         }
         if let Err(e) = self.sink.record(&event).await {
             tracing::error!(request_id = %event.request_id, error = %e, "usage event not recorded");

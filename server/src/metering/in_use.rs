@@ -1,8 +1,9 @@
-//! The mark that keeps a graph awake while a request on it runs (issue 18). One [`GraphUse`] per
-//! graph lives as long as any route to the graph (the resolution table hands the same one to
-//! every route of a graph, across rebuilds: `gateway::activity`); a request bumps its atomics and
-//! holds an [`InUse`] with its accounting, so the request path takes no lock and allocates
-//! nothing for it. The activity flusher reads and clears `touched` once a second.
+//! The mark that keeps a graph awake, and an adapter loaded, while a request on it runs (issue
+//! 18). One [`GraphUse`] per graph (and one per adapter) lives as long as any route to it (the
+//! resolution table hands the same one to every route of a graph, across rebuilds:
+//! `gateway::activity`); a request bumps its atomics and holds an [`InUse`] with its accounting,
+//! so the request path takes no lock and allocates nothing for it. The activity flusher reads
+//! and clears `touched` once a second.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
@@ -17,12 +18,27 @@ pub struct GraphUse {
 }
 
 impl GraphUse {
-    /// A request on this graph starts; it ends when the mark drops (with the request's
-    /// accounting, so a stream counts until its last byte).
-    pub fn begin(self: &Arc<Self>) -> InUse {
+    /// A request on this graph starts (and on `adapter`'s own mark too, for a tenant's model);
+    /// it ends when the mark drops (with the request's accounting, so a stream counts until its
+    /// last byte).
+    pub fn begin(self: &Arc<Self>, adapter: Option<&Arc<Self>>) -> InUse {
+        self.start();
+        if let Some(a) = adapter {
+            a.start();
+        }
+        InUse(self.clone(), adapter.cloned())
+    }
+
+    fn start(&self) {
         self.in_flight.fetch_add(1, Ordering::Relaxed);
         self.touch();
-        InUse(self.clone())
+    }
+
+    fn end(&self) {
+        // INVARIANT: touched before the count falls, so the flusher that sees zero in flight
+        // still sees the request's end as use.
+        self.touch();
+        self.in_flight.fetch_sub(1, Ordering::Relaxed);
     }
 
     fn touch(&self) {
@@ -45,16 +61,16 @@ impl GraphUse {
     }
 }
 
-/// Holds a graph in use while a request runs.
+/// Holds a graph (and the adapter served on it, if any) in use while a request runs.
 #[derive(Debug)]
-pub struct InUse(Arc<GraphUse>);
+pub struct InUse(Arc<GraphUse>, Option<Arc<GraphUse>>);
 
 impl Drop for InUse {
     fn drop(&mut self) {
-        // INVARIANT: touched before the count falls, so the flusher that sees zero in flight
-        // still sees the request's end as use.
-        self.0.touch();
-        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+        self.0.end();
+        if let Some(a) = &self.1 {
+            a.end();
+        }
     }
 }
 
@@ -66,12 +82,23 @@ mod tests {
     fn a_graph_is_used_while_a_request_runs_and_once_after() {
         let g = Arc::new(GraphUse::default());
         assert!(!g.take_used());
-        let mark = g.begin();
+        let mark = g.begin(None);
         assert!(g.take_used());
         assert!(g.take_used(), "still in flight: still used");
         drop(mark);
         assert_eq!(g.in_flight(), 0);
         assert!(g.take_used(), "the end is use");
         assert!(!g.take_used());
+    }
+
+    #[test]
+    fn an_adapters_request_marks_its_adapter_and_its_graph() {
+        let (g, a) = (Arc::new(GraphUse::default()), Arc::new(GraphUse::default()));
+        let mark = g.begin(Some(&a));
+        assert_eq!((g.in_flight(), a.in_flight()), (1, 1));
+        drop(mark);
+        assert_eq!((g.in_flight(), a.in_flight()), (0, 0));
+        assert!(g.take_used() && a.take_used());
+        assert!(!a.take_used());
     }
 }

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::PgPool;
+use tf_core::money::Rates;
 use tf_core::redis_slot::RedisSlot;
 use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
@@ -46,7 +47,8 @@ pub struct AdmitRequest<'a> {
     pub tenant: Uuid,
     pub key: Uuid,
     pub graph: &'a str,
-    pub base: &'a str,
+    /// What the model is priced by (the usage event's price key).
+    pub price_key: &'a str,
     /// `max_tokens` (or `max_completion_tokens`) of the request, if it set one.
     pub max_tokens: Option<u64>,
     /// Sequences generated per request (`n`, or `best_of` when larger): each may use
@@ -139,10 +141,13 @@ impl Quota {
                 .max_tokens
                 .unwrap_or(inner.cfg.quota_default_max_tokens)
                 .saturating_mul(req.sequences.max(1)),
-            micros_per_1k: if needs_price {
-                inner.limits.price(req.base).await
+            rates: if needs_price {
+                inner
+                    .limits
+                    .price(limits.tier.as_deref(), req.price_key)
+                    .await
             } else {
-                0
+                Rates::default()
             },
         };
         let threshold = limits
@@ -161,13 +166,13 @@ impl Quota {
         if checks.is_empty() {
             return Ok(None);
         }
-        let micros_per_1k = est.micros_per_1k;
+        let rates = est.rates;
         let mut now = now_ms();
         // Credit first; where it ran out, wait for an ACQUIRE already asking for the same keys
         // (a few times at most) before asking Redis ourselves.
         let (mut flight, mut ask, mut waits) = (None, false, 0);
         while inner.redis_ready(now) {
-            checks = match self.on_credit(checks, now, period_left_s, micros_per_1k) {
+            checks = match self.on_credit(checks, now, period_left_s, rates) {
                 Ok(decided) => return decided,
                 Err(checks) => checks,
             };
@@ -213,7 +218,7 @@ impl Quota {
                     checks,
                     buckets,
                     false,
-                    micros_per_1k,
+                    rates,
                     headers,
                 )));
             }
@@ -232,7 +237,7 @@ impl Quota {
                 checks,
                 t.buckets,
                 true,
-                micros_per_1k,
+                rates,
                 headers,
             ))),
             Err(short) => {
@@ -251,7 +256,7 @@ impl Quota {
         checks: Vec<Check>,
         now: i64,
         period_left_s: u64,
-        micros_per_1k: i64,
+        rates: Rates,
     ) -> Result<Result<Option<Admitted>, Refusal>, Vec<Check>> {
         let inner = &self.0;
         if let Some((i, retry_ms, headers)) = inner.credits.refused(&checks, now) {
@@ -267,7 +272,7 @@ impl Quota {
             checks,
             taken.buckets,
             false,
-            micros_per_1k,
+            rates,
             headers,
         ))))
     }

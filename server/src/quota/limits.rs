@@ -1,6 +1,6 @@
-//! Limits as configured in PostgreSQL (`tenant_limits`, `key_limits`, and the placeholder price
-//! `base_models.micros_per_1k_tokens`), cached per replica. A cached answer is trusted for
-//! [`FRESH_FOR`]; NOTIFY `tf_limits_changed` (or a catalog change, for prices) drops the cache, so a
+//! Limits as configured in PostgreSQL (`tenant_limits`, `key_limits`, and the price book's prices
+//! in effect now, by price key and tier), cached per replica. A cached answer is trusted for
+//! [`FRESH_FOR`]; NOTIFY `tf_limits_changed` (also sent by a new price) drops the cache, so a
 //! change reaches every replica within a second. When PostgreSQL is down, stale answers keep
 //! serving (fail-static), and a key never seen before is admitted without limits (fail-open) while
 //! the database is unreachable; both are logged.
@@ -10,6 +10,7 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use sqlx::PgPool;
+use tf_core::money::Rates;
 use uuid::Uuid;
 
 /// How long a cached row is trusted without asking PostgreSQL again.
@@ -43,11 +44,13 @@ pub struct Caps {
 }
 
 /// Everything admission needs to know about one key: its own limits and its tenant's.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Limits {
     pub tenant: RateLimits,
     pub key: RateLimits,
     pub caps: Caps,
+    /// The tenant's billing tier (which prices its spend counts at); `None`: the standard one.
+    pub tier: Option<Arc<str>>,
 }
 
 impl Limits {
@@ -60,8 +63,11 @@ impl Limits {
     }
 }
 
-/// Base model name -> micro-units per 1000 tokens.
-type Prices = Arc<HashMap<String, i64>>;
+/// Tier -> price key -> rates, of the price book's version in effect.
+type Prices = Arc<HashMap<String, HashMap<String, Rates>>>;
+
+/// The tier every tenant falls back to where its own tier has no price (as the rater does).
+const STANDARD: &str = "standard";
 
 struct Entry<T> {
     value: T,
@@ -70,7 +76,7 @@ struct Entry<T> {
     epoch: u64,
 }
 
-/// The per-replica cache of limits (by key id) and placeholder prices (by base model name).
+/// The per-replica cache of limits (by key id) and prices (by tier and price key).
 pub struct LimitCache {
     pool: PgPool,
     by_key: RwLock<HashMap<Uuid, Entry<Limits>>>,
@@ -112,7 +118,7 @@ impl LimitCache {
         self.by_key
             .read()
             .ok()
-            .and_then(|m| m.get(&key).map(|e| (e.value, self.fresh(e))))
+            .and_then(|m| m.get(&key).map(|e| (e.value.clone(), self.fresh(e))))
     }
 
     /// The limits of `key` (and its tenant). One lookup per key at a time: concurrent requests
@@ -163,7 +169,7 @@ impl LimitCache {
             m.insert(
                 key,
                 Entry {
-                    value,
+                    value: value.clone(),
                     fetched: Instant::now(),
                     epoch,
                 },
@@ -172,8 +178,9 @@ impl LimitCache {
         value
     }
 
-    /// Micro-units per 1000 tokens on `base` (0 when unknown). Placeholder until billing.
-    pub async fn price(&self, base: &str) -> i64 {
+    /// The rates `tier` pays for `price_key` now (the standard tier's where the tier has none;
+    /// zero when unpriced, as the rater charges an unpriced event nothing).
+    pub async fn price(&self, tier: Option<&str>, price_key: &str) -> Rates {
         let cached = || {
             self.prices
                 .read()
@@ -214,7 +221,10 @@ impl LimitCache {
                 }
             }
         };
-        table.get(base).copied().unwrap_or(0)
+        let of = |tier: &str| table.get(tier).and_then(|t| t.get(price_key)).copied();
+        tier.and_then(of)
+            .or_else(|| of(STANDARD))
+            .unwrap_or_default()
     }
 }
 
@@ -233,16 +243,20 @@ async fn fetch_limits(pool: &PgPool, tenant: Uuid, key: Uuid) -> sqlx::Result<Li
             max_long_prompts: row.caps.max_long_prompts,
             long_prompt_tokens: row.caps.long_prompt_tokens,
         },
+        tier: row.tier.map(Arc::from),
     })
 }
 
-async fn fetch_prices(pool: &PgPool) -> sqlx::Result<HashMap<String, i64>> {
-    let rows = tf_core::db::catalog::prices(pool).await?;
-    Ok(rows
-        .into_iter()
-        .map(|p| (p.name, p.micros_per_1k_tokens))
-        .collect())
+async fn fetch_prices(pool: &PgPool) -> sqlx::Result<HashMap<String, HashMap<String, Rates>>> {
+    let mut table: HashMap<String, HashMap<String, Rates>> = HashMap::new();
+    let now = time::OffsetDateTime::now_utc();
+    if let Some((_, prices)) = tf_core::db::billing::prices_at(pool, now).await? {
+        for p in prices {
+            table
+                .entry(p.tier)
+                .or_default()
+                .insert(p.price_key, p.rates);
+        }
+    }
+    Ok(table)
 }
-
-/// The one price formula (rounded up per request), kept under its old name for quota's callers.
-pub use tf_core::money::cost_micros;

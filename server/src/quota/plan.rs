@@ -9,7 +9,8 @@ use std::sync::Arc;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use super::limits::{cost_micros, Limits};
+use super::limits::Limits;
+use tf_core::money::{line_micros, Quantities, Rates};
 
 /// A Redis key, shared by every plan that uses it (cloning one is a reference count).
 pub type Key = Arc<str>;
@@ -88,7 +89,8 @@ impl Check {
 pub struct Estimate {
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
-    pub micros_per_1k: i64,
+    /// What the tenant pays for the model now.
+    pub rates: Rates,
 }
 
 impl Estimate {
@@ -97,7 +99,14 @@ impl Estimate {
     }
 
     pub fn micros(&self) -> i64 {
-        cost_micros(self.tokens(), self.micros_per_1k)
+        // An upper bound: the whole prompt at the fresh rate (what the cache saves is unknown
+        // until the engine answers), every sequence using its `max_tokens`.
+        let q = Quantities {
+            fresh: i64::try_from(self.prompt_tokens).unwrap_or(i64::MAX),
+            cached: 0,
+            output: i64::try_from(self.completion_tokens).unwrap_or(i64::MAX),
+        };
+        line_micros(q, self.rates)
     }
 }
 
@@ -279,6 +288,7 @@ mod tests {
                 max_long_prompts: Some(1),
                 long_prompt_tokens: None,
             },
+            tier: None,
         };
         let t = Target {
             tenant: Uuid::nil(),
@@ -288,7 +298,11 @@ mod tests {
         let est = Estimate {
             prompt_tokens: 10,
             completion_tokens: 20,
-            micros_per_1k: 1000,
+            rates: Rates {
+                fresh_per_m: 1_000_000,
+                cached_per_m: 0,
+                output_per_m: 1_000_000,
+            },
         };
         let names = KeyNames::new("p:", t, "202612");
         let c = build(&names, &limits, &est, false);

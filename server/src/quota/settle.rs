@@ -8,8 +8,9 @@
 
 use std::sync::Arc;
 
+use tf_core::money::{line_micros, Quantities, Rates};
+
 use super::answer::RateStatus;
-use super::limits::cost_micros;
 use super::plan::{Check, Dim};
 use super::state::{now_ms, Inner};
 
@@ -21,7 +22,8 @@ pub struct Admitted {
     buckets: Vec<i64>,
     /// Admitted on credit this replica granted itself (Redis down), so settled against it.
     own: bool,
-    micros_per_1k: i64,
+    /// The rates the spend settles at (the price book's, as the event will be rated).
+    rates: Rates,
     status: RateStatus,
     open: bool,
 }
@@ -32,7 +34,7 @@ impl Admitted {
         checks: Vec<Check>,
         buckets: Vec<i64>,
         own: bool,
-        micros_per_1k: i64,
+        rates: Rates,
         status: RateStatus,
     ) -> Self {
         Self {
@@ -40,7 +42,7 @@ impl Admitted {
             checks,
             buckets,
             own,
-            micros_per_1k,
+            rates,
             status,
             open: true,
         }
@@ -51,14 +53,18 @@ impl Admitted {
         self.status
     }
 
-    /// Settles with the request's real usage, prompt plus completion `tokens` (before the
-    /// response ends, so the next request of the same client already sees the freed slot).
-    /// Never waits for Redis.
-    pub async fn settle(mut self, tokens: u64) {
+    /// Settles with the request's real usage (before the response ends, so the next request of
+    /// the same client already sees the freed slot): token windows count all its tokens, spend
+    /// is what the usage event will be charged (`line_micros`, the one cost function). Never
+    /// waits for Redis.
+    pub async fn settle(mut self, usage: Quantities) {
         self.open = false;
         let (inner, own) = (&self.inner, self.own);
         let now = now_ms();
-        let used = i64::try_from(tokens).unwrap_or(i64::MAX);
+        let used = usage
+            .fresh
+            .saturating_add(usage.cached)
+            .saturating_add(usage.output);
         for (c, bucket) in self.checks.iter().zip(&self.buckets) {
             if let Check::Window {
                 key,
@@ -80,7 +86,7 @@ impl Admitted {
         if !self.checks.iter().any(|c| is_spend(&c)) {
             return;
         }
-        let actual = cost_micros(tokens, self.micros_per_1k);
+        let actual = line_micros(usage, self.rates);
         let spends = self.checks.iter().filter(is_spend);
         super::sync::settle_spend(inner, || {
             spends

@@ -52,17 +52,23 @@ pub async fn start(pool: PgPool, pacing: SimConfig) -> LifecycleApp {
     ));
     let dir = tempfile::tempdir().unwrap();
     let app = TestApp::builder(pool)
-        .lifecycle(LifecycleOptions {
-            adapter_dir: dir.path().to_path_buf(),
-            backend: Some(fleet.clone()),
-            controller: ControllerOptions {
-                tick: Duration::from_millis(50),
-            },
-            ..LifecycleOptions::default()
-        })
+        .lifecycle(on_sim(&fleet, &dir))
         .start()
         .await;
     LifecycleApp { app, fleet, dir }
+}
+
+/// Lifecycle options whose controller (ticking every 50 ms) drives `fleet`, adapters stored in
+/// `dir`.
+pub fn on_sim(fleet: &Arc<SimFleet>, dir: &tempfile::TempDir) -> LifecycleOptions {
+    LifecycleOptions {
+        adapter_dir: dir.path().to_path_buf(),
+        backend: Some(fleet.clone()),
+        controller: ControllerOptions {
+            tick: Duration::from_millis(50),
+        },
+        ..LifecycleOptions::default()
+    }
 }
 
 /// The sim bases' dimensions.

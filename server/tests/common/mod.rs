@@ -19,6 +19,7 @@ pub mod portal;
 pub mod process;
 pub mod raw_http;
 pub mod sim;
+pub mod sleepy;
 
 use futures::StreamExt;
 use sqlx::PgPool;
@@ -79,4 +80,31 @@ pub async fn admin_limits(pool: &PgPool, args: &[&str]) -> String {
         panic!("not parsed as admin limits")
     };
     tokenfactory::admin::limits::run(pool, &a).await.unwrap()
+}
+
+/// Prices every model's price key at `micros_per_token` micro-units for each token (fresh, cached
+/// and output alike) in the standard tier, from an hour ago on: a new version of the price book,
+/// which quota, the spend limit, the usage pages and the invoices all price by.
+pub async fn price_every_token(pool: &PgPool, micros_per_token: i64) {
+    let keys: Vec<String> = sqlx::query_scalar(
+        "SELECT price_key FROM base_models UNION SELECT price_key FROM adapters",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    let per_m = micros_per_token * 1_000_000;
+    let rates = tf_core::money::Rates {
+        fresh_per_m: per_m,
+        cached_per_m: per_m,
+        output_per_m: per_m,
+    };
+    let prices: Vec<_> = keys
+        .iter()
+        .map(|k| (k.as_str(), "standard", rates))
+        .collect();
+    let from = time::OffsetDateTime::now_utc() - time::Duration::hours(1);
+    tf_core::db::billing::set_prices(pool, from, &prices, "test")
+        .await
+        .unwrap()
+        .expect("a new price version");
 }

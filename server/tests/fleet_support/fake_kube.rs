@@ -344,7 +344,8 @@ impl State {
         self.serial += 1;
         let serial = self.serial;
         let key = (plural.to_owned(), name.to_owned());
-        let obj = match self.objects.get_mut(&key) {
+        let mut respecced = false;
+        let mut obj = match self.objects.get_mut(&key) {
             Some(obj) => {
                 let terminating = obj["metadata"]["deletionTimestamp"].is_string();
                 let mut finalizers: Vec<Value> = obj["metadata"]["finalizers"]
@@ -367,6 +368,7 @@ impl State {
                 if obj["spec"] != body["spec"] {
                     let generation = obj["metadata"]["generation"].as_u64().unwrap_or(1);
                     obj["metadata"]["generation"] = json!(generation + 1);
+                    respecced = true;
                 }
                 obj["spec"] = body["spec"].clone();
                 obj["metadata"]["labels"] = body["metadata"]["labels"].clone();
@@ -398,10 +400,21 @@ impl State {
                     self.scripts
                         .insert(key.clone(), script.into_iter().skip(1).collect());
                 }
-                self.objects.insert(key, obj.clone());
+                self.objects.insert(key.clone(), obj.clone());
                 obj
             }
         };
+        // A graph's new spec (scaled to zero and back, a new template): the operator rolls it
+        // out as it did the first one.
+        if respecced && plural == GRAPHS && self.operator {
+            let script = self.default_script(plural, &obj);
+            obj["status"] = script[0].clone();
+            if let Some(stored) = self.objects.get_mut(&key) {
+                stored["status"] = script[0].clone();
+            }
+            self.scripts
+                .insert(key, script.into_iter().skip(1).collect());
+        }
         json_response(200, obj)
     }
 

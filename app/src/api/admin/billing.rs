@@ -87,6 +87,40 @@ pub struct AdminInvoicesView {
     pub open_month: String,
 }
 
+/// What `/admin/invoices/{id}` shows: whose invoice, and the invoice as its tenant sees it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AdminInvoiceDetail {
+    /// The tenant's handle.
+    pub tenant: String,
+    pub detail: crate::api::invoices::InvoiceDetail,
+}
+
+/// Any tenant's stored invoice with its entries; `None` for an unknown or malformed id.
+#[server(prefix = "/api", endpoint = "admin_invoice", input = leptos::server_fn::codec::GetUrl)]
+pub async fn admin_invoice(
+    #[server(default)] id: String,
+) -> Result<Option<AdminInvoiceDetail>, PortalError> {
+    use crate::ssr::{admin, internal, invoices, Portal};
+
+    let portal = Portal::current()?;
+    admin::required(&portal).await?;
+    let pool = &portal.deps.pool;
+    let Ok(uuid) = uuid::Uuid::parse_str(id.trim()) else {
+        return Ok(None);
+    };
+    let failed = |e| internal("loading an invoice", e);
+    let Some((tenant_id, tenant)) = tf_core::db::billing::invoice_tenant(pool, uuid)
+        .await
+        .map_err(failed)?
+    else {
+        return Ok(None);
+    };
+    let detail = invoices::detail(pool, tenant_id, &id, time::OffsetDateTime::now_utc())
+        .await
+        .map_err(failed)?;
+    Ok(detail.map(|detail| AdminInvoiceDetail { tenant, detail }))
+}
+
 /// The price book, its versions, tiers and tenants' tiers.
 #[server(prefix = "/api", endpoint = "admin_prices", input = leptos::server_fn::codec::GetUrl)]
 pub async fn admin_prices() -> Result<PricesView, PortalError> {

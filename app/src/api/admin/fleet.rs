@@ -27,6 +27,8 @@ pub struct BaseItem {
     pub max_lora_rank: i32,
     /// Seconds idle before the base's graph sleeps; `None`: always on.
     pub idle_after_secs: Option<i32>,
+    /// Seconds idle before each of its adapters is unloaded; `None`: they stay loaded.
+    pub adapter_idle_after_secs: Option<i32>,
 }
 
 /// A graph as last observed.
@@ -56,6 +58,9 @@ pub struct AdapterItem {
     pub desired: String,
     pub reason: Option<String>,
     pub engine_name: String,
+    /// Reloads after being unloaded for idleness, and how many failed.
+    pub reloads: i64,
+    pub reload_failures: i64,
 }
 
 /// Everything `/admin/fleet` shows.
@@ -95,6 +100,7 @@ pub async fn admin_fleet() -> Result<FleetView, PortalError> {
             max_loras: b.template.max_loras,
             max_lora_rank: b.template.max_lora_rank,
             idle_after_secs: b.template.idle_after_secs,
+            adapter_idle_after_secs: b.adapter_idle_after_secs,
         })
         .collect();
     let graphs = lifecycle::graphs(pool)
@@ -113,19 +119,27 @@ pub async fn admin_fleet() -> Result<FleetView, PortalError> {
             idle_after_secs: g.idle_after_secs,
         })
         .collect();
+    let reloads = tf_core::db::sleep::reload_counts(pool)
+        .await
+        .map_err(failed)?;
     let adapters = lifecycle::managed_adapters(pool)
         .await
         .map_err(failed)?
         .into_iter()
-        .map(|a| AdapterItem {
-            tenant_id: a.tenant_id.to_string(),
-            name: a.name,
-            base: a.base,
-            version: a.version,
-            state: a.state,
-            desired: a.desired,
-            reason: a.reason,
-            engine_name: a.upstream_model,
+        .map(|a| {
+            let (reloads, reload_failures) = reloads.get(&a.id).copied().unwrap_or_default();
+            AdapterItem {
+                tenant_id: a.tenant_id.to_string(),
+                name: a.name,
+                base: a.base,
+                version: a.version,
+                state: a.state,
+                desired: a.desired,
+                reason: a.reason,
+                engine_name: a.upstream_model,
+                reloads,
+                reload_failures,
+            }
         })
         .collect();
     Ok(FleetView {
@@ -153,32 +167,40 @@ pub fn duration(secs: i32) -> String {
 }
 
 /// Sets a base's sleep policy: `policy` `always-on`, or `idle-after` with `after` a duration
-/// (`90`, `90s`, `10m`, `1h30m`; 1 s to 30 days). Audited as `fleet.idle_policy`.
+/// (`90`, `90s`, `10m`, `1h30m`; 1 s to 30 days), for its graph, or for its adapters when `scope`
+/// is `adapters`. Audited as `fleet.idle_policy`.
 #[server(prefix = "/api", endpoint = "admin_set_idle_policy")]
 pub async fn admin_set_idle_policy(
     #[server(default)] csrf: String,
     #[server(default)] base: String,
     #[server(default)] policy: String,
     #[server(default)] after: String,
+    #[server(default)] scope: String,
 ) -> Result<(), PortalError> {
     use crate::ssr::admin::AdminFlash;
     use crate::ssr::internal;
     use tf_core::accounts::AccountError;
-    use tf_core::operator;
+    use tf_core::operator::{self, IdleScope};
 
     const BACK: &str = "/admin/fleet";
     let Some(f) = super::form(&csrf, BACK).await? else {
         return Ok(());
     };
+    let scope = match scope.as_str() {
+        "" | "graph" => IdleScope::Graph,
+        "adapters" => IdleScope::Adapters,
+        _ => return f.back(BACK, Some(AdminFlash::IdleInvalid)),
+    };
     let secs = match policy.as_str() {
-        "always-on" => None,
+        "always-on" | "always-loaded" => None,
         "idle-after" => match operator::parse_idle_after(&after) {
             Some(s) => Some(s),
             None => return f.back(BACK, Some(AdminFlash::IdleInvalid)),
         },
         _ => return f.back(BACK, Some(AdminFlash::IdleInvalid)),
     };
-    match operator::set_idle_policy(&f.portal.deps.pool, &f.actor(), base.trim(), secs).await {
+    let pool = &f.portal.deps.pool;
+    match operator::set_idle_policy(pool, &f.actor(), base.trim(), scope, secs).await {
         Ok(()) => f.back(BACK, Some(AdminFlash::IdleSaved)),
         Err(AccountError::Invalid(_)) => f.back(BACK, Some(AdminFlash::IdleInvalid)),
         Err(AccountError::NotFound(_)) => f.back(BACK, Some(AdminFlash::NoSuchBase)),

@@ -166,7 +166,7 @@ pub async fn admin_tenant(
     let models = db::overview::tenant_models_since(pool, t.id, month)
         .await
         .map_err(|e| internal("reading a tenant's usage", e))?;
-    let used = db::spend::consumption(pool, t.id, None, month.midnight().assume_utc())
+    let used = db::spend::consumption(pool, t.id, None, month)
         .await
         .map_err(|e| internal("reading a tenant's consumption", e))?;
     let (r, c) = db::limits::of_tenant(pool, t.id)

@@ -1,8 +1,9 @@
 //! `/admin/fleet`: bases and their serving templates, graphs with live state, replicas, sleep
 //! policy and wakes (an `asleep` graph has no replicas and wakes on the next request), and
 //! every tenant's adapters with state and reason; this replica's cold starts (time to first token
-//! of requests held for a wake); and a form per base that sets its sleep policy (always on, or
-//! idle after a duration; POST with CSRF, works with JavaScript off).
+//! of requests held for a wake or a reload); and forms per base that set its sleep policies (its
+//! graph always on or idle after a duration; its adapters always loaded or each unloaded after a
+//! duration; POST with CSRF, works with JavaScript off).
 
 use leptos::prelude::*;
 use leptos_meta::Title;
@@ -72,30 +73,77 @@ fn policy(idle_after_secs: Option<i32>) -> String {
     )
 }
 
-/// One base's sleep policy and the form that changes it.
+fn adapter_policy(idle_after_secs: Option<i32>) -> String {
+    idle_after_secs.map_or_else(
+        || "always loaded".to_owned(),
+        |s| format!("unloaded after {} idle", duration(s)),
+    )
+}
+
+/// One base's sleep policies, each with the form that changes it: its graph's (always on, or
+/// to zero replicas when idle) and its adapters' (always loaded, or each unloaded when idle).
 fn idle_row(b: &BaseItem, csrf: String) -> AnyView {
-    let save = ServerAction::<AdminSetIdlePolicy>::new();
-    let always = b.idle_after_secs.is_none();
-    let after = b.idle_after_secs.map(duration).unwrap_or_default();
-    let (name, base, now) = (b.name.clone(), b.name.clone(), policy(b.idle_after_secs));
+    let graph = idle_form(
+        &b.name,
+        csrf.clone(),
+        "graph",
+        ("always-on", "Always on"),
+        b.idle_after_secs,
+    );
+    let adapters = idle_form(
+        &b.name,
+        csrf,
+        "adapters",
+        ("always-loaded", "Always loaded"),
+        b.adapter_idle_after_secs,
+    );
+    let (name, now, adapters_now) = (
+        b.name.clone(),
+        policy(b.idle_after_secs),
+        adapter_policy(b.adapter_idle_after_secs),
+    );
     view! {
         <tr>
             <td>{name}</td>
             <td class="idle-policy">{now}</td>
-            <td>
-                <ActionForm action=save attr:class="idle-form">
-                    <CsrfField token=csrf/>
-                    <input type="hidden" name="base" value=base/>
-                    <label class="check"><input type="radio" name="policy" value="always-on"
-                        checked=always/>"Always on"</label>
-                    <label class="check"><input type="radio" name="policy" value="idle-after"
-                        checked=!always/>"Idle after"</label>
-                    <input type="text" name="after" size="8" value=after
-                        placeholder="10m" aria-label="Idle after (90, 90s, 10m, 1h30m)"/>
-                    <button type="submit">"Save"</button>
-                </ActionForm>
-            </td>
+            <td>{graph}</td>
+            <td class="adapter-idle-policy">{adapters_now}</td>
+            <td>{adapters}</td>
         </tr>
+    }
+    .into_any()
+}
+
+/// The form that sets one of a base's idle policies.
+fn idle_form(
+    base: &str,
+    csrf: String,
+    scope: &'static str,
+    (always_value, always_label): (&'static str, &'static str),
+    idle_after_secs: Option<i32>,
+) -> AnyView {
+    let save = ServerAction::<AdminSetIdlePolicy>::new();
+    let always = idle_after_secs.is_none();
+    let after = idle_after_secs.map(duration).unwrap_or_default();
+    let base = base.to_owned();
+    let class = if scope == "graph" {
+        "idle-form"
+    } else {
+        "adapter-idle-form"
+    };
+    view! {
+        <ActionForm action=save attr:class=class>
+            <CsrfField token=csrf/>
+            <input type="hidden" name="base" value=base/>
+            <input type="hidden" name="scope" value=scope/>
+            <label class="check"><input type="radio" name="policy" value=always_value
+                checked=always/>{always_label}</label>
+            <label class="check"><input type="radio" name="policy" value="idle-after"
+                checked=!always/>"Idle after"</label>
+            <input type="text" name="after" size="8" value=after
+                placeholder="10m" aria-label="Idle after (90, 90s, 10m, 1h30m)"/>
+            <button type="submit">"Save"</button>
+        </ActionForm>
     }
     .into_any()
 }
@@ -104,7 +152,21 @@ fn seconds(ms: u64) -> String {
     format!("{}.{:03} s", ms / 1000, ms % 1000)
 }
 
-fn cold_panel(cold: Option<ColdSnapshot>, wakes: i64, wake_failures: i64) -> AnyView {
+/// Fleet-wide wakes of graphs and reloads of adapters, and whether each failed.
+struct Wakes {
+    wakes: i64,
+    wake_failures: i64,
+    reloads: i64,
+    reload_failures: i64,
+}
+
+fn cold_panel(cold: Option<ColdSnapshot>, w: Wakes) -> AnyView {
+    let Wakes {
+        wakes,
+        wake_failures,
+        reloads,
+        reload_failures,
+    } = w;
     let bound =
         |b: Option<u64>| b.map_or_else(|| "> 120 s".to_owned(), |ms| format!("≤ {}", seconds(ms)));
     let (requests, last, p50, p99) = match cold {
@@ -133,13 +195,16 @@ fn cold_panel(cold: Option<ColdSnapshot>, wakes: i64, wake_failures: i64) -> Any
             <table class="list cold-starts">
                 <tr class="wakes"><th>"Wakes (all graphs)"</th><td class="num">{wakes}</td></tr>
                 <tr class="wake-failures"><th>"Failed wakes"</th><td class="num">{wake_failures}</td></tr>
-                <tr class="cold-requests"><th>"Requests held for a wake (this server)"</th>
+                <tr class="reloads"><th>"Adapter reloads (all adapters)"</th><td class="num">{reloads}</td></tr>
+                <tr class="reload-failures"><th>"Failed reloads"</th><td class="num">{reload_failures}</td></tr>
+                <tr class="cold-requests"><th>"Requests held for a wake or a reload (this server)"</th>
                     <td class="num">{requests}</td></tr>
                 <tr class="cold-last"><th>"Cold time to first token, last"</th><td class="num">{last}</td></tr>
                 <tr class="cold-p50"><th>"Cold time to first token, median"</th><td class="num">{p50}</td></tr>
                 <tr class="cold-p99"><th>"Cold time to first token, p99"</th><td class="num">{p99}</td></tr>
             </table>
-            <p class="muted">"Time from a held request's arrival to its first token: a stream's first \
+            <p class="muted">"A request is held for a graph's wake or an adapter's reload. Time \
+                from a held request's arrival to its first token: a stream's first \
                 content chunk, a non-streamed answer's whole body. Median and p99 are the bounds of \
                 the histogram buckets that hold them (tf_gateway_cold_ttft_seconds); counts are \
                 this server's since it started."</p>
@@ -149,6 +214,11 @@ fn cold_panel(cold: Option<ColdSnapshot>, wakes: i64, wake_failures: i64) -> Any
 }
 
 fn adapter_row(a: AdapterItem) -> AnyView {
+    let reloads = if a.reload_failures > 0 {
+        format!("{} ({} failed)", a.reloads, a.reload_failures)
+    } else {
+        a.reloads.to_string()
+    };
     view! {
         <tr>
             <td class="mono">{a.tenant_id}</td>
@@ -159,6 +229,7 @@ fn adapter_row(a: AdapterItem) -> AnyView {
             <td>{a.desired}</td>
             <td>{a.reason.unwrap_or_default()}</td>
             <td class="mono">{a.engine_name}</td>
+            <td class="num">{reloads}</td>
         </tr>
     }
     .into_any()
@@ -167,6 +238,8 @@ fn adapter_row(a: AdapterItem) -> AnyView {
 fn body(v: FleetView, csrf: String) -> AnyView {
     let wakes = v.graphs.iter().map(|g| g.wakes).sum();
     let wake_failures = v.graphs.iter().map(|g| g.wake_failures).sum();
+    let reloads = v.adapters.iter().map(|a| a.reloads).sum();
+    let reload_failures = v.adapters.iter().map(|a| a.reload_failures).sum();
     let idle_rows = v
         .bases
         .iter()
@@ -198,15 +271,18 @@ fn body(v: FleetView, csrf: String) -> AnyView {
                 <tbody>{v.graphs.into_iter().map(graph_row).collect_view()}</tbody>
             </table>
         </section>
-        {cold_panel(v.cold, wakes, wake_failures)}
+        {cold_panel(v.cold, Wakes { wakes, wake_failures, reloads, reload_failures })}
         <section class="panel">
             <h2>"Sleep policy"</h2>
             <table class="list sleep-policy">
-                <thead><tr><th>"Base"</th><th>"Now"</th><th>"Change"</th></tr></thead>
+                <thead><tr><th>"Base"</th><th>"Graph"</th><th>"Change"</th>
+                    <th>"Adapters"</th><th>"Change"</th></tr></thead>
                 <tbody>{idle_rows}</tbody>
             </table>
             <p class="muted">"An idle graph goes to zero replicas; the next request is held while \
-                it wakes. Always on keeps the template's floor (and wakes a sleeping graph)."</p>
+                it wakes. Always on keeps the template's floor (and wakes a sleeping graph). An \
+                idle adapter is unloaded from the engines while the graph serves the others; the \
+                next request for it is held while it is loaded again."</p>
         </section>
         <section class="panel">
             <h2>"Adapters"</h2>
@@ -215,6 +291,7 @@ fn body(v: FleetView, csrf: String) -> AnyView {
                 <thead><tr>
                     <th>"Tenant"</th><th>"Name"</th><th>"Base"</th><th class="num">"Version"</th>
                     <th>"State"</th><th>"Desired"</th><th>"Reason"</th><th>"Engine name"</th>
+                    <th class="num">"Reloads"</th>
                 </tr></thead>
                 <tbody>{v.adapters.into_iter().map(adapter_row).collect_view()}</tbody>
             </table>

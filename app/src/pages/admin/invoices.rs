@@ -8,13 +8,61 @@ use leptos_meta::Title;
 
 use super::failed;
 use crate::api::admin::billing::{
-    admin_invoices, AdminAdjustInvoice, AdminBuildInvoice, AdminGrantCredit, AdminInvoiceItem,
-    AdminInvoicesView, AdminIssueInvoice, TenantCredit,
+    admin_invoice, admin_invoices, AdminAdjustInvoice, AdminBuildInvoice, AdminGrantCredit,
+    AdminInvoiceItem, AdminInvoicesView, AdminIssueInvoice, TenantCredit,
 };
 use crate::model::{Access, PageState};
 use crate::money::format_micros;
 use crate::pages::{CsrfField, Flash, Guarded, TopBar};
 use crate::PRODUCT;
+
+/// `/admin/invoices/{id}`: one invoice of any tenant, entry by entry (what its tenant sees).
+#[component]
+pub fn AdminInvoicePage() -> impl IntoView {
+    view! {
+        <Title text=format!("Invoice · {PRODUCT}")/>
+        <Guarded access=Access::Admin content=detail_page/>
+    }
+}
+
+fn detail_page(state: PageState) -> AnyView {
+    let id = leptos_router::hooks::use_params_map()
+        .get_untracked()
+        .get("id")
+        .unwrap_or_default();
+    view! {
+        <TopBar viewer=state.viewer csrf=state.csrf/>
+        <main class="content wide">
+            <Flash message=state.flash/>
+            <p><a href="/admin/invoices">"← All invoices"</a></p>
+            <Suspense fallback=|| ()>
+                {Suspend::new(async move {
+                    match admin_invoice(id).await {
+                        Ok(Some(d)) => view! {
+                            <p class="muted">"Tenant: "
+                                <a href=format!("/admin/tenants/{}", d.tenant)>{d.tenant.clone()}</a></p>
+                            {crate::pages::invoices::detail(d.detail, crate::pages::invoices::Links::Admin)}
+                        }
+                        .into_any(),
+                        Ok(None) => not_found(),
+                        Err(e) => failed(&e),
+                    }
+                })}
+            </Suspense>
+        </main>
+    }
+    .into_any()
+}
+
+fn not_found() -> AnyView {
+    #[cfg(feature = "ssr")]
+    crate::ssr::session::set_status(http::StatusCode::NOT_FOUND);
+    view! {
+        <h1>"Invoice not found"</h1>
+        <p class="muted">"No invoice has that id."</p>
+    }
+    .into_any()
+}
 
 #[component]
 pub fn AdminInvoicesPage() -> impl IntoView {
@@ -84,10 +132,11 @@ fn row(i: AdminInvoiceItem, csrf: String) -> AnyView {
     let actions = draft.then(|| draft_actions(i.id.clone(), csrf));
     let class = format!("invoice-row status-{}", i.status);
     let tenant = i.tenant.clone();
+    let href = format!("/admin/invoices/{}", i.id);
     view! {
         <tr class=class data-id=i.id data-tenant=tenant>
             <td>{i.tenant}</td>
-            <td>{i.month}</td>
+            <td><a href=href>{i.month}</a></td>
             <td>{kind}</td>
             <td class="status">{i.status}</td>
             <td class="num">{format_micros(i.usage_micros)}</td>

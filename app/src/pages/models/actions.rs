@@ -48,8 +48,11 @@ pub fn cell(a: &AdapterView, csrf: &str) -> AnyView {
     let state = a.state.as_str();
     let start = matches!(state, "stopped" | "failed")
         .then(|| command(&a.name, "start", "Start", csrf.to_owned()));
-    let stop = matches!(state, "ready" | "starting" | "failed")
-        .then(|| command(&a.name, "stop", "Stop", csrf.to_owned()));
+    let stop = matches!(
+        state,
+        "ready" | "starting" | "failed" | "unloading" | "unloaded" | "reloading"
+    )
+    .then(|| command(&a.name, "stop", "Stop", csrf.to_owned()));
     let settled = !matches!(state, "uploading" | "validating");
     let remove = settled.then(|| delete(&a.name, csrf.to_owned()));
     view! { {start} {stop} {remove} }.into_any()

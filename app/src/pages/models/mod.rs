@@ -18,6 +18,9 @@ use crate::PRODUCT;
 
 /// States an adapter passes through on its own; the page refreshes while one is shown.
 const TRANSITIONAL: &[&str] = &["uploading", "validating", "starting", "stopping"];
+/// Serving: loaded, or unloaded for idleness and loaded again by the next request (held
+/// meanwhile, not refused).
+const SERVING: &[&str] = &["ready", "unloading", "unloaded", "reloading"];
 
 #[component]
 pub fn ModelsPage() -> impl IntoView {
@@ -45,7 +48,7 @@ fn base_row(b: BaseView) -> AnyView {
 
 /// The existing status colours: green when serving, amber while moving, muted otherwise.
 fn state_class(state: &str) -> &'static str {
-    if state == "ready" {
+    if SERVING.contains(&state) {
         "status ok"
     } else if TRANSITIONAL.contains(&state) {
         "status ending"
@@ -86,7 +89,7 @@ fn body(v: ModelsView, csrf: String) -> AnyView {
     let ready: Vec<String> = v
         .adapters
         .iter()
-        .filter(|a| a.state == "ready")
+        .filter(|a| SERVING.contains(&a.state.as_str()))
         .map(|a| a.name.clone())
         .collect();
     let manage = v.can_manage;

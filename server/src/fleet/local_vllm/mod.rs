@@ -4,7 +4,8 @@
 //! fan-out the Dynamo operator does on Kubernetes. A replica that restarts gets every wanted
 //! adapter again before it counts as ready. State lives in memory: after a restart of Token
 //! Factory the controller re-applies the whole desired state, which starts everything again.
-//! Processes stop when their graph is deleted and when the app's cancellation token fires.
+//! Processes stop when their graph is deleted, when it is scaled to zero replicas (asleep; the
+//! frontend stays, with nothing to forward to) and when the app's cancellation token fires.
 
 mod frontend;
 mod replica;
@@ -107,9 +108,11 @@ impl LocalVllm {
         t.validate()
             .map_err(|e| FleetError::Rejected(e.to_string()))?;
         if t.replicas == 0 {
-            return Err(FleetError::Rejected(
-                "a graph needs at least one replica".into(),
-            ));
+            // Asleep (scale to zero): no process, no GPU. The adapters stay wanted, so the
+            // replicas of the next wake load them before they take connections.
+            let set = ReplicaSet::default();
+            set.tasks.close();
+            return Ok((set, Vec::new()));
         }
         let gpus = self.take_gpus(t.replicas * t.gpus_per_replica)?;
         let set = ReplicaSet {
