@@ -16,7 +16,9 @@ pub const EVERY: Duration = Duration::from_secs(600);
 /// Runs until `cancel`: a pass every `every` while this replica leads.
 pub async fn run(pool: PgPool, every: Duration, cancel: CancellationToken) {
     let mut leader: Option<PgConnection> = None;
-    let mut tick = tokio::time::interval(every);
+    // The first pass waits a period: a replica starting up has nothing urgent to delete, and a
+    // pass at start would race a test that runs its own pass at a clock of its choosing.
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
