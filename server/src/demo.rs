@@ -100,6 +100,7 @@ pub async fn ensure(
             demo_adapter(pool, lifecycle, tenant.id, served).await?;
         }
         price_book(pool).await?;
+        costs(pool, time::OffsetDateTime::now_utc()).await?;
     }
     let api_key = match saved.as_ref().map(|s| s.api_key.as_str()) {
         Some(key) if key_works(pool, tenant.id, key).await? => key.to_owned(),
@@ -144,6 +145,49 @@ async fn price_book(pool: &PgPool) -> anyhow::Result<()> {
             source_ip: None,
         };
         billing_ops::set_prices(pool, &demo, now, &missing).await?;
+    }
+    Ok(())
+}
+
+/// What the demo says one simulated GPU costs an hour (an on-demand data-centre GPU) and what
+/// one simulated replica serves at full load, so `/admin/economics` has figures to show.
+pub const DEMO_GPU_MICROS_PER_HOUR: i64 = 2_500_000;
+pub const DEMO_PEAK_TOKENS_PER_SECOND: i64 = 2_000;
+
+/// Gives each simulated base without a cost version the demo's, in effect from the start of
+/// `now`'s UTC day (so the whole first day of the demo is costed). A base with any cost version
+/// keeps it: an operator's is never overwritten, and a restart adds nothing.
+pub async fn costs(pool: &PgPool, now: time::OffsetDateTime) -> anyhow::Result<()> {
+    let costed: std::collections::HashSet<String> = tf_core::db::economics::costs(pool)
+        .await?
+        .into_iter()
+        .map(|c| c.base_model)
+        .collect();
+    let demo = tf_core::operator::Actor {
+        user_id: None,
+        name: "demo",
+        source_ip: None,
+    };
+    let day_start = now
+        .to_offset(time::UtcOffset::UTC)
+        .replace_time(time::Time::MIDNIGHT);
+    for (base, _) in local_sim::BASES {
+        if costed.contains(base) {
+            continue;
+        }
+        let cost = tf_core::db::economics::NewCost {
+            base_model: base,
+            effective_from: day_start,
+            gpu_micros_per_hour: DEMO_GPU_MICROS_PER_HOUR,
+            gpus_per_replica: local_sim::template(base, 1).gpus_per_replica,
+            peak_tokens_per_second: DEMO_PEAK_TOKENS_PER_SECOND,
+            created_by: "demo",
+        };
+        match tf_core::operator::set_base_cost(pool, &demo, &cost).await {
+            // Another replica starting at the same time wrote the same version first.
+            Ok(_) | Err(AccountError::Exists(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
     }
     Ok(())
 }

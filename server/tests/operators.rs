@@ -184,6 +184,61 @@ async fn demo_credentials_survive_a_restart_and_another_replica_revokes_nothing(
     wait_for_status(&t, &repaired.api_key, 200).await;
 }
 
+/// The demo costs its simulated bases so the economics page has figures, from the start of the
+/// day it first runs; a restart adds no version and an operator's cost is never replaced.
+#[sqlx::test(migrations = "../migrations")]
+async fn the_demo_costs_its_bases_once_and_keeps_an_operators_cost(pool: PgPool) {
+    use tokenfactory::fleet::local_sim;
+    local_sim::offer(&pool).await.unwrap();
+    let (ours, other) = (local_sim::BASES[0].0, local_sim::BASES[1].0);
+    // An operator costed one base before the demo ever ran.
+    let operator = tf_core::operator::Actor {
+        user_id: None,
+        name: "ops@example.com",
+        source_ip: None,
+    };
+    let cost = tf_core::db::economics::NewCost {
+        base_model: other,
+        effective_from: time::macros::datetime!(2026-11-01 0:00 UTC),
+        gpu_micros_per_hour: 1_250_000,
+        gpus_per_replica: 1,
+        peak_tokens_per_second: 500,
+        created_by: "ops@example.com",
+    };
+    tf_core::operator::set_base_cost(&pool, &operator, &cost)
+        .await
+        .unwrap();
+    let now = time::macros::datetime!(2026-12-04 17:30 UTC);
+    for _ in 0..2 {
+        tokenfactory::demo::costs(&pool, now).await.unwrap();
+    }
+    let costs = tf_core::db::economics::costs(&pool).await.unwrap();
+    let of = |base: &str| {
+        costs
+            .iter()
+            .filter(|c| c.base_model == base)
+            .collect::<Vec<_>>()
+    };
+    let demo = of(ours);
+    assert_eq!(demo.len(), 1, "one version, whatever the restarts");
+    assert_eq!(
+        demo[0].effective_from,
+        time::macros::datetime!(2026-12-04 0:00 UTC)
+    );
+    assert_eq!(
+        demo[0].gpu_micros_per_hour,
+        tokenfactory::demo::DEMO_GPU_MICROS_PER_HOUR
+    );
+    assert_eq!(
+        demo[0].peak_tokens_per_second,
+        tokenfactory::demo::DEMO_PEAK_TOKENS_PER_SECOND
+    );
+    assert_eq!(demo[0].created_by, "demo");
+    let kept = of(other);
+    assert_eq!(kept.len(), 1, "the operator's cost stays the only one");
+    assert_eq!(kept[0].gpu_micros_per_hour, 1_250_000);
+}
+
 #[test]
 fn serve_runs_no_demo_unless_asked() {
     let parse = |argv: &[&str]| match Cli::try_parse_from(argv).unwrap().command {

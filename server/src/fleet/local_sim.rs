@@ -14,6 +14,8 @@ use crate::engine_policy::PromptEstimator;
 pub const DEMO_BASE: &str = "llama-3.1-8b-sim";
 /// A second base without adapters.
 const OTHER_BASE: &str = "qwen-2.5-7b-sim";
+/// The simulated bases and their replicas.
+pub const BASES: [(&str, i32); 2] = [(DEMO_BASE, 2), (OTHER_BASE, 1)];
 /// The demo tenant's adapters on [`DEMO_BASE`] (served names).
 pub const DEMO_ADAPTERS: [&str; 2] = ["support-bot", "sql-helper"];
 
@@ -68,7 +70,7 @@ pub fn template(base: &str, replicas: i32) -> TemplateRow {
 
 /// Offers the simulated bases (idempotent); the controller starts their graphs.
 pub async fn offer(pool: &PgPool) -> sqlx::Result<()> {
-    for (name, replicas) in [(DEMO_BASE, 2), (OTHER_BASE, 1)] {
+    for (name, replicas) in BASES {
         offer_base(
             pool,
             "local-sim",
