@@ -705,3 +705,38 @@ async fn measure_peak_loads_the_frontend_and_records_the_engines_own_count(pool:
     .unwrap();
     assert_eq!(audited, 1);
 }
+
+/// The what-if's floor defaults to the floor the base's template keeps now, not to a day's
+/// average (a graph up for part of the day would round it down to 1).
+#[sqlx::test(migrations = "../migrations")]
+async fn the_what_if_floor_defaults_to_the_templates_floor(pool: PgPool) {
+    use tokenfactory::fleet::local_sim;
+    tf_core::db::lifecycle::offer_base(
+        &pool,
+        "local-sim",
+        "gamma",
+        "local-sim/gamma",
+        true,
+        tokenfactory::engine_policy::PromptEstimator::SimWords.as_str(),
+        &local_sim::template("gamma", 3),
+    )
+    .await
+    .unwrap();
+    cost(
+        &pool,
+        "gamma",
+        datetime!(2026-11-01 00:00 UTC),
+        2_000_000,
+        1,
+        1_000,
+    )
+    .await;
+    let portal = TestApp::builder(pool).shared_redis().start_portal().await;
+    let b = portal.browser();
+    assert_redirect(&b.login(ADMIN, PASSWORD).await, "/admin");
+    let html = b.html("/admin/economics?base=gamma").await;
+    assert!(html.contains(r#"name="floor" value="3""#), "{html}");
+    // What the admin types still wins.
+    let html = b.html("/admin/economics?base=gamma&floor=5").await;
+    assert!(html.contains(r#"name="floor" value="5""#), "{html}");
+}

@@ -132,7 +132,8 @@ pub async fn view(
             });
         }
     }
-    let what_if = what_if(params, &rows, &versions, day, now);
+    let floors = db::template_floors(pool).await?;
+    let what_if = what_if(params, &rows, &versions, &floors, day, now);
     Ok(EconomicsView {
         day: day_label(day),
         bases,
@@ -143,11 +144,13 @@ pub async fn view(
 }
 
 /// The what-if of the query string; its defaults are the chosen base's day as measured (price
-/// from revenue, the day's floor, the tokens served).
+/// from revenue, the tokens served) and its floor: the template's now (the what-if is about
+/// running the base from today on), or, for a base without a template, the day's as measured.
 fn what_if(
     params: &EconomicsParams,
     rows: &[BaseDay],
     versions: &[CostRow],
+    floors: &[(String, i32)],
     day: Date,
     now: OffsetDateTime,
 ) -> WhatIfView {
@@ -162,11 +165,15 @@ fn what_if(
         .unwrap_or_default();
     let measured = rows.iter().find(|r| r.base == base && r.day == day);
     let f = measured.map(|r| r.figures).unwrap_or_default();
-    let floor_default = if f.floor_replica_seconds > 0 {
+    let template_floor = floors
+        .iter()
+        .find(|(b, _)| *b == base)
+        .map(|(_, floor)| i64::from(*floor).max(1));
+    let floor_default = template_floor.unwrap_or(if f.floor_replica_seconds > 0 {
         (f.floor_replica_seconds + 86_399) / 86_400
     } else {
         1
-    };
+    });
     let field = |v: &Option<String>, default: i64| {
         given(v).map_or_else(|| default.to_string(), str::to_owned)
     };

@@ -118,6 +118,17 @@ pub async fn base_exists(db: impl PgExecutor<'_>, name: &str) -> sqlx::Result<bo
     .await
 }
 
+/// Each templated base's floor now (its template's minimum replicas), by name.
+pub async fn template_floors(db: impl PgExecutor<'_>) -> sqlx::Result<Vec<(String, i32)>> {
+    let rows = sqlx::query!(
+        "SELECT b.name, t.replicas_min FROM base_models b
+           JOIN base_templates t ON t.base_model_id = b.id ORDER BY b.name"
+    )
+    .fetch_all(db)
+    .await?;
+    Ok(rows.into_iter().map(|r| (r.name, r.replicas_min)).collect())
+}
+
 /// Every base name of the catalog, by name (what a cost may be set for).
 pub async fn base_names(db: impl PgExecutor<'_>) -> sqlx::Result<Vec<String>> {
     sqlx::query_scalar!("SELECT name FROM base_models ORDER BY name")
