@@ -28,8 +28,7 @@ fn home(state: PageState) -> AnyView {
                 {Suspend::new(async move {
                     match load_home().await {
                         Ok(h) => dashboard(h, email),
-                        Err(e) => view! { <p class="flash" role="alert">{e.to_string()}</p> }
-                            .into_any(),
+                        Err(e) => super::load_failed(&e),
                     }
                 })}
             </Suspense>

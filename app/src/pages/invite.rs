@@ -62,8 +62,7 @@ fn page(state: PageState) -> AnyView {
                             <p><a href="/login">"Sign in"</a></p>
                         }
                         .into_any(),
-                        Err(e) => view! { <p class="flash" role="alert">{e.to_string()}</p> }
-                            .into_any(),
+                        Err(e) => super::load_failed(&e),
                     }
                 })}
             </Suspense>

@@ -153,7 +153,7 @@ fn detail_page(state: PageState) -> AnyView {
                     match fetch_invoice(id).await {
                         Ok(Some(d)) => detail(d, Links::Tenant),
                         Ok(None) => not_found(),
-                        Err(e) => view! { <p class="flash" role="alert">{e.to_string()}</p> }.into_any(),
+                        Err(e) => super::load_failed(&e),
                     }
                 })}
             </Suspense>
@@ -162,15 +162,12 @@ fn detail_page(state: PageState) -> AnyView {
     .into_any()
 }
 
-/// Unknown, malformed or another tenant's id: the same 404 inside the page's frame.
+/// Unknown, malformed or another tenant's id.
 fn not_found() -> AnyView {
-    #[cfg(feature = "ssr")]
-    crate::ssr::session::set_status(http::StatusCode::NOT_FOUND);
-    view! {
-        <h1>"Invoice not found"</h1>
-        <p class="muted">"No invoice of this tenant has that id."</p>
-    }
-    .into_any()
+    super::missing(
+        "Invoice not found",
+        "No invoice of this tenant has that id.",
+    )
 }
 
 fn usage_row(e: EntryView) -> AnyView {

@@ -35,7 +35,7 @@ fn page(state: PageState) -> AnyView {
                     match fetch_log_detail(id).await {
                         Ok(Some(d)) => detail(d),
                         Ok(None) => not_found(),
-                        Err(e) => view! { <p class="flash" role="alert">{e.to_string()}</p> }.into_any(),
+                        Err(e) => super::load_failed(&e),
                     }
                 })}
             </Suspense>
@@ -44,15 +44,12 @@ fn page(state: PageState) -> AnyView {
     .into_any()
 }
 
-/// Unknown, malformed or another tenant's id: the same 404 inside the page's frame.
+/// Unknown, malformed or another tenant's id.
 fn not_found() -> AnyView {
-    #[cfg(feature = "ssr")]
-    crate::ssr::session::set_status(http::StatusCode::NOT_FOUND);
-    view! {
-        <h1>"Request not found"</h1>
-        <p class="muted">"No request of this tenant has that id."</p>
-    }
-    .into_any()
+    super::missing(
+        "Request not found",
+        "No request of this tenant has that id.",
+    )
 }
 
 fn n(v: i64) -> String {

@@ -42,7 +42,7 @@ fn page(state: PageState) -> AnyView {
                 {Suspend::new(async move {
                     match fetch_request_log(params).await {
                         Ok(report) => log_view(report, first_page),
-                        Err(e) => view! { <p class="flash" role="alert">{e.to_string()}</p> }.into_any(),
+                        Err(e) => super::load_failed(&e),
                     }
                 })}
             </Suspense>

@@ -57,6 +57,23 @@ fn forbidden(state: PageState) -> AnyView {
     .into_any()
 }
 
+/// A page's data failed to load: the message, no details.
+pub(crate) fn load_failed(e: &impl std::fmt::Display) -> AnyView {
+    view! { <p class="flash" role="alert">{e.to_string()}</p> }.into_any()
+}
+
+/// What the page was asked for is not there, or not the viewer's to see (the same answer, so an
+/// id says nothing about another tenant): a 404 inside the page's frame.
+pub(crate) fn missing(title: &'static str, detail: &'static str) -> AnyView {
+    #[cfg(feature = "ssr")]
+    crate::ssr::session::set_status(http::StatusCode::NOT_FOUND);
+    view! {
+        <h1>{title}</h1>
+        <p class="muted">{detail}</p>
+    }
+    .into_any()
+}
+
 fn failed(message: String) -> AnyView {
     #[cfg(feature = "ssr")]
     crate::ssr::session::set_status(http::StatusCode::INTERNAL_SERVER_ERROR);
@@ -171,8 +188,7 @@ where
                 {Suspend::new(async move {
                     match load().await {
                         Ok(v) => body(v, csrf),
-                        Err(e) => view! { <p class="flash" role="alert">{e.to_string()}</p> }
-                            .into_any(),
+                        Err(e) => load_failed(&e),
                     }
                 })}
             </Suspense>

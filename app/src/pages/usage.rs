@@ -40,7 +40,7 @@ fn page(state: PageState) -> AnyView {
                 {Suspend::new(async move {
                     match fetch_usage(params).await {
                         Ok(report) => report_view(report),
-                        Err(e) => view! { <p class="flash" role="alert">{e.to_string()}</p> }.into_any(),
+                        Err(e) => super::load_failed(&e),
                     }
                 })}
             </Suspense>

@@ -55,13 +55,7 @@ fn detail_page(state: PageState) -> AnyView {
 }
 
 fn not_found() -> AnyView {
-    #[cfg(feature = "ssr")]
-    crate::ssr::session::set_status(http::StatusCode::NOT_FOUND);
-    view! {
-        <h1>"Invoice not found"</h1>
-        <p class="muted">"No invoice has that id."</p>
-    }
-    .into_any()
+    super::super::missing("Invoice not found", "No invoice has that id.")
 }
 
 #[component]

@@ -78,10 +78,7 @@ fn not_found(_: PageState) -> AnyView {
     view! { <super::NotFound/> }.into_any()
 }
 
-/// A page's data failed to load: the message, no details.
-pub(crate) fn failed(e: &crate::error::PortalError) -> AnyView {
-    view! { <p class="flash" role="alert">{e.to_string()}</p> }.into_any()
-}
+pub(crate) use super::load_failed as failed;
 
 /// Percent-encodes a query-string value.
 pub(crate) fn enc(s: &str) -> String {
