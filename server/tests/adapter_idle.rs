@@ -16,7 +16,7 @@ use common::sleepy::{
     call, entered, entity_entered, idle_policies, idle_policy_audits, start_on, stream_gaps,
     Sleepy, SETTLE, WARM,
 };
-use common::{chat, eventually, Tenant};
+use common::{eventually, Tenant};
 use sqlx::PgPool;
 use tf_engine_sim::SimConfig;
 use tokenfactory::fleet::sim_fleet::SimFleet;
@@ -94,15 +94,7 @@ async fn an_idle_adapter_leaves_a_busy_warm_base_and_held_requests_reload_it_onc
 
     // The co-tenant streams 150 tokens at 25/s (6 s) while the quiet adapter goes idle and is
     // unloaded: the stream never stalls, its adapter stays, the warm graph stays up.
-    let mut body = chat("busy-bot", "a long story please", 150);
-    body["stream"] = true.into();
-    let r = h
-        .replica
-        .post(&globex.key, "/v1/chat/completions", body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
+    let r = h.long_stream(&globex, "busy-bot").await;
     let ((gaps, tokens), ()) = tokio::join!(stream_gaps(r), h.unloaded("quiet-bot"));
     assert_eq!(tokens, 150);
     assert!(gaps < Duration::from_millis(750), "longest gap {gaps:?}");

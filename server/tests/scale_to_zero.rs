@@ -191,15 +191,7 @@ async fn a_graph_in_use_never_sleeps_and_its_cotenants_adapter_wakes_it_later(po
 
     // One stream of 150 tokens at 25/s (6 s) outlasts the idle policy and the grace: the
     // graph stays up under it, and its tokens never stall.
-    let mut body = chat(SLEEPY, "a long story please", 150);
-    body["stream"] = true.into();
-    let r = h
-        .replica
-        .post(&globex.key, "/v1/chat/completions", body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
+    let r = h.long_stream(&globex, SLEEPY).await;
     let (gaps, tokens) = stream_gaps(r).await;
     assert_eq!(tokens, 150);
     assert!(gaps < Duration::from_millis(750), "longest gap {gaps:?}");

@@ -169,6 +169,23 @@ pub fn row_text(html: &str, class: &str) -> String {
     out
 }
 
+impl Sleepy {
+    /// A 150-token streamed chat to `model` through the second replica, as `tenant`: at the
+    /// 25 tokens/s these tests pace the sim to, 6 s, past an idle policy and its grace.
+    pub async fn long_stream(&self, tenant: &Tenant, model: &str) -> reqwest::Response {
+        let mut body = chat(model, "a long story please", 150);
+        body["stream"] = true.into();
+        let r = self
+            .replica
+            .post(&tenant.key, "/v1/chat/completions", body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        r
+    }
+}
+
 /// Reads an SSE stream to its end: (longest gap between content chunks, content chunks).
 pub async fn stream_gaps(r: reqwest::Response) -> (Duration, usize) {
     let mut stream = r.bytes_stream();
