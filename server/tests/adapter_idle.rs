@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use common::lifecycle::valid_adapter;
 use common::sleepy::{
-    call, entered, entity_entered, idle_policies, idle_policy_audits, start_on, stream_gaps,
-    Sleepy, SETTLE, WARM,
+    call, entered, entity_entered, idle_policies, idle_policy_audits, long_stream, start_on,
+    stream_gaps, Sleepy, SETTLE, WARM,
 };
 use common::{eventually, Tenant};
 use sqlx::PgPool;
@@ -94,7 +94,7 @@ async fn an_idle_adapter_leaves_a_busy_warm_base_and_held_requests_reload_it_onc
 
     // The co-tenant streams 150 tokens at 25/s (6 s) while the quiet adapter goes idle and is
     // unloaded: the stream never stalls, its adapter stays, the warm graph stays up.
-    let r = h.long_stream(&globex, "busy-bot").await;
+    let r = long_stream(&h.replica, &globex, "busy-bot", 150).await;
     let ((gaps, tokens), ()) = tokio::join!(stream_gaps(r), h.unloaded("quiet-bot"));
     assert_eq!(tokens, 150);
     assert!(gaps < Duration::from_millis(750), "longest gap {gaps:?}");

@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use common::lifecycle::valid_adapter;
 use common::sleepy::{
-    call, entered, graph, idle_policies, idle_policy_audits, row_text, start, stream_gaps, GRAPH,
-    IDLE_SECS, SETTLE, SLEEPY, WARM,
+    call, entered, graph, idle_policies, idle_policy_audits, long_stream, row_text, start,
+    stream_gaps, GRAPH, IDLE_SECS, SETTLE, SLEEPY, WARM,
 };
 use common::{chat, eventually};
 use sqlx::PgPool;
@@ -191,7 +191,7 @@ async fn a_graph_in_use_never_sleeps_and_its_cotenants_adapter_wakes_it_later(po
 
     // One stream of 150 tokens at 25/s (6 s) outlasts the idle policy and the grace: the
     // graph stays up under it, and its tokens never stall.
-    let r = h.long_stream(&globex, SLEEPY).await;
+    let r = long_stream(&h.replica, &globex, SLEEPY, 150).await;
     let (gaps, tokens) = stream_gaps(r).await;
     assert_eq!(tokens, 150);
     assert!(gaps < Duration::from_millis(750), "longest gap {gaps:?}");
@@ -221,15 +221,7 @@ async fn an_always_on_base_keeps_serving_while_its_neighbour_sleeps_and_wakes(po
     let warm_graph = "local-sim/warm-base";
 
     // The warm base streams while the sleepy one goes to sleep, and then is woken.
-    let mut body = chat(WARM, "a long story please", 200);
-    body["stream"] = true.into();
-    let r = h
-        .app
-        .post(&globex.key, "/v1/chat/completions", body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
+    let r = long_stream(&h.app, &globex, WARM, 200).await;
     let neighbour = async {
         h.asleep().await;
         let (status, ..) = call(&h.replica, &acme.key, SLEEPY).await;

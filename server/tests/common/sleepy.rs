@@ -169,21 +169,23 @@ pub fn row_text(html: &str, class: &str) -> String {
     out
 }
 
-impl Sleepy {
-    /// A 150-token streamed chat to `model` through the second replica, as `tenant`: at the
-    /// 25 tokens/s these tests pace the sim to, 6 s, past an idle policy and its grace.
-    pub async fn long_stream(&self, tenant: &Tenant, model: &str) -> reqwest::Response {
-        let mut body = chat(model, "a long story please", 150);
-        body["stream"] = true.into();
-        let r = self
-            .replica
-            .post(&tenant.key, "/v1/chat/completions", body)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 200);
-        r
-    }
+/// A streamed chat of `tokens` tokens to `model` through `via`, as `tenant`: at the 25 tokens/s
+/// these tests pace the sim to, 150 tokens run 6 s, past an idle policy and its grace.
+pub async fn long_stream(
+    via: &TestApp,
+    tenant: &Tenant,
+    model: &str,
+    tokens: u32,
+) -> reqwest::Response {
+    let mut body = chat(model, "a long story please", tokens);
+    body["stream"] = true.into();
+    let r = via
+        .post(&tenant.key, "/v1/chat/completions", body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    r
 }
 
 /// Reads an SSE stream to its end: (longest gap between content chunks, content chunks).
