@@ -180,18 +180,27 @@ fn body(v: AdminInvoicesView, csrf: String) -> AnyView {
             <p class="muted">"Drafts are rebuilt from the rated usage every few minutes while \
                 their month is open, and once more after it closes; issuing is always an \
                 admin's act."</p>
-            {empty.then(|| view! { <p class="muted">"No invoices yet."</p> })}
-            <div class="scroll">
-            <table class="list invoices">
-                <thead><tr>
-                    <th>"Tenant"</th><th>"Month"</th><th>"Kind"</th><th>"Status"</th>
-                    <th class="num">"Usage"</th><th class="num">"Credits"</th>
-                    <th class="num">"Adjustments"</th><th class="num">"Total"</th>
-                    <th>"Issued (UTC)"</th><th><span class="visually-hidden">"Actions"</span></th>
-                </tr></thead>
-                <tbody>{rows}</tbody>
-            </table>
-            </div>
+            {if empty {
+                view! { <p class="muted">"No invoices yet: the first drafts are built a few \
+                    minutes after usage is rated, or at once with \"Build a draft now\"."</p> }
+                .into_any()
+            } else {
+                view! {
+                    <div class="scroll">
+                    <table class="list invoices">
+                        <thead><tr>
+                            <th>"Tenant"</th><th>"Month"</th><th>"Kind"</th><th>"Status"</th>
+                            <th class="num">"Usage"</th><th class="num">"Credits"</th>
+                            <th class="num">"Adjustments"</th><th class="num">"Total"</th>
+                            <th>"Issued (UTC)"</th>
+                            <th><span class="visually-hidden">"Actions"</span></th>
+                        </tr></thead>
+                        <tbody>{rows}</tbody>
+                    </table>
+                    </div>
+                }
+                .into_any()
+            }}
         </section>
         <section class="panel">
             <h2>"Build a draft now"</h2>
