@@ -606,6 +606,12 @@ async fn the_home_shows_this_months_usage_keys_and_models_of_the_tenant_only(poo
         key_id: Uuid::nil(),
     };
     t.adapter(&acme_tenant, "acme-helper").await;
+    // Unloaded for idleness: still callable (the next request loads it), so still listed.
+    t.adapter(&acme_tenant, "acme-dozing").await;
+    sqlx::query!("UPDATE adapters SET state = 'unloaded' WHERE name = 'acme-dozing'")
+        .execute(&t.pool)
+        .await
+        .unwrap();
 
     let html = acme.browser.html("/").await;
     assert!(html.contains("acme Inc"), "{html}");
@@ -618,6 +624,7 @@ async fn the_home_shows_this_months_usage_keys_and_models_of_the_tenant_only(poo
     assert!(html.contains("200,503 cached"), "{html}");
     assert!(html.contains(common::BASE));
     assert!(html.contains("acme-helper") && html.contains("adapter on sim-base"));
+    assert!(html.contains("acme-dozing"), "{html}");
     assert!(!html.contains("beta-private-adapter"));
     for price in ["$2.50", "$1.25", "$5.00"] {
         assert!(

@@ -54,7 +54,8 @@ pub struct UsableModel {
 }
 
 /// What the gateway's route table lets the tenant call (see `RouteTable::visible`): every offered
-/// base, then the tenant's ready adapters, each sorted by name, with the price in effect now.
+/// base, then the tenant's serving adapters (ready, or unloaded for idleness and loaded again by
+/// the next request), each sorted by name, with the price in effect now.
 pub async fn usable_models(pool: &PgPool, tenant_id: Uuid) -> sqlx::Result<Vec<UsableModel>> {
     let rows = sqlx::query!(
         r#"SELECT m.name AS "name!", m.base AS "base?", p.fresh_input_per_m AS "fresh?",
@@ -65,7 +66,8 @@ pub async fn usable_models(pool: &PgPool, tenant_id: Uuid) -> sqlx::Result<Vec<U
                UNION ALL
                SELECT 1, a.name, b.name, a.price_key
                FROM adapters a JOIN base_models b ON b.id = a.base_model_id
-               WHERE a.tenant_id = $1 AND a.state = 'ready'
+               WHERE a.tenant_id = $1
+                     AND a.state IN ('ready', 'unloading', 'unloaded', 'reloading')
            ) m LEFT JOIN LATERAL price_in_effect($1, m.price_key, now()) p ON true
            ORDER BY m.kind, m.name"#,
         tenant_id,
