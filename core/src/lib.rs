@@ -4,7 +4,7 @@
 //! checked) and the replica's Redis connection slot. The portal (`tf-app`, server side) and the
 //! `tokenfactory` binary both use it.
 //!
-//! Inside, imports point one way: `tenancy`, `usage`, `money`, `economics` (records and arithmetic) <- `db` (statements) <-
+//! Inside, imports point one way: `tenancy`, `usage`, `money`, `period`, `economics` (records and arithmetic) <- `db` (statements) <-
 //! `accounts`, `keys` (rules) <- `operator`, `billing_ops` (audited operator actions).
 
 pub mod accounts;
@@ -14,6 +14,7 @@ pub mod economics;
 pub mod keys;
 pub mod money;
 pub mod operator;
+pub mod period;
 pub mod redis_slot;
 pub mod tenancy;
 pub mod usage;

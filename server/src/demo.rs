@@ -179,7 +179,7 @@ pub async fn costs(pool: &PgPool, now: time::OffsetDateTime) -> anyhow::Result<(
             base_model: base,
             effective_from: day_start,
             gpu_micros_per_hour: DEMO_GPU_MICROS_PER_HOUR,
-            gpus_per_replica: local_sim::template(base, 1).gpus_per_replica,
+            gpus_per_replica: local_sim::GPUS_PER_REPLICA,
             peak_tokens_per_second: DEMO_PEAK_TOKENS_PER_SECOND,
             created_by: "demo",
         };

@@ -1,7 +1,8 @@
 //! `/usage` and `/logs` against known usage events: every figure the usage page shows equals the
 //! sum of the stored events (priced with `money::line_micros` under the price book, as the spend
-//! limit and the invoices count them), replays keep it so, a new price applies from its time on, the request log walks every event once in order across
-//! its pages, and nothing of another tenant ever shows, even with its ids in the query string.
+//! limit and the invoices count them), replays keep it so, a new price applies from its time on,
+//! the request log walks every event once in order across its pages, and nothing of another
+//! tenant ever shows, even with its ids in the query string.
 
 #![allow(
     clippy::unwrap_used,

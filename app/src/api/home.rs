@@ -50,7 +50,7 @@ pub async fn load_home() -> Result<HomeView, PortalError> {
     let m = member::required(&portal, &s).await?;
     let pool = &portal.deps.pool;
     let now = time::OffsetDateTime::now_utc();
-    let month_start = now.date().replace_day(1).unwrap_or(now.date());
+    let month_start = tf_core::period::month_of(now);
     let (totals, active, models) = tokio::try_join!(
         dashboard::totals_since(pool, m.tenant.id, month_start),
         keys::count_active(pool, m.tenant.id),

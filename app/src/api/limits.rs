@@ -47,7 +47,7 @@ pub async fn load_limits() -> Result<LimitsView, PortalError> {
     let pool = &portal.deps.pool;
     let failed = |e| internal("reading limits", e);
     let now = time::OffsetDateTime::now_utc();
-    let month = now.date().replace_day(1).unwrap_or(now.date());
+    let month = tf_core::period::month_of(now);
     let (rates, caps) = limits::of_tenant(pool, m.tenant.id)
         .await
         .map_err(failed)?

@@ -7,11 +7,11 @@ use tf_core::db::{billing, invoicing};
 use time::macros::format_description;
 use time::{Date, Month, OffsetDateTime};
 
-use super::invoices::open_month;
 use crate::api::admin::billing::{
     AdminInvoiceItem, AdminInvoicesView, PriceItem, PricesView, TenantCredit, TenantTierItem,
     VersionItem,
 };
+use tf_core::period::month_of;
 
 /// Invoices the admin list shows at most.
 const MAX_LISTED: i64 = 500;
@@ -112,7 +112,7 @@ pub async fn invoices(pool: &PgPool, now: OffsetDateTime) -> sqlx::Result<AdminI
     Ok(AdminInvoicesView {
         invoices,
         tenants,
-        open_month: open_month(now).format(MONTH).unwrap_or_default(),
+        open_month: month_of(now).format(MONTH).unwrap_or_default(),
     })
 }
 

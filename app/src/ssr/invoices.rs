@@ -6,6 +6,7 @@
 use sqlx::PgPool;
 use tf_core::db::billing::{self, Entry, Invoice};
 use tf_core::db::invoicing::{self, Summary};
+use tf_core::period::month_of;
 use time::macros::format_description;
 use time::{Date, OffsetDateTime};
 use uuid::Uuid;
@@ -31,14 +32,6 @@ fn minute(t: OffsetDateTime) -> String {
 
 fn month(d: Date) -> String {
     d.format(MONTH).unwrap_or_default()
-}
-
-/// The first day of `now`'s UTC month: the open period.
-pub fn open_month(now: OffsetDateTime) -> Date {
-    now.to_offset(time::UtcOffset::UTC)
-        .date()
-        .replace_day(1)
-        .unwrap_or(time::Date::MIN)
 }
 
 fn row_of(s: Summary) -> InvoiceRow {
@@ -105,12 +98,12 @@ async fn live_draft(
     now: OffsetDateTime,
 ) -> sqlx::Result<Option<(Invoice, Vec<Entry>)>> {
     let run = billing::live_run(pool).await?;
-    invoicing::preview_draft(pool, tenant, open_month(now), run).await
+    invoicing::preview_draft(pool, tenant, month_of(now), run).await
 }
 
 /// What `/invoices` shows for `tenant` at `now`.
 pub async fn list(pool: &PgPool, tenant: Uuid, now: OffsetDateTime) -> sqlx::Result<InvoicesView> {
-    let open = open_month(now);
+    let open = month_of(now);
     let mut rows = Vec::new();
     let live = live_draft(pool, tenant, now).await?;
     let live_id = live.as_ref().map(|(i, _)| i.id);

@@ -49,17 +49,18 @@ pub struct TemplatedBase {
     pub sleep: SleepFacts,
 }
 
-/// What the controller needs to put a graph to sleep or wake it.
+/// What the controller needs to put a graph to sleep or wake it, and to unload an idle adapter
+/// or load it again (`db::sleep::adapter_sleep`).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SleepFacts {
-    /// Its policy allows sleeping and nothing arrived or ran for longer than `idle_after_secs`
-    /// since the later of its last activity and its last state change.
+    /// Its policy allows sleeping and nothing arrived or ran for longer than its idle time since
+    /// the later of its last activity and its last state change.
     pub idle: bool,
-    /// A request was seen after the graph's last state change.
+    /// A request was seen after its last state change.
     pub used_since_change: bool,
     /// Seconds since the last state change.
     pub changed_secs_ago: f64,
-    /// A held request asked for a wake.
+    /// A held request asked for it to serve again: a graph's wake, an adapter's reload.
     pub wake_requested: bool,
 }
 

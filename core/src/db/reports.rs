@@ -1,5 +1,6 @@
 //! What the tenant's `/usage` and `/logs` pages read: usage per day and model from the
-//! `usage_daily` rollup (kept exact by a trigger on `usage_events`, see its migration), and the request log, newest first, keyset-paginated on `(started_at, request_id)`.
+//! `usage_daily` rollup (kept exact by a trigger on `usage_events`, see its migration), and the
+//! request log, newest first, keyset-paginated on `(started_at, request_id)`.
 //! Every statement takes the tenant id and filters on it first.
 //!
 //! The rollup's cost and each log row's are the one cost function's (SQL `charge_micros`, the

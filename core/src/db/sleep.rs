@@ -5,7 +5,7 @@
 use sqlx::{PgExecutor, PgPool};
 use uuid::Uuid;
 
-use super::lifecycle::{record_history, HistoryEntry};
+use super::lifecycle::{record_history, HistoryEntry, SleepFacts};
 
 /// Marks the named graphs used now (a gateway's periodic flush).
 pub async fn touch_graphs(pool: &PgPool, names: &[String]) -> sqlx::Result<()> {
@@ -171,25 +171,11 @@ pub async fn request_reload(pool: &PgPool, adapter: Uuid) -> sqlx::Result<bool> 
     Ok(done.rows_affected() > 0)
 }
 
-/// What the controller needs to unload an idle adapter or load it again, read against the
-/// database's clock.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct AdapterSleep {
-    /// Its base unloads idle adapters and nothing arrived or ran for it for longer than that
-    /// since the later of its last use and its last state change.
-    pub idle: bool,
-    /// A request for it was seen after its last state change.
-    pub used_since_change: bool,
-    /// Seconds since its last state change.
-    pub changed_secs_ago: f64,
-    /// A held request asked for it to be loaded.
-    pub reload_requested: bool,
-}
-
-/// Every managed adapter's [`AdapterSleep`], by id.
+/// Every managed adapter's [`SleepFacts`] (idle under its base's adapter policy; a held request
+/// asked for a reload), by id, read against the database's clock.
 pub async fn adapter_sleep(
     db: impl PgExecutor<'_>,
-) -> sqlx::Result<std::collections::HashMap<Uuid, AdapterSleep>> {
+) -> sqlx::Result<std::collections::HashMap<Uuid, SleepFacts>> {
     let rows = sqlx::query!(
         r#"SELECT a.id,
                   COALESCE(GREATEST(u.last_active_at, a.updated_at)
@@ -208,11 +194,11 @@ pub async fn adapter_sleep(
         .map(|r| {
             (
                 r.id,
-                AdapterSleep {
+                SleepFacts {
                     idle: r.idle,
                     used_since_change: r.used_since_change,
                     changed_secs_ago: r.changed_secs_ago,
-                    reload_requested: r.reload_requested,
+                    wake_requested: r.reload_requested,
                 },
             )
         })

@@ -104,7 +104,7 @@ async fn consumption(
     tenant: Uuid,
 ) -> anyhow::Result<()> {
     let now = OffsetDateTime::now_utc();
-    let month = now.date().replace_day(1).unwrap_or(now.date());
+    let month = tf_core::period::month_of(now);
     let c = spend::consumption(pool, tenant, key, month).await?;
     let _ = writeln!(out, "consumption (billed, PostgreSQL)");
     line(out, "requests, last minute", Some(c.requests_last_minute));

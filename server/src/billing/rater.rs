@@ -20,7 +20,7 @@ use std::time::Duration;
 use sqlx::{Connection, PgConnection, PgPool};
 use tf_core::db::leader as advisory;
 use tf_core::db::{billing, invoicing};
-use time::{Date, Month, OffsetDateTime};
+use time::{Date, OffsetDateTime};
 use tokio_util::sync::CancellationToken;
 
 /// Advisory lock key of the rater ("tfrate" in ASCII).
@@ -132,20 +132,7 @@ pub struct DraftsBuilt {
     pub issued: usize,
 }
 
-/// The first day of `now`'s UTC month.
-pub fn month_of(now: OffsetDateTime) -> Date {
-    let d = now.to_offset(time::UtcOffset::UTC).date();
-    d.replace_day(1).unwrap_or(d)
-}
-
-/// The first day of the month before the one starting `month`.
-pub fn previous_month(month: Date) -> Date {
-    let (y, m) = match month.month() {
-        Month::January => (month.year() - 1, Month::December),
-        m => (month.year(), m.previous()),
-    };
-    Date::from_calendar_date(y, m, 1).unwrap_or(month)
-}
+pub use tf_core::period::{month_of, previous_month};
 
 async fn build_month(
     pool: &PgPool,
@@ -195,24 +182,4 @@ pub async fn drafts_tick(
         state.open_built_at = Some(now);
     }
     Ok(built)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{month_of, previous_month};
-    use time::macros::{date, datetime};
-
-    #[test]
-    fn months_are_utc_calendar_months() {
-        assert_eq!(
-            month_of(datetime!(2026-12-31 23:59:59 UTC)),
-            date!(2026 - 12 - 01)
-        );
-        assert_eq!(
-            month_of(datetime!(2027-01-01 00:30 +01:00)),
-            date!(2026 - 12 - 01)
-        );
-        assert_eq!(previous_month(date!(2027 - 01 - 01)), date!(2026 - 12 - 01));
-        assert_eq!(previous_month(date!(2026 - 03 - 01)), date!(2026 - 02 - 01));
-    }
 }

@@ -16,6 +16,8 @@ pub const DEMO_BASE: &str = "llama-3.1-8b-sim";
 const OTHER_BASE: &str = "qwen-2.5-7b-sim";
 /// The simulated bases and their replicas.
 pub const BASES: [(&str, i32); 2] = [(DEMO_BASE, 2), (OTHER_BASE, 1)];
+/// GPUs a simulated replica says it takes.
+pub const GPUS_PER_REPLICA: i32 = 1;
 /// The demo tenant's adapters on [`DEMO_BASE`] (served names).
 pub const DEMO_ADAPTERS: [&str; 2] = ["support-bot", "sql-helper"];
 
@@ -57,7 +59,7 @@ pub fn template(base: &str, replicas: i32) -> TemplateRow {
         max_loras: 8,
         max_lora_rank: 64,
         extra_args: Vec::new(),
-        gpus_per_replica: 1,
+        gpus_per_replica: GPUS_PER_REPLICA,
         replicas_min: replicas,
         replicas_max: replicas,
         env_from_secret: None,

@@ -1,5 +1,5 @@
 //! When each graph and each adapter was last used, as this replica saw it (issue 18: idle graphs
-//! scale to zero, idle adapters are unloaded). Every graph and every adapter has one [`GraphUse`]
+//! scale to zero, idle adapters are unloaded). Every graph and every adapter has one [`UseMark`]
 //! (two atomics) that the resolution table puts in its routes, so a request marks its graph (and
 //! adapter) used through the route it already resolved: no lock, no map probe, no allocation on
 //! the request path. A background task reads the marks every [`FLUSH_EVERY`] and writes the ones
@@ -15,7 +15,7 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-pub use crate::metering::in_use::{GraphUse, InUse};
+pub use crate::metering::in_use::{InUse, UseMark};
 
 /// How often used graphs are written (the controller's sleep grace is longer than this).
 pub const FLUSH_EVERY: Duration = Duration::from_secs(1);
@@ -30,7 +30,7 @@ pub struct Activity {
 
 /// Use marks by key.
 #[derive(Debug)]
-struct Marks<K>(Mutex<HashMap<K, Arc<GraphUse>>>);
+struct Marks<K>(Mutex<HashMap<K, Arc<UseMark>>>);
 
 impl<K> Default for Marks<K> {
     fn default() -> Self {
@@ -39,7 +39,7 @@ impl<K> Default for Marks<K> {
 }
 
 impl<K: std::hash::Hash + Eq + Clone> Marks<K> {
-    fn mark<Q>(&self, key: &Q) -> Arc<GraphUse>
+    fn mark<Q>(&self, key: &Q) -> Arc<UseMark>
     where
         K: std::borrow::Borrow<Q>,
         Q: std::hash::Hash + Eq + ToOwned<Owned = K> + ?Sized,
@@ -51,7 +51,7 @@ impl<K: std::hash::Hash + Eq + Clone> Marks<K> {
         if let Some(u) = marks.get(key) {
             return u.clone();
         }
-        let u = Arc::<GraphUse>::default();
+        let u = Arc::<UseMark>::default();
         marks.insert(key.to_owned(), u.clone());
         u
     }
@@ -72,12 +72,12 @@ impl<K: std::hash::Hash + Eq + Clone> Marks<K> {
 
 impl Activity {
     /// The mark of `graph` (the same one for every route of it, across rebuilds).
-    pub fn graph(&self, graph: &str) -> Arc<GraphUse> {
+    pub fn graph(&self, graph: &str) -> Arc<UseMark> {
         self.graphs.mark(graph)
     }
 
     /// The mark of an adapter (the same one for its route across rebuilds).
-    pub fn adapter(&self, id: Uuid) -> Arc<GraphUse> {
+    pub fn adapter(&self, id: Uuid) -> Arc<UseMark> {
         self.adapters.mark(&id)
     }
 

@@ -51,9 +51,9 @@ pub struct Route {
     /// sees this grow gives up).
     pub wake_failures: i64,
     /// The graph's use mark on this replica, shared by all its routes (`super::activity`).
-    pub activity: Arc<super::activity::GraphUse>,
+    pub activity: Arc<super::activity::UseMark>,
     /// The adapter's own use mark, for a tenant's model.
-    pub adapter_activity: Option<Arc<super::activity::GraphUse>>,
+    pub adapter_activity: Option<Arc<super::activity::UseMark>>,
 }
 
 /// One immutable snapshot.

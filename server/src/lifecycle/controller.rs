@@ -25,8 +25,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sqlx::{Connection, PgConnection, PgPool};
-use tf_core::db::lifecycle::{self as db, AdapterRow, GraphWrite, TemplatedBase};
-use tf_core::db::sleep::{self as sleep_db, AdapterSleep};
+use tf_core::db::lifecycle::{self as db, AdapterRow, GraphWrite, SleepFacts, TemplatedBase};
+use tf_core::db::sleep as sleep_db;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -61,6 +61,8 @@ const ON_BASE: [&str; 8] = [
     "unloaded",
     "reloading",
 ];
+/// Adapter states of an idle adapter: on its way off the engines, off them, or on its way back.
+const IDLE: [&str; 3] = ["unloading", "unloaded", "reloading"];
 /// Adapter states in which the engines may have it loaded (a delete or stop deregisters it).
 const MAYBE_LOADED: [&str; 5] = ["starting", "ready", "stopping", "unloading", "reloading"];
 
@@ -177,7 +179,15 @@ impl Controller {
             .into_iter()
             .filter(|a| ours.contains(&a.base_model_id))
             .collect();
-        let adapter_sleep = sleep_db::adapter_sleep(&self.pool).await?;
+        // Only an adapter policy, or an adapter idle under one, needs the adapters' use: without
+        // either (the usual fleet) a pass reads nothing more.
+        let adapter_sleep = if bases.iter().any(|b| b.adapter_idle_after_secs.is_some())
+            || adapters.iter().any(|a| IDLE.contains(&a.state.as_str()))
+        {
+            sleep_db::adapter_sleep(&self.pool).await?
+        } else {
+            HashMap::new()
+        };
         let sleep_of = |a: &AdapterRow| adapter_sleep.get(&a.id).copied().unwrap_or_default();
         let needed = |base: &TemplatedBase| {
             base.offered
@@ -194,7 +204,7 @@ impl Controller {
                     a.base_model_id == base.id
                         && a.desired == "running"
                         && (matches!(a.state.as_str(), "starting" | "reloading")
-                            || (a.state == "unloaded" && sleep_of(a).reload_requested))
+                            || (a.state == "unloaded" && sleep_of(a).wake_requested))
                 })
         };
         let mut ready_graphs = HashSet::new();
@@ -429,7 +439,7 @@ impl Controller {
         base: &TemplatedBase,
         a: &AdapterRow,
         graph_ready: bool,
-        sleep: AdapterSleep,
+        sleep: SleepFacts,
     ) -> sqlx::Result<()> {
         let key = format!("adapter:{}", a.id);
         if self.waiting(&key) {
@@ -465,7 +475,7 @@ impl Controller {
                     .await
                     .map(|()| Ok(()))
             }
-            ("running", "unloading") if sleep.reload_requested || sleep.used_since_change => {
+            ("running", "unloading") if sleep.wake_requested || sleep.used_since_change => {
                 // Asked for, or used by a request forwarded before the routes changed: it never
                 // left the engines.
                 self.transition(a, "ready", None).await.map(|()| Ok(()))
@@ -481,7 +491,7 @@ impl Controller {
                     Err(e) => Ok(Err(e)),
                 }
             }
-            ("running", "unloaded") if sleep.reload_requested => {
+            ("running", "unloaded") if sleep.wake_requested => {
                 self.metrics.reload();
                 tracing::info!(model = %a.name, "reloading an idle adapter");
                 self.transition(a, "reloading", Some("a request arrived"))

@@ -1,5 +1,5 @@
 //! The mark that keeps a graph awake, and an adapter loaded, while a request on it runs (issue
-//! 18). One [`GraphUse`] per graph (and one per adapter) lives as long as any route to it (the
+//! 18). One [`UseMark`] per graph (and one per adapter) lives as long as any route to it (the
 //! resolution table hands the same one to every route of a graph, across rebuilds:
 //! `gateway::activity`); a request bumps its atomics and holds an [`InUse`] with its accounting,
 //! so the request path takes no lock and allocates nothing for it. The activity flusher reads
@@ -8,16 +8,16 @@
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 
-/// One graph's use on this replica.
+/// One graph's (or one adapter's) use on this replica.
 #[derive(Debug, Default)]
-pub struct GraphUse {
-    /// Requests on the graph still running (their accounting not yet finished).
+pub struct UseMark {
+    /// Requests on it still running (their accounting not yet finished).
     in_flight: AtomicU32,
     /// A request started or ended since the flusher last looked.
     touched: AtomicBool,
 }
 
-impl GraphUse {
+impl UseMark {
     /// A request on this graph starts (and on `adapter`'s own mark too, for a tenant's model);
     /// it ends when the mark drops (with the request's accounting, so a stream counts until its
     /// last byte).
@@ -63,7 +63,7 @@ impl GraphUse {
 
 /// Holds a graph (and the adapter served on it, if any) in use while a request runs.
 #[derive(Debug)]
-pub struct InUse(Arc<GraphUse>, Option<Arc<GraphUse>>);
+pub struct InUse(Arc<UseMark>, Option<Arc<UseMark>>);
 
 impl Drop for InUse {
     fn drop(&mut self) {
@@ -80,7 +80,7 @@ mod tests {
 
     #[test]
     fn a_graph_is_used_while_a_request_runs_and_once_after() {
-        let g = Arc::new(GraphUse::default());
+        let g = Arc::new(UseMark::default());
         assert!(!g.take_used());
         let mark = g.begin(None);
         assert!(g.take_used());
@@ -93,7 +93,7 @@ mod tests {
 
     #[test]
     fn an_adapters_request_marks_its_adapter_and_its_graph() {
-        let (g, a) = (Arc::new(GraphUse::default()), Arc::new(GraphUse::default()));
+        let (g, a) = (Arc::new(UseMark::default()), Arc::new(UseMark::default()));
         let mark = g.begin(Some(&a));
         assert_eq!((g.in_flight(), a.in_flight()), (1, 1));
         drop(mark);

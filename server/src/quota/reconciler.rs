@@ -79,7 +79,7 @@ async fn try_lead(pool: &PgPool) -> Option<PoolConnection<Postgres>> {
 async fn reconcile_once(inner: &Inner, pool: &PgPool) -> anyhow::Result<usize> {
     let now = OffsetDateTime::now_utc();
     let (period, _) = plan::period(now);
-    let start = now.date().replace_day(1).unwrap_or(now.date());
+    let start = tf_core::period::month_of(now);
     let rows = spend::billed_by_limited_subject(pool, start).await?;
     for batch in rows.chunks(500) {
         let mut inv = inner.scripts.reconcile.prepare_invoke();

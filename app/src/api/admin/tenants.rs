@@ -89,8 +89,7 @@ fn field(v: Option<i64>) -> String {
 /// The first day of this month (UTC).
 #[cfg(feature = "ssr")]
 fn month_start() -> time::Date {
-    let today = time::OffsetDateTime::now_utc().date();
-    today.replace_day(1).unwrap_or(today)
+    tf_core::period::month_of(time::OffsetDateTime::now_utc())
 }
 
 #[cfg(feature = "ssr")]
