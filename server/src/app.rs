@@ -304,4 +304,3 @@ async fn purge_sessions(pool: PgPool, cancel: CancellationToken) {
         }
     }
 }
-

@@ -110,7 +110,12 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let addr = listener.local_addr()?;
     let metrics_listener = tokio::net::TcpListener::bind(args.metrics_listen)
         .await
-        .with_context(|| format!("cannot listen on {} (--metrics-listen)", args.metrics_listen))?;
+        .with_context(|| {
+            format!(
+                "cannot listen on {} (--metrics-listen)",
+                args.metrics_listen
+            )
+        })?;
     let metrics_addr = metrics_listener.local_addr()?;
     {
         let router = built.metrics_router.clone();

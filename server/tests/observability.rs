@@ -68,7 +68,11 @@ fn check_histogram(
     micros: &[u64],
 ) {
     let got = buckets(scrape, name, labels);
-    assert_eq!(got.len(), bounds.len() + 1, "{name}: one bucket per bound and +Inf");
+    assert_eq!(
+        got.len(),
+        bounds.len() + 1,
+        "{name}: one bucket per bound and +Inf"
+    );
     for (i, (le, count)) in got.iter().enumerate() {
         if i < bounds.len() {
             assert_eq!(*le, bounds[i], "{name}: bucket {i}");
@@ -76,7 +80,10 @@ fn check_histogram(
             assert!(le.is_infinite());
         }
         let expected = micros.iter().filter(|m| **m as f64 / 1e6 <= *le).count();
-        assert_eq!(*count as usize, expected, "{name}{labels:?} le={le}: {micros:?}");
+        assert_eq!(
+            *count as usize, expected,
+            "{name}{labels:?} le={le}: {micros:?}"
+        );
     }
     assert_eq!(
         value(scrape, &format!("{name}_count"), labels) as usize,
@@ -84,7 +91,10 @@ fn check_histogram(
     );
     let sum: u64 = micros.iter().sum();
     let got_sum = value(scrape, &format!("{name}_sum"), labels);
-    assert!((got_sum - sum as f64 / 1e6).abs() < 1e-6, "{name}_sum {got_sum}");
+    assert!(
+        (got_sum - sum as f64 / 1e6).abs() < 1e-6,
+        "{name}_sum {got_sum}"
+    );
 }
 
 fn ms(v: i32) -> u64 {
@@ -114,7 +124,11 @@ async fn metrics_count_a_scripted_mix_exactly(pool: PgPool) {
 
     // 2 answered whole, 1 streamed chat, 1 streamed completion.
     for _ in 0..2 {
-        let r = t.post(&a.key, chat_url, chat(BASE, "hello there", 4)).send().await.unwrap();
+        let r = t
+            .post(&a.key, chat_url, chat(BASE, "hello there", 4))
+            .send()
+            .await
+            .unwrap();
         assert_eq!(r.status(), 200);
         r.bytes().await.unwrap();
     }
@@ -125,20 +139,36 @@ async fn metrics_count_a_scripted_mix_exactly(pool: PgPool) {
     assert_eq!(r.status(), 200);
     assert!(sse_data(r).await.last().is_some_and(|d| d == "[DONE]"));
     let body = json!({"model": BASE, "prompt": "once upon", "max_tokens": 5, "stream": true, "sim": paced});
-    let r = t.post(&a.key, "/v1/completions", body).send().await.unwrap();
+    let r = t
+        .post(&a.key, "/v1/completions", body)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 200);
     sse_data(r).await;
     // 4xx before a model is resolved: a bad key, an unknown model, a malformed body.
-    let r = t.post("tf-not-a-key", chat_url, chat(BASE, "x", 2)).send().await.unwrap();
+    let r = t
+        .post("tf-not-a-key", chat_url, chat(BASE, "x", 2))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 401);
-    let r = t.post(&a.key, chat_url, chat("no-such-model", "x", 2)).send().await.unwrap();
+    let r = t
+        .post(&a.key, chat_url, chat("no-such-model", "x", 2))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 404);
     let mut body = chat(BASE, "x", 2);
     body["stream"] = json!("yes");
     let r = t.post(&a.key, chat_url, body).send().await.unwrap();
     assert_eq!(r.status(), 400);
     // 429: over bobco's tokens per minute.
-    let r = t.post(&b.key, chat_url, chat(BASE, "hello", 30)).send().await.unwrap();
+    let r = t
+        .post(&b.key, chat_url, chat(BASE, "hello", 30))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 429);
     // The engine answers 503.
     let mut body = chat(BASE, "x", 3);
@@ -153,14 +183,25 @@ async fn metrics_count_a_scripted_mix_exactly(pool: PgPool) {
     assert_eq!(r.status(), 200);
     read_events_then_hang_up(r, 3).await;
     // The model list.
-    let r = t.http.get(t.url("/v1/models")).bearer_auth(&a.key).send().await.unwrap();
+    let r = t
+        .http
+        .get(t.url("/v1/models"))
+        .bearer_auth(&a.key)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 200);
 
-    let events: Vec<UsageEvent> = eventually(Duration::from_secs(10), "the mix's 7 events", || async {
-        let e = t.events().await;
-        if e.len() == 7 { Ok(e) } else { Err(e.len()) }
-    })
-    .await;
+    let events: Vec<UsageEvent> =
+        eventually(Duration::from_secs(10), "the mix's 7 events", || async {
+            let e = t.events().await;
+            if e.len() == 7 {
+                Ok(e)
+            } else {
+                Err(e.len())
+            }
+        })
+        .await;
     // The abandoned stream's accounting has finished (its graph is no longer in flight).
     let scrape = eventually(Duration::from_secs(10), "nothing in flight", || async {
         let s = parse(&t.metrics().await);
@@ -168,10 +209,17 @@ async fn metrics_count_a_scripted_mix_exactly(pool: PgPool) {
             .samples
             .iter()
             .filter(|x| x.metric == "tf_requests_in_flight")
-            .map(|x| match x.value { Pv::Gauge(v) => v, _ => panic!() })
+            .map(|x| match x.value {
+                Pv::Gauge(v) => v,
+                _ => panic!(),
+            })
             .collect();
         let shipped = value(&s, "tf_usage_events_shipped_total", &[]);
-        if in_flight == [0.0] && shipped == 7.0 { Ok(s) } else { Err((in_flight, shipped)) }
+        if in_flight == [0.0] && shipped == 7.0 {
+            Ok(s)
+        } else {
+            Err((in_flight, shipped))
+        }
     })
     .await;
 
@@ -198,8 +246,19 @@ async fn metrics_count_a_scripted_mix_exactly(pool: PgPool) {
         .iter()
         .filter(|s| s.metric == "tf_http_requests_total")
         .map(|s| {
-            let v = match s.value { Pv::Counter(v) => v, _ => panic!() };
-            ((label(s, "endpoint"), label(s, "model"), label(s, "status_class"), label(s, "code")), v)
+            let v = match s.value {
+                Pv::Counter(v) => v,
+                _ => panic!(),
+            };
+            (
+                (
+                    label(s, "endpoint"),
+                    label(s, "model"),
+                    label(s, "status_class"),
+                    label(s, "code"),
+                ),
+                v,
+            )
         })
         .collect();
     assert_eq!(got, expected);
@@ -216,47 +275,128 @@ async fn metrics_count_a_scripted_mix_exactly(pool: PgPool) {
         ("rejected", UsageStatus::Rejected),
     ] {
         assert_eq!(
-            value(&scrape, "tf_requests_finished_total", &[("model", BASE), ("outcome", outcome)]),
+            value(
+                &scrape,
+                "tf_requests_finished_total",
+                &[("model", BASE), ("outcome", outcome)]
+            ),
             count(st),
             "{outcome}"
         );
     }
-    assert_eq!(value(&scrape, "tf_quota_refusals_total", &[("limit", "tokens")]), 1.0);
-    assert_eq!(value(&scrape, "tf_quota_refusals_total", &[("limit", "requests")]), 0.0);
-    assert_eq!(value(&scrape, "tf_upstream_errors_total", &[("kind", "error_status")]), 1.0);
-    assert_eq!(value(&scrape, "tf_upstream_errors_total", &[("kind", "timeout")]), 0.0);
-    assert_eq!(value(&scrape, "tf_upstream_errors_total", &[("kind", "unreachable")]), 0.0);
+    assert_eq!(
+        value(&scrape, "tf_quota_refusals_total", &[("limit", "tokens")]),
+        1.0
+    );
+    assert_eq!(
+        value(&scrape, "tf_quota_refusals_total", &[("limit", "requests")]),
+        0.0
+    );
+    assert_eq!(
+        value(
+            &scrape,
+            "tf_upstream_errors_total",
+            &[("kind", "error_status")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        value(&scrape, "tf_upstream_errors_total", &[("kind", "timeout")]),
+        0.0
+    );
+    assert_eq!(
+        value(
+            &scrape,
+            "tf_upstream_errors_total",
+            &[("kind", "unreachable")]
+        ),
+        0.0
+    );
 
     // Every histogram bucket, from the events' own numbers.
-    let served: Vec<&UsageEvent> = events.iter().filter(|e| e.status != UsageStatus::Rejected).collect();
+    let served: Vec<&UsageEvent> = events
+        .iter()
+        .filter(|e| e.status != UsageStatus::Rejected)
+        .collect();
     let m = [("model", BASE)];
-    check_histogram(&scrape, "gen_ai_server_request_duration_seconds", &m, DURATION_BOUNDS,
-        &served.iter().map(|e| ms(e.duration_ms)).collect::<Vec<_>>());
+    check_histogram(
+        &scrape,
+        "gen_ai_server_request_duration_seconds",
+        &m,
+        DURATION_BOUNDS,
+        &served.iter().map(|e| ms(e.duration_ms)).collect::<Vec<_>>(),
+    );
     let streamed: Vec<&&UsageEvent> = served.iter().filter(|e| e.ttft_ms.is_some()).collect();
-    assert_eq!(streamed.len(), 3, "two streams and the abandoned one had a first token");
-    check_histogram(&scrape, "gen_ai_server_time_to_first_token_seconds", &m, TTFT_BOUNDS,
-        &streamed.iter().map(|e| ms(e.ttft_ms.unwrap())).collect::<Vec<_>>());
+    assert_eq!(
+        streamed.len(),
+        3,
+        "two streams and the abandoned one had a first token"
+    );
+    check_histogram(
+        &scrape,
+        "gen_ai_server_time_to_first_token_seconds",
+        &m,
+        TTFT_BOUNDS,
+        &streamed
+            .iter()
+            .map(|e| ms(e.ttft_ms.unwrap()))
+            .collect::<Vec<_>>(),
+    );
     let tpot: Vec<u64> = streamed
         .iter()
         .filter(|e| e.completion_tokens > 1)
         .map(|e| (ms(e.duration_ms) - ms(e.ttft_ms.unwrap())) / (e.completion_tokens as u64 - 1))
         .collect();
-    assert!(tpot.iter().all(|t| *t >= 10_000), "paced at 15-20 ms a token: {tpot:?}");
-    check_histogram(&scrape, "gen_ai_server_time_per_output_token_seconds", &m, TPOT_BOUNDS, &tpot);
+    assert!(
+        tpot.iter().all(|t| *t >= 10_000),
+        "paced at 15-20 ms a token: {tpot:?}"
+    );
+    check_histogram(
+        &scrape,
+        "gen_ai_server_time_per_output_token_seconds",
+        &m,
+        TPOT_BOUNDS,
+        &tpot,
+    );
     let input: fn(&UsageEvent) -> i64 = |e| e.prompt_tokens;
     for (kind, of) in [("input", input), ("output", |e| e.completion_tokens)] {
-        check_histogram(&scrape, "gen_ai_client_token_usage", &[("model", BASE), ("gen_ai_token_type", kind)],
-            TOKEN_BOUNDS, &served.iter().map(|e| of(e) as u64 * 1_000_000).collect::<Vec<_>>());
+        check_histogram(
+            &scrape,
+            "gen_ai_client_token_usage",
+            &[("model", BASE), ("gen_ai_token_type", kind)],
+            TOKEN_BOUNDS,
+            &served
+                .iter()
+                .map(|e| of(e) as u64 * 1_000_000)
+                .collect::<Vec<_>>(),
+        );
     }
     for (kind, of) in [
-        ("prompt", (|e: &UsageEvent| e.prompt_tokens) as fn(&UsageEvent) -> i64),
+        (
+            "prompt",
+            (|e: &UsageEvent| e.prompt_tokens) as fn(&UsageEvent) -> i64,
+        ),
         ("cached", |e| e.cached_tokens),
         ("completion", |e| e.completion_tokens),
     ] {
         let sum: i64 = events.iter().map(of).sum();
-        assert_eq!(value(&scrape, "tf_tokens_total", &[("model", BASE), ("kind", kind)]), sum as f64, "{kind}");
+        assert_eq!(
+            value(
+                &scrape,
+                "tf_tokens_total",
+                &[("model", BASE), ("kind", kind)]
+            ),
+            sum as f64,
+            "{kind}"
+        );
     }
-    assert!(value(&scrape, "tf_tokens_total", &[("model", BASE), ("kind", "completion")]) > 0.0);
+    assert!(
+        value(
+            &scrape,
+            "tf_tokens_total",
+            &[("model", BASE), ("kind", "completion")]
+        ) > 0.0
+    );
 
     // The client port does not publish the platform's counters.
     let r = t.http.get(t.url("/metrics")).send().await.unwrap();
@@ -355,7 +495,11 @@ async fn json_logs_name_the_request_on_its_lines(pool: PgPool) {
     let mut body = chat(BASE, "hello", 8);
     body["stream"] = json!(true);
     body["sim"] = json!({"die_after_chunks": 2});
-    let r = t.post(&a.key, "/v1/chat/completions", body).send().await.unwrap();
+    let r = t
+        .post(&a.key, "/v1/chat/completions", body)
+        .send()
+        .await
+        .unwrap();
     let id = request_id(&r);
     r.bytes().await.ok();
     t.event(&id).await;
@@ -365,7 +509,9 @@ async fn json_logs_name_the_request_on_its_lines(pool: PgPool) {
         .filter(|l| l["span"]["request_id"] == id.as_str())
         .collect();
     assert!(
-        mine.iter().any(|l| l["fields"]["message"].as_str().is_some_and(|m| m.contains("upstream"))),
+        mine.iter().any(|l| l["fields"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("upstream"))),
         "the stream's failure is logged with its request id: {lines:#?}"
     );
     for l in &mine {

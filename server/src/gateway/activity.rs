@@ -92,7 +92,10 @@ impl Activity {
         let Ok(marks) = self.graphs.0.lock() else {
             return Vec::new();
         };
-        let mut out: Vec<_> = marks.iter().map(|(g, u)| (g.clone(), u.in_flight())).collect();
+        let mut out: Vec<_> = marks
+            .iter()
+            .map(|(g, u)| (g.clone(), u.in_flight()))
+            .collect();
         out.sort();
         out
     }

@@ -22,9 +22,9 @@ use super::exchange::{self, Exchange, Reply};
 use super::request;
 use super::Gateway;
 use crate::endpoint::Endpoint;
+use crate::metering::context::{settle, MeterContext, Pending};
 use crate::telemetry::logs::InSpan;
 use crate::telemetry::requests::{ErrorLabel, ModelSeries};
-use crate::metering::context::{settle, MeterContext, Pending};
 use crate::usage::{Provenance, UsageEvent, UsageStatus};
 
 // The body is taken unread: the key is checked from the headers first, so an unauthenticated

@@ -121,12 +121,17 @@ impl Shipper {
             let backlog = segment::backlog_bytes(&dir, cursor)?;
             // The oldest unshipped event: the first record at or after the cursor.
             let mut oldest = None;
-            for seq in segment::list(&dir)?.into_iter().filter(|s| *s >= cursor.seq) {
+            for seq in segment::list(&dir)?
+                .into_iter()
+                .filter(|s| *s >= cursor.seq)
+            {
                 let offset = if seq == cursor.seq { cursor.offset } else { 0 };
                 let batch = segment::read_from(&segment::path(&dir, seq), offset, 1, 1 << 20)?;
                 if let Some(e) = batch.events.first() {
                     let end = e.started_at + time::Duration::milliseconds(i64::from(e.duration_ms));
-                    let lag = (OffsetDateTime::now_utc() - end).whole_milliseconds().max(0);
+                    let lag = (OffsetDateTime::now_utc() - end)
+                        .whole_milliseconds()
+                        .max(0);
                     oldest = Some(u64::try_from(lag).unwrap_or(0));
                     break;
                 }

@@ -19,8 +19,8 @@ pub const TPOT_BOUNDS: &[f64] = &[
 ];
 /// OpenTelemetry GenAI's advised bounds for `gen_ai.client.token.usage` (tokens).
 pub const TOKEN_BOUNDS: &[f64] = &[
-    1.0, 4.0, 16.0, 64.0, 256.0, 1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0,
-    4194304.0, 16777216.0, 67108864.0,
+    1.0, 4.0, 16.0, 64.0, 256.0, 1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0, 4194304.0,
+    16777216.0, 67108864.0,
 ];
 
 /// Counts per bucket (the last one is `+Inf`) and the sum, in millionths of the unit.

@@ -58,15 +58,13 @@ pub fn router(sources: MetricsSources) -> Router {
         "/metrics",
         axum::routing::get(move || {
             let body = sources.render();
-            std::future::ready(
-                (
-                    [(
-                        axum::http::header::CONTENT_TYPE,
-                        "text/plain; version=0.0.4",
-                    )],
-                    body,
-                ),
-            )
+            std::future::ready((
+                [(
+                    axum::http::header::CONTENT_TYPE,
+                    "text/plain; version=0.0.4",
+                )],
+                body,
+            ))
         }),
     )
 }

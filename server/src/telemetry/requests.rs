@@ -196,7 +196,10 @@ impl RequestMetrics {
         if let Some(k) = kind {
             self.upstream[k].fetch_add(1, Ordering::Relaxed);
         }
-        if let Some(limit) = error.limit.and_then(|l| LIMITS.iter().position(|x| *x == l)) {
+        if let Some(limit) = error
+            .limit
+            .and_then(|l| LIMITS.iter().position(|x| *x == l))
+        {
             self.refusals[limit].fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -297,14 +300,30 @@ impl RequestMetrics {
             }
         }
         let name = "gen_ai_client_token_usage";
-        family(out, name, "histogram", "Tokens per request by type (input: prompt, output: completion) and base model.");
+        family(
+            out,
+            name,
+            "histogram",
+            "Tokens per request by type (input: prompt, output: completion) and base model.",
+        );
         for s in &models {
-            s.input_usage
-                .render(out, name, &format!("{},gen_ai_token_type=\"input\"", s.label));
-            s.output_usage
-                .render(out, name, &format!("{},gen_ai_token_type=\"output\"", s.label));
+            s.input_usage.render(
+                out,
+                name,
+                &format!("{},gen_ai_token_type=\"input\"", s.label),
+            );
+            s.output_usage.render(
+                out,
+                name,
+                &format!("{},gen_ai_token_type=\"output\"", s.label),
+            );
         }
-        family(out, "tf_tokens_total", "counter", "Tokens metered by kind (prompt, cached: part of prompt, completion) and base model.");
+        family(
+            out,
+            "tf_tokens_total",
+            "counter",
+            "Tokens metered by kind (prompt, cached: part of prompt, completion) and base model.",
+        );
         for s in &models {
             for (i, kind) in ["prompt", "cached", "completion"].iter().enumerate() {
                 let _ = writeln!(
@@ -323,7 +342,12 @@ impl RequestMetrics {
                 self.upstream[i].load(Ordering::Relaxed)
             );
         }
-        family(out, "tf_quota_refusals_total", "counter", "Requests refused with 429 by limit kind.");
+        family(
+            out,
+            "tf_quota_refusals_total",
+            "counter",
+            "Requests refused with 429 by limit kind.",
+        );
         for (i, limit) in LIMITS.iter().enumerate() {
             let _ = writeln!(
                 out,
@@ -331,7 +355,12 @@ impl RequestMetrics {
                 self.refusals[i].load(Ordering::Relaxed)
             );
         }
-        family(out, "tf_requests_held", "gauge", "Requests held while their graph wakes, per graph.");
+        family(
+            out,
+            "tf_requests_held",
+            "gauge",
+            "Requests held while their graph wakes, per graph.",
+        );
         if let Ok(held) = self.held.lock() {
             for (graph, n) in held.iter() {
                 let _ = writeln!(

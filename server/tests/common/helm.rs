@@ -163,7 +163,6 @@ pub fn find<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no {kind} {name}"))
 }
 
-
 /// Every PromQL expression of the chart's monitoring objects (rules and dashboard panels), as
 /// rendered with them enabled: (where, expression).
 pub fn monitoring_queries() -> Vec<(String, String)> {
