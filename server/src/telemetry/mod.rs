@@ -28,19 +28,30 @@ impl MetricsSources {
     pub fn render(&self) -> String {
         let mut out = String::with_capacity(16 * 1024);
         self.requests.render(&mut out);
+        // Both gauges for every graph this replica routes to (0 included), so a query never
+        // finds the series missing.
+        use std::fmt::Write;
+        let graphs = self.activity.in_flight();
         requests::family(
             &mut out,
             "tf_requests_in_flight",
             "gauge",
             "Requests forwarded and not finished, per graph.",
         );
-        for (graph, n) in self.activity.in_flight() {
-            use std::fmt::Write;
-            let _ = writeln!(
-                out,
-                "tf_requests_in_flight{{graph=\"{}\"}} {n}",
-                graph.replace('\\', "\\\\").replace('"', "\\\"")
-            );
+        for (graph, n) in &graphs {
+            let g = graph.replace('\\', "\\\\").replace('"', "\\\"");
+            let _ = writeln!(out, "tf_requests_in_flight{{graph=\"{g}\"}} {n}");
+        }
+        requests::family(
+            &mut out,
+            "tf_requests_held",
+            "gauge",
+            "Requests held while their graph wakes, per graph.",
+        );
+        for (graph, _) in &graphs {
+            let g = graph.replace('\\', "\\\\").replace('"', "\\\"");
+            let held = self.requests.held_now(graph);
+            let _ = writeln!(out, "tf_requests_held{{graph=\"{g}\"}} {held}");
         }
         self.http.render(&mut out);
         self.fleet.render(&mut out);

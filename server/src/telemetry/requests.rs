@@ -355,22 +355,15 @@ impl RequestMetrics {
                 self.refusals[i].load(Ordering::Relaxed)
             );
         }
-        family(
-            out,
-            "tf_requests_held",
-            "gauge",
-            "Requests held while their graph wakes, per graph.",
-        );
-        if let Ok(held) = self.held.lock() {
-            for (graph, n) in held.iter() {
-                let _ = writeln!(
-                    out,
-                    "tf_requests_held{{graph=\"{}\"}} {}",
-                    escape(graph),
-                    n.load(Ordering::Relaxed)
-                );
-            }
-        }
+    }
+
+    /// Requests held for `graph`'s wake now (0 when none ever was).
+    pub fn held_now(&self, graph: &str) -> i64 {
+        self.held
+            .lock()
+            .ok()
+            .and_then(|m| m.get(graph).map(|n| n.load(Ordering::Relaxed)))
+            .unwrap_or(0)
     }
 }
 
