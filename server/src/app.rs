@@ -13,7 +13,7 @@ use crate::gateway::auth::KeyCache;
 use crate::gateway::resolve::RouteTable;
 use crate::gateway::{self, Gateway, GatewayInner, GatewayOptions};
 use crate::http_server::ServerMetrics;
-use crate::journal::{Journal, JournalMetrics, JournalSink, Shipper};
+use crate::journal::{Journal, JournalSink, Shipper};
 use crate::usage::{SpendBarrier, UsageSink};
 use crate::usage_store::PgSink;
 
@@ -68,6 +68,8 @@ impl Default for AppOptions {
 /// A built server: its router and the handles to stop it.
 pub struct App {
     pub router: Router,
+    /// `GET /metrics` alone, served on `--metrics-listen` (never the client port).
+    pub metrics_router: Router,
     pub gateway: Gateway,
     /// Background workers and metering tasks.
     pub tracker: TaskTracker,
@@ -133,6 +135,12 @@ pub async fn build(pool: PgPool, options: AppOptions) -> anyhow::Result<App> {
             None,
         ),
     };
+    let request_metrics = Arc::new(crate::telemetry::requests::RequestMetrics::default());
+    // Every finished request's event passes the metrics on its way to the journal.
+    let sink: Arc<dyn UsageSink> = Arc::new(crate::telemetry::sink::ObservedSink {
+        inner: sink,
+        metrics: request_metrics.clone(),
+    });
     let limits = quota.limits().clone();
     let fleet_metrics = Arc::new(crate::lifecycle::FleetMetrics::default());
     tracker.spawn(crate::gateway::activity::flush(
@@ -163,9 +171,11 @@ pub async fn build(pool: PgPool, options: AppOptions) -> anyhow::Result<App> {
         quota,
         hold_limit: options.gateway.hold_limit(),
         fleet_metrics: fleet_metrics.clone(),
+        metrics: request_metrics.clone(),
         bodies: bodies.clone(),
     });
 
+    let activity = routes.activity().clone();
     tracker.spawn(crate::notify::listen(
         pool.clone(),
         keys.clone(),
@@ -242,20 +252,19 @@ pub async fn build(pool: PgPool, options: AppOptions) -> anyhow::Result<App> {
         lifecycle.clone(),
     )
     .await?;
-    let metrics = options.journal.as_ref().map(|j| j.metrics.clone());
-    let http = http_metrics.clone();
-    let fleet = fleet_metrics.clone();
-    let router = gateway::router(gateway.clone())
-        .merge(api)
-        .merge(portal)
-        .route(
-            "/metrics",
-            axum::routing::get(move || {
-                render_metrics(metrics.clone(), http.clone(), fleet.clone(), bodies.clone())
-            }),
-        );
+    let metrics_router = crate::telemetry::router(crate::telemetry::MetricsSources {
+        requests: request_metrics,
+        http: http_metrics.clone(),
+        fleet: fleet_metrics.clone(),
+        bodies,
+        journal: options.journal.as_ref().map(|j| j.metrics.clone()),
+        activity,
+    });
+    // `/metrics` is not on this router: platform-wide counters are for the operator's listener.
+    let router = gateway::router(gateway.clone()).merge(api).merge(portal);
     Ok(App {
         router,
+        metrics_router,
         gateway,
         tracker,
         cancel,
@@ -294,26 +303,4 @@ async fn purge_sessions(pool: PgPool, cancel: CancellationToken) {
             tracing::warn!(error = %e, "could not purge expired sessions");
         }
     }
-}
-
-async fn render_metrics(
-    journal: Option<Arc<JournalMetrics>>,
-    http: Arc<ServerMetrics>,
-    fleet: Arc<crate::lifecycle::FleetMetrics>,
-    bodies: Arc<crate::bodies::capture::BodyCapture>,
-) -> impl axum::response::IntoResponse {
-    let mut out = String::new();
-    http.render(&mut out);
-    fleet.render(&mut out);
-    bodies.render(&mut out);
-    if let Some(j) = journal {
-        j.render(&mut out);
-    }
-    (
-        [(
-            axum::http::header::CONTENT_TYPE,
-            "text/plain; version=0.0.4",
-        )],
-        out,
-    )
 }

@@ -22,6 +22,10 @@ use crate::secret::Secret;
 pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,
+    /// Log line format on stderr: `text` for people, `json` (one object per line, with the
+    /// request's span fields such as `request_id`) for a log pipeline.
+    #[arg(long, env = "TF_LOG_FORMAT", default_value = "text", global = true)]
+    pub log_format: crate::telemetry::logs::LogFormat,
 }
 
 #[derive(Debug, Subcommand)]
@@ -106,6 +110,10 @@ pub struct ServeArgs {
     /// Take client addresses from X-Forwarded-For (set only behind a proxy that overwrites it).
     #[arg(long, env = "TF_TRUST_FORWARDED_FOR", default_value_t = false, action = clap::ArgAction::Set)]
     pub trust_forwarded_for: bool,
+    /// Address of the Prometheus `/metrics` listener (kept off the client port: it shows
+    /// platform-wide counters). Loopback by default; the chart binds it for the cluster only.
+    #[arg(long, env = "TF_METRICS_LISTEN", default_value = "127.0.0.1:9464")]
+    pub metrics_listen: SocketAddr,
     #[command(flatten)]
     pub http: HttpArgs,
     #[command(flatten)]

@@ -81,3 +81,4 @@ pub mod cli;
 pub mod demo;
 pub mod serve;
 pub mod sim;
+pub mod telemetry;

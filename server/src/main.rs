@@ -9,14 +9,8 @@ use tokenfactory::cli::{Cli, Command, ServeArgs};
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info,sqlx=warn,tower_sessions=warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     let cli = Cli::parse();
+    tokenfactory::telemetry::logs::init(cli.log_format);
     let result = match cli.command {
         None => tokenfactory::serve::run(ServeArgs::parse_from(["tokenfactory"])).await,
         Some(Command::Serve(args)) => tokenfactory::serve::run(*args).await,

@@ -108,6 +108,27 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     let addr = listener.local_addr()?;
+    let metrics_listener = tokio::net::TcpListener::bind(args.metrics_listen)
+        .await
+        .with_context(|| {
+            format!(
+                "cannot listen on {} (--metrics-listen)",
+                args.metrics_listen
+            )
+        })?;
+    let metrics_addr = metrics_listener.local_addr()?;
+    {
+        let router = built.metrics_router.clone();
+        let cancel = cancel.clone();
+        fleet_tracker.spawn(async move {
+            let served = axum::serve(metrics_listener, router)
+                .with_graceful_shutdown(async move { cancel.cancelled().await })
+                .await;
+            if let Err(e) = served {
+                tracing::error!(error = %e, "the metrics listener stopped");
+            }
+        });
+    }
     let model = built
         .gateway
         .routes
@@ -117,6 +138,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         .map(|r| r.served_name.clone());
     print_banner(
         addr,
+        metrics_addr,
         &fleet_spec,
         demo.as_ref().map(|d| (d, args.demo_state.as_path())),
         model.as_deref(),
@@ -196,6 +218,7 @@ async fn shutdown_signal() {
 
 fn print_banner(
     addr: SocketAddr,
+    metrics_addr: SocketAddr,
     fleet: &FleetSpec,
     demo: Option<(&crate::demo::DemoCredentials, &std::path::Path)>,
     model: Option<&str>,
@@ -204,6 +227,7 @@ fn print_banner(
     writeln!(out, "\nToken Factory is running ({} fleet).", fleet.label())?;
     writeln!(out, "  Portal:   http://{addr}/")?;
     writeln!(out, "  API:      http://{addr}/v1")?;
+    writeln!(out, "  Metrics:  http://{metrics_addr}/metrics")?;
     if let Some((d, state)) = demo {
         writeln!(
             out,

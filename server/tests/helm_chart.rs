@@ -7,160 +7,13 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may fail loudly
 
-use std::collections::{BTreeSet, HashMap};
-use std::path::{Path, PathBuf};
+mod common;
 
-use gtmpl::{Context, FuncError, Template, Value as Gv};
+use std::collections::BTreeSet;
+
+use common::helm::{find, render, render_with};
 use serde_json::{json, Value};
 use tokenfactory::fleet::dynamo_render::{self, ServingTemplate};
-
-fn chart_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/helm/tokenfactory")
-}
-
-fn yaml(text: &str) -> Value {
-    serde_saphyr::from_str(text).unwrap_or_else(|e| panic!("invalid YAML: {e}\n{text}"))
-}
-
-/// serde_json -> the template engine's values.
-fn to_gtmpl(v: &Value) -> Gv {
-    match v {
-        Value::Null => Gv::Nil,
-        Value::Bool(b) => Gv::from(*b),
-        Value::Number(n) => n
-            .as_i64()
-            .map(Gv::from)
-            .unwrap_or_else(|| Gv::from(n.as_f64().unwrap())),
-        Value::String(s) => Gv::from(s.clone()),
-        Value::Array(a) => Gv::Array(a.iter().map(to_gtmpl).collect()),
-        Value::Object(m) => Gv::Map(
-            m.iter()
-                .map(|(k, v)| (k.clone(), to_gtmpl(v)))
-                .collect::<HashMap<_, _>>(),
-        ),
-    }
-}
-
-fn empty(v: &Gv) -> bool {
-    match v {
-        Gv::NoValue | Gv::Nil => true,
-        Gv::String(s) => s.is_empty(),
-        _ => false,
-    }
-}
-
-/// Helm's `quote`: the value as a double-quoted YAML string.
-fn quote(args: &[Gv]) -> Result<Gv, FuncError> {
-    let s = args
-        .last()
-        .map(|v| {
-            if empty(v) {
-                String::new()
-            } else {
-                v.to_string()
-            }
-        })
-        .unwrap_or_default();
-    Ok(Gv::from(serde_json::to_string(&s).unwrap()))
-}
-
-/// Helm's `default D V`: V unless it is empty.
-fn default(args: &[Gv]) -> Result<Gv, FuncError> {
-    match args {
-        [d, v] if empty(v) => Ok(d.clone()),
-        [_, v] => Ok(v.clone()),
-        [d] => Ok(d.clone()),
-        _ => Err(FuncError::ExactlyXArgs("default".into(), 2)),
-    }
-}
-
-/// Helm's `add`: integer sum.
-fn add(args: &[Gv]) -> Result<Gv, FuncError> {
-    let mut sum = 0i64;
-    for a in args {
-        sum += a
-            .to_string()
-            .parse::<i64>()
-            .map_err(|e| FuncError::Generic(e.to_string()))?;
-    }
-    Ok(Gv::from(sum))
-}
-
-/// The template engine's values -> serde_json.
-fn from_gtmpl(v: &Gv) -> Value {
-    match v {
-        Gv::Bool(b) => Value::Bool(*b),
-        Gv::Number(n) => n
-            .as_i64()
-            .map(Value::from)
-            .or_else(|| n.as_f64().map(Value::from))
-            .unwrap_or(Value::Null),
-        Gv::String(s) => Value::String(s.clone()),
-        Gv::Array(a) => Value::Array(a.iter().map(from_gtmpl).collect()),
-        Gv::Map(m) | Gv::Object(m) => {
-            Value::Object(m.iter().map(|(k, v)| (k.clone(), from_gtmpl(v))).collect())
-        }
-        _ => Value::Null,
-    }
-}
-
-/// Helm's `toJson`.
-fn to_json(args: &[Gv]) -> Result<Gv, FuncError> {
-    match args {
-        [v] => Ok(Gv::from(from_gtmpl(v).to_string())),
-        _ => Err(FuncError::ExactlyXArgs("toJson".into(), 1)),
-    }
-}
-
-/// `helm template RELEASE . --namespace NS`: every rendered document, parsed.
-fn render(release: &str, namespace: &str) -> Vec<Value> {
-    let dir = chart_dir();
-    let chart = yaml(&std::fs::read_to_string(dir.join("Chart.yaml")).unwrap());
-    let values = yaml(&std::fs::read_to_string(dir.join("values.yaml")).unwrap());
-    let ctx = json!({
-        "Values": values,
-        "Release": {"Name": release, "Namespace": namespace},
-        "Chart": {"Name": chart["name"], "Version": chart["version"], "AppVersion": chart["appVersion"]},
-    });
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir.join("templates"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
-        .collect();
-    files.sort();
-    let mut docs = Vec::new();
-    for file in files {
-        let mut t = Template::default();
-        t.add_funcs(&[
-            ("quote", quote as gtmpl::Func),
-            ("default", default),
-            ("add", add),
-            ("toJson", to_json),
-        ]);
-        t.parse(std::fs::read_to_string(&file).unwrap()).unwrap();
-        let out = t
-            .render(&Context::from(to_gtmpl(&ctx)))
-            .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
-        assert!(
-            !out.contains("<no value>"),
-            "{}: a value is missing:\n{out}",
-            file.display()
-        );
-        for doc in out.split("\n---") {
-            let v = yaml(doc);
-            if !v.is_null() {
-                docs.push(v);
-            }
-        }
-    }
-    docs
-}
-
-fn find<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
-    docs.iter()
-        .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
-        .unwrap_or_else(|| panic!("no {kind} {name}"))
-}
 
 #[test]
 fn every_document_is_a_named_kubernetes_object() {
@@ -344,4 +197,78 @@ fn the_base_configmap_loads_as_base_templates() {
     assert_eq!(loaded[1].row.quantization.as_deref(), Some("fp8"));
     assert_eq!(loaded[1].row.config_json["num_key_value_heads"], 4);
     assert!(loaded.iter().all(|t| t.row.tokenizer_json.is_none()));
+}
+
+/// The chart with its monitoring objects switched on.
+fn render_monitoring() -> Vec<Value> {
+    render_with("tf", "gateway", |values| {
+        for part in ["serviceMonitor", "prometheusRule", "dashboard"] {
+            values["monitoring"][part]["enabled"] = json!(true);
+        }
+    })
+}
+
+#[test]
+fn metrics_listen_on_their_own_port_reached_only_inside_the_cluster() {
+    let docs = render("tf", "gateway");
+    let config = find(&docs, "ConfigMap", "tf-config");
+    assert_eq!(config["data"]["TF_METRICS_LISTEN"], "0.0.0.0:9464");
+    let pod = &find(&docs, "Deployment", "tf")["spec"]["template"]["spec"]["containers"][0];
+    assert!(
+        pod["ports"]
+            .as_array()
+            .unwrap()
+            .contains(&json!({"name": "metrics", "containerPort": 9464})),
+        "{pod}"
+    );
+    let service = find(&docs, "Service", "tf-metrics");
+    assert_eq!(service["spec"]["type"], "ClusterIP");
+    assert_eq!(
+        service["spec"]["ports"],
+        json!([{"name": "metrics", "port": 9464, "targetPort": "metrics"}])
+    );
+    // The client Service does not carry it.
+    let client = find(&docs, "Service", "tf");
+    assert_eq!(client["spec"]["ports"].as_array().unwrap().len(), 1);
+    // Off by default: the monitoring CRDs may not be installed.
+    assert!(!docs
+        .iter()
+        .any(|d| d["kind"] == "PrometheusRule" || d["kind"] == "ServiceMonitor"));
+}
+
+#[test]
+fn monitoring_objects_render_when_enabled() {
+    let docs = render_monitoring();
+    let monitor = find(&docs, "ServiceMonitor", "tf");
+    assert_eq!(
+        monitor["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"],
+        find(&docs, "Service", "tf-metrics")["metadata"]["labels"]["app.kubernetes.io/component"]
+    );
+    let rule = find(&docs, "PrometheusRule", "tf");
+    let alerts: BTreeSet<&str> = rule["spec"]["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|g| g["rules"].as_array().unwrap())
+        .map(|r| r["alert"].as_str().unwrap())
+        .collect();
+    for a in [
+        "TokenFactoryAvailabilityFastBurn",
+        "TokenFactoryTTFTFastBurn",
+        "TokenFactoryUsageShipLag",
+        "TokenFactoryUsageShipFailures",
+        "TokenFactoryWakeFailures",
+    ] {
+        assert!(alerts.contains(a), "{a} in {alerts:?}");
+    }
+    let fast = &rule["spec"]["groups"][0]["rules"][0]["expr"];
+    assert!(
+        fast.as_str().unwrap().contains("(14.4 * 0.005)"),
+        "the budget is substituted: {fast}"
+    );
+    let dashboard = find(&docs, "ConfigMap", "tf-dashboard");
+    assert_eq!(dashboard["metadata"]["labels"]["grafana_dashboard"], "1");
+    let json: Value =
+        serde_json::from_str(dashboard["data"]["tokenfactory.json"].as_str().unwrap()).unwrap();
+    assert!(json["panels"].as_array().unwrap().len() > 20);
 }

@@ -176,12 +176,20 @@ async fn postgres_outage_grows_the_backlog_then_drains_once(pool: PgPool) {
 
     proxy.cut();
     for n in 1..=200 {
-        journal.append(&event(t, n)).await.unwrap();
+        let mut e = event(t, n);
+        if n == 1 {
+            // The oldest unshipped event ended 30 s ago: the lag gauge must say at least that.
+            e.started_at -= time::Duration::seconds(30);
+        }
+        journal.append(&e).await.unwrap();
     }
     let metrics = journal.metrics.clone();
+    let on_disk = segment::backlog_bytes(dir.path(), segment::Cursor::default()).unwrap();
+    assert!(on_disk > 0);
     for _ in 0..300 {
         if metrics.ship_failures.load(Ordering::Relaxed) > 0
-            && metrics.backlog_bytes.load(Ordering::Relaxed) > 0
+            && metrics.backlog_bytes.load(Ordering::Relaxed) == on_disk
+            && metrics.ship_lag_ms.load(Ordering::Relaxed) >= 30_000
         {
             break;
         }
@@ -191,6 +199,10 @@ async fn postgres_outage_grows_the_backlog_then_drains_once(pool: PgPool) {
         metrics.ship_failures.load(Ordering::Relaxed) > 0,
         "shipping failed while PostgreSQL was cut"
     );
+    // The gauges are true during the outage, not frozen at the last successful pass.
+    assert_eq!(metrics.backlog_bytes.load(Ordering::Relaxed), on_disk);
+    let lag = metrics.ship_lag_ms.load(Ordering::Relaxed);
+    assert!((30_000..60_000).contains(&lag), "lag {lag} ms");
     assert_eq!(sums(&pool).await.0, 0);
 
     proxy.restore();

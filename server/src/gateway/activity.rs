@@ -87,6 +87,19 @@ impl Activity {
         self.graphs.take()
     }
 
+    /// Requests in flight per graph on this replica, by name (for `tf_requests_in_flight`).
+    pub fn in_flight(&self) -> Vec<(String, u32)> {
+        let Ok(marks) = self.graphs.0.lock() else {
+            return Vec::new();
+        };
+        let mut out: Vec<_> = marks
+            .iter()
+            .map(|(g, u)| (g.clone(), u.in_flight()))
+            .collect();
+        out.sort();
+        out
+    }
+
     /// The adapters to mark used now, as [`Self::take`] does for graphs.
     pub fn take_adapters(&self) -> Vec<Uuid> {
         self.adapters.take()

@@ -230,6 +230,22 @@ impl GatewayError {
 }
 
 impl GatewayError {
+    /// The limit a 429 refusal hit, for `tf_quota_refusals_total{limit}`.
+    fn limit_label(&self) -> Option<&'static str> {
+        use crate::quota::answer::RefusalKind;
+        match self {
+            Self::TooManyKeyFailures(_) => Some("bad_keys"),
+            Self::RateLimited(r) => Some(match r.kind {
+                RefusalKind::Requests => "requests",
+                RefusalKind::Tokens => "tokens",
+                RefusalKind::Spend => "spend",
+                RefusalKind::InFlight => "in_flight",
+                RefusalKind::LongPrompts => "long_prompts",
+            }),
+            _ => None,
+        }
+    }
+
     /// Passes an upstream's `retry-after` on (only an upstream error carries one).
     pub fn with_retry_after(mut self, value: Option<HeaderValue>) -> Self {
         if let Self::Upstream { retry_after, .. } = &mut self {
@@ -257,6 +273,12 @@ impl IntoResponse for GatewayError {
             tracing::warn!(error = self.metric_label(), "request failed");
         }
         let mut response = (self.status(), axum::Json(self.body())).into_response();
+        response
+            .extensions_mut()
+            .insert(crate::telemetry::requests::ErrorLabel {
+                code: self.metric_label(),
+                limit: self.limit_label(),
+            });
         if self.status() == StatusCode::UNAUTHORIZED {
             response
                 .headers_mut()

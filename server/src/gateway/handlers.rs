@@ -1,6 +1,7 @@
 //! The `/v1` handlers. Each request gets a UUIDv7 request id, returned as `x-request-id` (also
 //! on errors) and sent upstream; it is the usage event's idempotency key.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use axum::body::Body;
@@ -12,6 +13,7 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use serde_json::json;
 use time::OffsetDateTime;
+use tracing::Instrument;
 use uuid::Uuid;
 
 use super::body;
@@ -21,17 +23,19 @@ use super::request;
 use super::Gateway;
 use crate::endpoint::Endpoint;
 use crate::metering::context::{settle, MeterContext, Pending};
+use crate::telemetry::logs::InSpan;
+use crate::telemetry::requests::{ErrorLabel, ModelSeries};
 use crate::usage::{Provenance, UsageEvent, UsageStatus};
 
 // The body is taken unread: the key is checked from the headers first, so an unauthenticated
 // client never gets a byte of its body buffered (`body::read` then applies the size limit and the
 // minimum rate).
 pub async fn chat_completions(State(gw): State<Gateway>, req: Request) -> Response {
-    with_request_id(|id| handle(gw, Endpoint::Chat, req, id)).await
+    serve(gw, Endpoint::Chat, req).await
 }
 
 pub async fn completions(State(gw): State<Gateway>, req: Request) -> Response {
-    with_request_id(|id| handle(gw, Endpoint::Completions, req, id)).await
+    serve(gw, Endpoint::Completions, req).await
 }
 
 /// The client's address, for the key-failure limiter (absent when served without one, as in a
@@ -43,6 +47,17 @@ fn client_addr(extensions: &axum::http::Extensions) -> Option<std::net::IpAddr> 
 }
 
 pub async fn models(State(gw): State<Gateway>, req: Request) -> Response {
+    let response = list_models(&gw, req).await;
+    gw.metrics.answered(
+        2,
+        None,
+        response.status().as_u16(),
+        response.extensions().get::<ErrorLabel>().copied(),
+    );
+    response
+}
+
+async fn list_models(gw: &Gateway, req: Request) -> Response {
     let client = client_addr(req.extensions());
     let principal = match gw.keys.authenticate(req.headers(), client).await {
         Ok(p) => p,
@@ -74,13 +89,29 @@ pub async fn unknown_route() -> Response {
         .into_response()
 }
 
-async fn with_request_id<F, Fut>(f: F) -> Response
-where
-    F: FnOnce(Uuid) -> Fut,
-    Fut: std::future::Future<Output = Result<Response, GatewayError>>,
-{
+/// Runs one request inside its `request` span (every log line of the handler names its id),
+/// counts its answer for `/metrics`, and returns the id as `x-request-id`.
+async fn serve(gw: Gateway, endpoint: Endpoint, req: Request) -> Response {
     let id = Uuid::now_v7();
-    let mut response = f(id).await.unwrap_or_else(IntoResponse::into_response);
+    let span = tracing::info_span!("request", request_id = %id);
+    let mut model = None;
+    let mut response = async {
+        handle(gw.clone(), endpoint, req, id, &mut model)
+            .await
+            .unwrap_or_else(IntoResponse::into_response)
+    }
+    .instrument(span)
+    .await;
+    let endpoint_label = match endpoint {
+        Endpoint::Chat => 0,
+        Endpoint::Completions => 1,
+    };
+    gw.metrics.answered(
+        endpoint_label,
+        model.as_deref(),
+        response.status().as_u16(),
+        response.extensions().get::<ErrorLabel>().copied(),
+    );
     if let Ok(v) = HeaderValue::from_str(&id.to_string()) {
         response.headers_mut().insert("x-request-id", v);
     }
@@ -92,6 +123,7 @@ async fn handle(
     endpoint: Endpoint,
     req: Request,
     request_id: Uuid,
+    model: &mut Option<Arc<ModelSeries>>,
 ) -> Result<Response, GatewayError> {
     let (parts, body) = req.into_parts();
     let headers = parts.headers;
@@ -107,6 +139,7 @@ async fn handle(
         .get(principal.tenant_id, &req.model)
         .cloned()
         .ok_or_else(|| GatewayError::model_not_found(&req.model))?;
+    *model = Some(gw.metrics.model(&route.base));
     if route.starting {
         return Err(GatewayError::ModelStarting(route.served_name.clone()));
     }
@@ -202,9 +235,11 @@ async fn handle(
             e.into_response()
         }
         Reply::Stream(stream) => {
+            // The body is polled after this handler returns: its log lines keep the request span.
+            let stream = InSpan::current(Box::into_pin(stream));
             let body = match capture {
-                None => Body::from_stream(*stream),
-                Some(c) => Body::from_stream(c.stream(Box::into_pin(stream))),
+                None => Body::from_stream(stream),
+                Some(c) => Body::from_stream(c.stream(stream)),
             };
             Response::builder()
                 .header(header::CONTENT_TYPE, "text/event-stream")
@@ -244,6 +279,7 @@ async fn hold(
     asleep: std::sync::Arc<super::resolve::Route>,
     ctx: MeterContext,
 ) -> Result<(std::sync::Arc<super::resolve::Route>, MeterContext), GatewayError> {
+    let _held = gw.metrics.held(&asleep.graph);
     let mut pending = Pending::new(ctx);
     let held = super::hold::until_awake(&gw.routes, tenant, name, &asleep, gw.hold_limit).await;
     let Some(mut ctx) = pending.take() else {

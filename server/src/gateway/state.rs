@@ -35,6 +35,8 @@ pub struct GatewayInner {
     pub hold_limit: std::time::Duration,
     /// Where the cold time-to-first-byte of held requests is observed.
     pub fleet_metrics: Arc<crate::lifecycle::FleetMetrics>,
+    /// Request-path series for `/metrics` (answers, latencies, tokens, holds).
+    pub metrics: Arc<crate::telemetry::requests::RequestMetrics>,
     /// Opted-in tenants' bodies go here (bounded queue; never waits).
     pub bodies: Arc<crate::bodies::capture::BodyCapture>,
 }

@@ -68,6 +68,10 @@ impl Shipper {
                 }
                 Err(e) => {
                     self.metrics.ship_failures.fetch_add(1, Ordering::Relaxed);
+                    // INVARIANT: the gauges keep moving while PostgreSQL is down (the failed
+                    // pass returned before setting them). Test:
+                    // journal::postgres_outage_grows_the_backlog_then_drains_once.
+                    self.refresh_gauges().await;
                     tracing::warn!(error = %e, "shipping usage to PostgreSQL failed; retrying");
                     backoff = (backoff * 2).min(MAX_BACKOFF);
                     backoff
@@ -102,6 +106,45 @@ impl Shipper {
     async fn backlog(&self) -> anyhow::Result<u64> {
         let cursor = self.cursor.lock().await.unwrap_or_default();
         Ok(segment::backlog_bytes(&self.dir, cursor)?)
+    }
+
+    /// Sets the backlog and lag gauges from the journal on disk alone (no PostgreSQL): after a
+    /// failed pass, so an outage shows as a growing backlog and lag, not as the last good values.
+    async fn refresh_gauges(&self) {
+        let cursor = *self.cursor.lock().await;
+        let dir = self.dir.clone();
+        let gauges = tokio::task::spawn_blocking(move || -> std::io::Result<(u64, Option<u64>)> {
+            let cursor = match cursor {
+                Some(c) => c,
+                None => segment::read_cursor(&dir)?,
+            };
+            let backlog = segment::backlog_bytes(&dir, cursor)?;
+            // The oldest unshipped event: the first record at or after the cursor.
+            let mut oldest = None;
+            for seq in segment::list(&dir)?
+                .into_iter()
+                .filter(|s| *s >= cursor.seq)
+            {
+                let offset = if seq == cursor.seq { cursor.offset } else { 0 };
+                let batch = segment::read_from(&segment::path(&dir, seq), offset, 1, 1 << 20)?;
+                if let Some(e) = batch.events.first() {
+                    let end = e.started_at + time::Duration::milliseconds(i64::from(e.duration_ms));
+                    let lag = (OffsetDateTime::now_utc() - end)
+                        .whole_milliseconds()
+                        .max(0);
+                    oldest = Some(u64::try_from(lag).unwrap_or(0));
+                    break;
+                }
+            }
+            Ok((backlog, oldest))
+        })
+        .await;
+        if let Ok(Ok((backlog, lag))) = gauges {
+            self.metrics.backlog_bytes.store(backlog, Ordering::Relaxed);
+            self.metrics
+                .ship_lag_ms
+                .store(lag.unwrap_or(0), Ordering::Relaxed);
+        }
     }
 
     /// One pass: ships at most one batch. Returns the number of events acknowledged.

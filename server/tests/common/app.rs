@@ -40,6 +40,8 @@ const SETTLE: std::time::Duration = std::time::Duration::from_secs(5);
 /// A running in-process server and the simulator behind it.
 pub struct TestApp {
     pub addr: SocketAddr,
+    /// The `/metrics` listener (as `--metrics-listen`).
+    pub metrics_addr: SocketAddr,
     pub pool: PgPool,
     pub sim: EngineSim,
     pub sim_addr: SocketAddr,
@@ -237,8 +239,13 @@ impl TestAppBuilder {
             app.http_metrics.clone(),
             std::future::pending(),
         ));
+        let metrics_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let metrics_addr = metrics_listener.local_addr().unwrap();
+        let metrics_router = app.metrics_router.clone();
+        tokio::spawn(async move { axum::serve(metrics_listener, metrics_router).await });
         TestApp {
             addr,
+            metrics_addr,
             pool: self.pool,
             sim: sim.sim,
             sim_addr: sim.addr,
@@ -337,6 +344,18 @@ pub async fn register_sim_base(pool: &PgPool, sim: SocketAddr) {
 }
 
 impl TestApp {
+    /// The scrape of the metrics listener.
+    pub async fn metrics(&self) -> String {
+        self.http
+            .get(format!("http://{}/metrics", self.metrics_addr))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{}", self.addr, path)
     }

@@ -14,6 +14,7 @@ pub mod chaos;
 pub mod client;
 pub mod eventually;
 pub mod fleet_contract;
+pub mod helm;
 pub mod lifecycle;
 pub mod portal;
 pub mod process;

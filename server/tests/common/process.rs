@@ -16,6 +16,8 @@ use super::sim::{Sim, BASE};
 pub struct Gateway {
     pub child: Child,
     pub addr: SocketAddr,
+    /// The `/metrics` listener.
+    pub metrics_addr: SocketAddr,
     pub key: String,
 }
 
@@ -87,6 +89,7 @@ impl Gateway {
             .arg("serve")
             .env("DATABASE_URL", &spec.database_url)
             .env("TF_LISTEN", "127.0.0.1:0")
+            .env("TF_METRICS_LISTEN", "127.0.0.1:0")
             .env("TF_FLEET", format!("static:{}", spec.fleet_file.display()))
             .env("TF_JOURNAL_DIR", &spec.journal_dir)
             .env("TF_JOURNAL_DURABILITY", spec.durability)
@@ -105,7 +108,7 @@ impl Gateway {
             .spawn()
             .unwrap();
         let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let (mut addr, mut key) = (None, None);
+        let (mut addr, mut key, mut metrics) = (None, None, None);
         let read = async {
             while let Some(line) = lines.next_line().await.unwrap() {
                 if let Some(rest) = line.trim().strip_prefix("API:") {
@@ -114,6 +117,10 @@ impl Gateway {
                         .trim_start_matches("http://")
                         .trim_end_matches("/v1");
                     addr = Some(url.parse().unwrap());
+                }
+                if let Some(rest) = line.trim().strip_prefix("Metrics:") {
+                    let url = rest.trim().trim_start_matches("http://");
+                    metrics = Some(url.trim_end_matches("/metrics").parse().unwrap());
                 }
                 if let Some(rest) = line.trim().strip_prefix("API key:") {
                     key = Some(rest.trim().to_owned());
@@ -129,6 +136,7 @@ impl Gateway {
         Self {
             child,
             addr: addr.unwrap(),
+            metrics_addr: metrics.unwrap(),
             key: key.unwrap(),
         }
     }
@@ -161,7 +169,7 @@ impl Gateway {
 
     /// A counter from `/metrics`.
     pub async fn metric(&self, name: &str) -> f64 {
-        let text = reqwest::get(self.url("/metrics"))
+        let text = reqwest::get(format!("http://{}/metrics", self.metrics_addr))
             .await
             .unwrap()
             .text()

@@ -241,15 +241,7 @@ impl Sleepy {
 
     /// The first replica's `/metrics` text.
     pub async fn metrics(&self) -> String {
-        self.app
-            .http
-            .get(self.app.url("/metrics"))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap()
+        self.app.metrics().await
     }
 }
 
