@@ -12,7 +12,7 @@ use time::{Date, OffsetDateTime};
 use uuid::Uuid;
 
 use crate::accounts::AccountError;
-use crate::db::{billing as db, invoicing};
+use crate::db::{billing as db, invoicing, periods};
 use crate::money::Rates;
 use crate::operator::{record, Actor};
 
@@ -35,16 +35,23 @@ pub struct NewPrice {
     pub rates: Rates,
 }
 
-/// Sets prices from `effective_from` on: a new version of the book holding the latest
-/// version's prices with these changed (a price is never edited), audited as `prices.set`.
-/// Refused ([`AccountError::Invalid`]) for a negative rate, an empty key, an unknown tier, or a
-/// time not after the latest version's (versions only go forward).
+/// What a refused backdated price says: the past is corrected by re-rating, not by the book.
+pub const FORWARD_ONLY: &str = "a price version starts now or later (and after the last \
+    recorded event): to correct charges already rated, re-rate the tenant and period under a \
+    version (`tokenfactory admin rerate`, /admin/invoices) and build the invoice from that run";
+
+/// Sets prices from `effective_from` on (`None`: now): a new version of the book holding the
+/// latest version's prices with these changed (a price is never edited), audited as
+/// `prices.set`. Refused ([`AccountError::Invalid`]) for a negative rate, an empty key, an
+/// unknown tier, a time before now or at or before the start of the last recorded event (a
+/// backdated version would disagree with lines already rated and invoiced: [`FORWARD_ONLY`]),
+/// or not after the latest version's (versions only go forward).
 pub async fn set_prices(
     pool: &PgPool,
     actor: &Actor<'_>,
-    effective_from: OffsetDateTime,
+    effective_from: Option<OffsetDateTime>,
     prices: &[NewPrice],
-) -> Result<i64, AccountError> {
+) -> Result<(i64, OffsetDateTime), AccountError> {
     if prices.is_empty() {
         return Err(AccountError::Invalid("no price given".into()));
     }
@@ -62,6 +69,24 @@ pub async fn set_prices(
         }
     }
     let mut tx = pool.begin().await?;
+    // One writer of the book at a time, so the last event read below stays the last one checked.
+    sqlx::query!("SELECT name FROM price_books WHERE name = 'default' FOR UPDATE")
+        .fetch_one(&mut *tx)
+        .await?;
+    let clock = sqlx::query!(
+        r#"SELECT clock_timestamp() AS "now!", (SELECT max(started_at) FROM usage_events) AS last"#
+    )
+    .fetch_one(&mut *tx)
+    .await?;
+    let first_allowed = match clock.last {
+        Some(last) if last >= clock.now => last + time::Duration::microseconds(1),
+        _ => clock.now,
+    };
+    let effective_from = match effective_from {
+        None => first_allowed,
+        Some(t) if t < first_allowed => return Err(AccountError::Invalid(FORWARD_ONLY.into())),
+        Some(t) => t,
+    };
     let rows: Vec<(&str, &str, Rates)> = prices
         .iter()
         .map(|p| (p.price_key.as_str(), p.tier.as_str(), p.rates))
@@ -101,7 +126,7 @@ pub async fn set_prices(
     )
     .await?;
     tx.commit().await?;
-    Ok(version)
+    Ok((version, effective_from))
 }
 
 /// Adds a tier (nothing if it exists), audited as `tier.add`.
@@ -156,31 +181,101 @@ pub async fn set_tenant_tier(
     Ok(())
 }
 
-/// (Re)builds a tenant's draft for the UTC month starting `month` from `run`, audited as
-/// `invoice.build`. The scheduler (`server::billing::rater`) builds drafts too, without an audit
-/// row: it only refreshes derived figures.
+/// The name the draft scheduler acts under in the audit log.
+pub const SCHEDULER: Actor<'static> = Actor {
+    user_id: None,
+    name: "scheduler",
+    source_ip: None,
+};
+
+/// (Re)builds a tenant's draft for the UTC month starting `month` from `runs` (see
+/// `db::billing::build_draft`), audited as `invoice.build` with the segments it was built from
+/// and the total; the scheduler's rebuilds too (actor [`SCHEDULER`]), so every figure an
+/// invoice ever showed can be traced. A run that cannot be used is `Invalid`, naming it.
 pub async fn build_draft(
     pool: &PgPool,
     actor: &Actor<'_>,
     tenant: Uuid,
     month: Date,
-    run: i64,
+    runs: db::Runs<'_>,
 ) -> Result<db::Draft, AccountError> {
     let mut tx = pool.begin().await?;
-    let draft = db::build_draft(&mut *tx, tenant, month, run).await?;
-    if let db::Draft::Built(id) = draft {
-        record(
-            &mut tx,
-            actor,
-            Some(tenant),
-            "invoice.build",
-            &id.to_string(),
-            json!({ "month": month.to_string(), "run": run }),
-        )
-        .await?;
+    let draft = db::build_draft(&mut *tx, tenant, month, runs).await?;
+    match draft {
+        db::Draft::Built(id) => {
+            let sources: Vec<Value> = periods::sources(&mut *tx, id)
+                .await?
+                .into_iter()
+                .map(
+                    |s| json!({ "run": s.run, "from": rfc3339(s.from), "until": rfc3339(s.until) }),
+                )
+                .collect();
+            let total = about(&mut tx, id).await?.total_micros;
+            record(
+                &mut tx,
+                actor,
+                Some(tenant),
+                "invoice.build",
+                &id.to_string(),
+                json!({ "month": month.to_string(), "sources": sources, "total_micros": total }),
+            )
+            .await?;
+        }
+        db::Draft::RunRefused(run) => {
+            return Err(AccountError::Invalid(format!(
+                "run {run} cannot be used for {month}: a draft takes this tenant's re-rates \
+                 that touch the month's period and do not overlap each other"
+            )))
+        }
+        db::Draft::AlreadyIssued(_) => {}
     }
     tx.commit().await?;
     Ok(draft)
+}
+
+/// Closes `tenant`'s month starting `month` early at `at`, audited as `period.close`: the
+/// month's invoice covers usage started before `at`, the next month's invoice what starts from
+/// `at` on. `Invalid` when the month is issued, already closed, or `at` is not inside it.
+pub async fn close_period(
+    pool: &PgPool,
+    actor: &Actor<'_>,
+    tenant: Uuid,
+    tenant_name: &str,
+    month: Date,
+    at: OffsetDateTime,
+) -> Result<(), AccountError> {
+    let mut tx = pool.begin().await?;
+    match periods::close(&mut tx, tenant, month, at, actor.name).await? {
+        periods::Close::Closed => {}
+        periods::Close::AlreadyClosed(when) => {
+            return Err(AccountError::Invalid(format!(
+                "{month} was already closed at {}",
+                rfc3339(when)
+            )))
+        }
+        periods::Close::Issued(id) => {
+            return Err(AccountError::Invalid(format!(
+                "{month} is invoiced by issued invoice {id}: its period is over"
+            )))
+        }
+        periods::Close::OutsideMonth => {
+            return Err(AccountError::Invalid(format!(
+                "{} is not inside {month}: a close ends the month early",
+                rfc3339(at)
+            )))
+        }
+    }
+    record(
+        &mut tx,
+        actor,
+        Some(tenant),
+        "period.close",
+        tenant_name,
+        json!({ "month": month.to_string(), "closes_at": rfc3339(at) }),
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(())
 }
 
 /// The invoice an action is about; `NotFound` when there is none.
@@ -191,7 +286,8 @@ async fn about(tx: &mut PgConnection, id: Uuid) -> Result<db::Invoice, AccountEr
 }
 
 /// Issues a draft, audited as `invoice.issue`: from then on the database refuses any change to
-/// it or its entries. `Invalid` when it is not a draft.
+/// it or its entries. `Invalid` when it is not a draft, its period has not ended, or it was not
+/// built since (the final draft).
 pub async fn issue(
     pool: &PgPool,
     actor: &Actor<'_>,
@@ -199,8 +295,23 @@ pub async fn issue(
 ) -> Result<db::Invoice, AccountError> {
     let mut tx = pool.begin().await?;
     about(&mut tx, invoice).await?;
-    if !db::issue(&mut *tx, invoice, actor.name).await? {
-        return Err(AccountError::Invalid(format!("{invoice} is not a draft")));
+    match db::issue(&mut *tx, invoice, actor.name).await? {
+        db::Issue::Issued => {}
+        db::Issue::NotDraft => {
+            return Err(AccountError::Invalid(format!("{invoice} is not a draft")))
+        }
+        db::Issue::Open(until) => {
+            return Err(AccountError::Invalid(format!(
+                "the period is open until {}: issue it after it ends (or close it early)",
+                rfc3339(until)
+            )))
+        }
+        db::Issue::NotFinal(until) => {
+            return Err(AccountError::Invalid(format!(
+                "the draft was built before its period ended ({}): build the final draft first",
+                rfc3339(until)
+            )))
+        }
     }
     // Read after issuing: a rebuild that held the tenant's lock may have changed the total.
     let inv = about(&mut tx, invoice).await?;
@@ -289,7 +400,7 @@ pub struct NewGrant<'a> {
 }
 
 /// Grants prepaid credit, audited as `credit.grant`; returns the grant. `Invalid` for an amount
-/// that is not positive.
+/// that is not positive or an expiry already past.
 pub async fn grant_credit(
     pool: &PgPool,
     actor: &Actor<'_>,
@@ -297,6 +408,11 @@ pub async fn grant_credit(
 ) -> Result<Uuid, AccountError> {
     if g.amount_micros <= 0 {
         return Err(AccountError::Invalid("a grant is a positive amount".into()));
+    }
+    if g.expires_at.is_some_and(|e| e <= OffsetDateTime::now_utc()) {
+        return Err(AccountError::Invalid(
+            "the expiry is in the past: that grant would count for nothing".into(),
+        ));
     }
     let mut tx = pool.begin().await?;
     let id = db::grant_credit(

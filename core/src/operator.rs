@@ -473,6 +473,23 @@ pub fn parse_limit(typed: &str) -> Option<limits::Change> {
     }
 }
 
+/// A money limit as typed: empty or `none` removes it, an amount of currency of 0 or more
+/// (`5`, `$5.00`, `0.000125`; [`crate::money::parse_money`], exact) sets it in micro-units;
+/// anything else is `None` (refused, nothing changed).
+pub fn parse_money_limit(typed: &str) -> Option<limits::Change> {
+    let t = typed.trim();
+    if t.is_empty() || t.eq_ignore_ascii_case("none") {
+        return parse_limit(t);
+    }
+    match crate::money::parse_money(t) {
+        Ok(n) if n >= 0 => Some(limits::Change {
+            given: true,
+            value: Some(n),
+        }),
+        _ => None,
+    }
+}
+
 /// Longest idle policy: 30 days.
 pub const MAX_IDLE_AFTER_SECS: i32 = 30 * 86_400;
 

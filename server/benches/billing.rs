@@ -27,7 +27,7 @@ mod common;
 
 use std::time::Instant;
 
-use tf_core::db::billing;
+use tf_core::db::billing::{self, Runs};
 use tf_core::money::Rates;
 use time::macros::{date, datetime};
 
@@ -138,7 +138,7 @@ fn main() {
         );
 
         let t = Instant::now();
-        let draft = billing::build_draft(&pool, tenant.id, date!(2026 - 11 - 01), run)
+        let draft = billing::build_draft(&pool, tenant.id, date!(2026 - 11 - 01), Runs::Kept)
             .await
             .unwrap();
         let secs = t.elapsed().as_secs_f64();

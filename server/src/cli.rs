@@ -436,13 +436,14 @@ pub enum AdminCommand {
         /// Tenant handle.
         #[arg(long)]
         tenant: String,
-        /// Amount in micro-units.
-        #[arg(long)]
+        /// Amount in currency: `50`, `$50.00`, `0.000125` (parsed exactly into micro-units).
+        #[arg(long, value_parser = money_arg)]
         amount: i64,
         /// Burn order: lower first.
         #[arg(long, default_value_t = 0)]
         priority: i32,
-        /// RFC 3339 expiry; none: never.
+        /// RFC 3339 expiry instant (in the future); none: never. The grant stops counting at
+        /// that instant.
         #[arg(long)]
         expires: Option<String>,
         #[arg(long, default_value = "")]
@@ -523,16 +524,17 @@ pub enum PricesAction {
         key: String,
         #[arg(long, default_value = "standard")]
         tier: String,
-        /// Micro-units per million fresh (uncached) input tokens.
-        #[arg(long)]
+        /// Currency per million fresh (uncached) input tokens: `2.50`, `$0.15`.
+        #[arg(long, value_parser = money_arg)]
         fresh: i64,
-        /// Micro-units per million cached input tokens.
-        #[arg(long)]
+        /// Currency per million cached input tokens.
+        #[arg(long, value_parser = money_arg)]
         cached: i64,
-        /// Micro-units per million output tokens.
-        #[arg(long)]
+        /// Currency per million output tokens.
+        #[arg(long, value_parser = money_arg)]
         output: i64,
-        /// RFC 3339 time from which it applies; default now.
+        /// RFC 3339 time from which it applies: now (the default) or later, after the last
+        /// recorded event. To correct charges already rated, re-rate (`admin rerate`).
         #[arg(long)]
         from: Option<String>,
     },
@@ -556,26 +558,45 @@ pub enum InvoicesAction {
         #[arg(long)]
         tenant: String,
     },
-    /// Build (or rebuild) a tenant's draft for a UTC month from the live run or --run.
+    /// Build (or rebuild) a tenant's draft for a UTC month: each --run (a re-rate, see `admin
+    /// rerate`) over its part of the month's period, the live run over the rest. The draft
+    /// remembers the runs: the scheduled rebuilds keep them.
     Build {
         #[arg(long)]
         tenant: String,
         /// The month, YYYY-MM.
         #[arg(long)]
         month: String,
-        /// A rating run (see `admin rerate`); default the live one.
+        /// A re-rate run to build from (repeatable; runs may not overlap). None: the runs the
+        /// draft was built from so far; `--live` drops them.
+        #[arg(long, conflicts_with = "live")]
+        run: Vec<i64>,
+        /// Build from the live run alone (drops earlier re-rates from the draft).
         #[arg(long)]
-        run: Option<i64>,
+        live: bool,
     },
-    /// Issue a draft (immutable from then on).
+    /// Close a tenant's month early at an instant: the month's invoice covers usage started
+    /// before it; what starts from then on is on the next month's invoice.
+    Close {
+        #[arg(long)]
+        tenant: String,
+        /// The month, YYYY-MM.
+        #[arg(long)]
+        month: String,
+        /// RFC 3339 instant inside the month (default: now).
+        #[arg(long)]
+        at: Option<String>,
+    },
+    /// Issue a draft (immutable from then on): only after its period ended and its final draft
+    /// (built after the end) is built.
     Issue { id: uuid::Uuid },
     /// Add an adjustment entry to a draft (negative: a refund).
     Adjust {
         id: uuid::Uuid,
         #[arg(long)]
         description: String,
-        /// Micro-units.
-        #[arg(long, allow_hyphen_values = true)]
+        /// Amount in currency (`5`, `-$2.50`), parsed exactly into micro-units.
+        #[arg(long, allow_hyphen_values = true, value_parser = money_arg)]
         amount: i64,
     },
     /// Correct an issued invoice: a credit note; then `build` makes the new invoice.
@@ -611,6 +632,33 @@ impl AdminCommand {
 pub enum Setting {
     Set(i64),
     Clear,
+}
+
+/// A money limit's flag value: an amount of currency (`5`, `$5.00`, `0.000125`, parsed exactly
+/// into micro-units by `tf_core::money::parse_money`) or `none` to remove the limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MoneySetting {
+    Set(i64),
+    Clear,
+}
+
+impl std::str::FromStr for MoneySetting {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s.eq_ignore_ascii_case("none") {
+            return Ok(Self::Clear);
+        }
+        match tf_core::money::parse_money(s) {
+            Ok(n) if n >= 0 => Ok(Self::Set(n)),
+            Ok(_) => Err(format!("{s:?} is negative: a limit is 0 or more")),
+            Err(e) => Err(format!("{s:?}: {e}")),
+        }
+    }
+}
+
+/// A flag's amount of currency (`5`, `$5.00`, `-2`, `0.000125`) in micro-units, parsed exactly.
+pub fn money_arg(s: &str) -> Result<i64, String> {
+    tf_core::money::parse_money(s).map_err(|e| format!("{s:?}: {e}"))
 }
 
 impl std::str::FromStr for Setting {
@@ -700,9 +748,10 @@ pub struct LimitsArgs {
     /// Prompt + completion tokens per minute (`none` removes the limit).
     #[arg(long)]
     pub tpm: Option<Setting>,
-    /// Spend per calendar month (UTC) in micro-units (`none` removes the limit).
+    /// Spend per calendar month (UTC) in currency: `5`, `$5.00`, `0.000125` (parsed exactly
+    /// into micro-units; `none` removes the limit).
     #[arg(long)]
-    pub spend_limit: Option<Setting>,
+    pub spend_limit: Option<MoneySetting>,
     /// Concurrent requests per graph (tenants only; `none` removes the cap).
     #[arg(long)]
     pub max_in_flight: Option<Setting>,

@@ -144,7 +144,7 @@ async fn price_book(pool: &PgPool) -> anyhow::Result<()> {
             name: "demo",
             source_ip: None,
         };
-        billing_ops::set_prices(pool, &demo, now, &missing).await?;
+        billing_ops::set_prices(pool, &demo, None, &missing).await?;
     }
     Ok(())
 }

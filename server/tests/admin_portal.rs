@@ -221,7 +221,7 @@ async fn limit_forms_take_the_cli_path_and_are_audited(pool: PgPool) {
             ("tenant", "acme"),
             ("rpm", "120"),
             ("tpm", ""),
-            ("spend_limit", "5000000"),
+            ("spend_limit", "$5"),
             ("max_in_flight", "none"),
             ("max_long_prompts", ""),
             ("long_prompt_tokens", ""),

@@ -13,7 +13,7 @@ use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::{Config, TestRunner};
 use sqlx::PgPool;
-use tf_core::db::billing::{self, Draft};
+use tf_core::db::billing::{self, Draft, Issue, Runs};
 use tf_core::money::{line_micros, Quantities, Rates};
 use tf_core::usage::{Provenance, UsageEvent, UsageStatus};
 use time::{Date, Duration, Month, OffsetDateTime};
@@ -263,7 +263,7 @@ async fn check(pool: &PgPool, n: usize, case: &Case) {
             .filter(|e| e.started_at >= start && e.started_at < next)
             .filter_map(|e| expected.get(&e.request_id))
             .sum();
-        let Draft::Built(id) = billing::build_draft(pool, tenant, start.date(), live)
+        let Draft::Built(id) = billing::build_draft(pool, tenant, start.date(), Runs::Kept)
             .await
             .unwrap()
         else {
@@ -361,10 +361,10 @@ async fn an_issued_invoice_cannot_be_changed_even_with_sql(pool: PgPool) {
     let t = tenant(&pool, "acme").await;
     let may = time::macros::datetime!(2026-05-10 12:00 UTC);
     rated_events(&pool, t, &[may, may]).await;
-    let live = billing::live_run(&pool).await.unwrap();
-    let Draft::Built(id) = billing::build_draft(&pool, t, may.date().replace_day(1).unwrap(), live)
-        .await
-        .unwrap()
+    let Draft::Built(id) =
+        billing::build_draft(&pool, t, may.date().replace_day(1).unwrap(), Runs::Kept)
+            .await
+            .unwrap()
     else {
         panic!()
     };
@@ -379,8 +379,14 @@ async fn an_issued_invoice_cannot_be_changed_even_with_sql(pool: PgPool) {
     );
     // A draft may change.
     assert!(billing::adjust(&pool, id, "goodwill", -6).await.unwrap());
-    assert!(billing::issue(&pool, id, "test").await.unwrap());
-    assert!(!billing::issue(&pool, id, "test").await.unwrap());
+    assert_eq!(
+        billing::issue(&pool, id, "test").await.unwrap(),
+        Issue::Issued
+    );
+    assert_eq!(
+        billing::issue(&pool, id, "test").await.unwrap(),
+        Issue::NotDraft
+    );
     assert!(!billing::adjust(&pool, id, "late", 1).await.unwrap());
     for sql in [
         "UPDATE invoices SET total_micros = 0",
@@ -418,7 +424,9 @@ async fn an_issued_invoice_cannot_be_changed_even_with_sql(pool: PgPool) {
     // Rebuilding the issued month is refused until it is corrected.
     let month = may.date().replace_day(1).unwrap();
     assert_eq!(
-        billing::build_draft(&pool, t, month, live).await.unwrap(),
+        billing::build_draft(&pool, t, month, Runs::Kept)
+            .await
+            .unwrap(),
         Draft::AlreadyIssued(id)
     );
     // Another tenant sees none of it.
@@ -449,9 +457,11 @@ async fn credits_burn_down_before_charges_and_a_correction_gives_them_back(pool:
         .await
         .unwrap();
     assert_eq!(billing::credit_balance(&pool, t).await.unwrap(), 150);
-    let live = billing::live_run(&pool).await.unwrap();
     let month = june.date().replace_day(1).unwrap();
-    let Draft::Built(id) = billing::build_draft(&pool, t, month, live).await.unwrap() else {
+    let Draft::Built(id) = billing::build_draft(&pool, t, month, Runs::Kept)
+        .await
+        .unwrap()
+    else {
         panic!()
     };
     let entries = billing::invoice_entries(&pool, t, id).await.unwrap();
@@ -465,7 +475,10 @@ async fn credits_burn_down_before_charges_and_a_correction_gives_them_back(pool:
     assert_eq!(inv.total_micros, 0);
     // A draft burns nothing yet.
     assert_eq!(billing::credit_balance(&pool, t).await.unwrap(), 150);
-    assert!(billing::issue(&pool, id, "test").await.unwrap());
+    assert_eq!(
+        billing::issue(&pool, id, "test").await.unwrap(),
+        Issue::Issued
+    );
     assert_eq!(billing::credit_balance(&pool, t).await.unwrap(), 58);
     let grants = billing::credit_grants(&pool, t).await.unwrap();
     assert_eq!(
@@ -489,7 +502,10 @@ async fn credits_burn_down_before_charges_and_a_correction_gives_them_back(pool:
         ),
         ("credit_note", "issued", Some(id))
     );
-    let Draft::Built(new) = billing::build_draft(&pool, t, month, live).await.unwrap() else {
+    let Draft::Built(new) = billing::build_draft(&pool, t, month, Runs::Kept)
+        .await
+        .unwrap()
+    else {
         panic!("a corrected month can be invoiced again")
     };
     assert_ne!(new, id);
@@ -603,7 +619,8 @@ async fn exports_parse_as_cloudevents_and_lago_batches(pool: PgPool) {
     assert_eq!(n, 0);
 }
 
-/// The CLI: prices set/show/versions, rerate, export (through `admin::run_on`, as an operator).
+/// The CLI: prices set/show/versions (in dollars, never backdated), rerate, export (through
+/// `admin::run_on`, as an operator).
 #[sqlx::test(migrations = "../migrations")]
 async fn admin_cli_sets_prices_rerates_and_exports(pool: PgPool) {
     use clap::Parser;
@@ -621,25 +638,14 @@ async fn admin_cli_sets_prices_rerates_and_exports(pool: PgPool) {
     };
     let mut out = Vec::new();
     let cmd = run(&[
-        "prices",
-        "set",
-        "--key",
-        "m",
-        "--fresh",
-        "2000000",
-        "--cached",
-        "0",
-        "--output",
-        "0",
-        "--from",
-        "2026-09-01T00:00:00Z",
+        "prices", "set", "--key", "m", "--fresh", "$2", "--cached", "0", "--output", "0.00",
     ]);
     tokenfactory::admin::run_on(&pool, cmd, &mut out)
         .await
         .unwrap();
     for args in [
         &["prices", "versions"][..],
-        &["prices", "show", "--at", "2026-09-02T00:00:00Z"],
+        &["prices", "show"],
         &[
             "rerate",
             "--tenant",
@@ -668,11 +674,13 @@ async fn admin_cli_sets_prices_rerates_and_exports(pool: PgPool) {
             .unwrap();
     }
     let text = String::from_utf8(out).unwrap();
+    // Typed in dollars per million, stored and echoed as exact micro-units.
+    assert!(text.contains("fresh $2.00 (2000000 micros)"), "{text}");
     assert!(text.contains("m\tstandard\t2000000\t0\t0"), "{text}");
     // Re-rated under the version in effect now (the new one): 7 fresh tokens at 2 = 14 each.
     assert!(text.contains(": 3 events, 42 micros"), "{text}");
     assert!(text.contains("draft "), "{text}");
-    // A backdated price is refused.
+    // A backdated price is refused (correcting the past is what re-rating is for).
     let cmd = run(&[
         "prices",
         "set",

@@ -282,7 +282,7 @@ async fn a_replica_started_before_redis_switches_to_shared_limits_when_it_comes_
             "--rpm",
             "1000",
             "--spend-limit",
-            "1000000",
+            "1",
         ],
     )
     .await

@@ -220,7 +220,7 @@ async fn spend_overshoots_by_at_most_the_reservations_in_flight(pool: PgPool) {
     let (a, b_addr, _b, _) = two_replicas(pool.clone(), 30_000).await;
     let acme = a.tenant("acme").await;
     common::price_every_token(&pool, 1).await;
-    admin_limits(&pool, &["--tenant", "acme", "--spend-limit", "2000"]).await;
+    admin_limits(&pool, &["--tenant", "acme", "--spend-limit", "0.002"]).await;
     let mut body = chat(BASE, "hello world", 23);
     body["sim"] = json!({"completion_tokens": 3});
 
@@ -382,14 +382,7 @@ async fn serving_continues_on_local_limits_while_redis_is_down_and_counters_reco
     common::price_every_token(&pool, 1).await;
     admin_limits(
         &pool,
-        &[
-            "--tenant",
-            "acme",
-            "--rpm",
-            "40",
-            "--spend-limit",
-            "1000000",
-        ],
+        &["--tenant", "acme", "--rpm", "40", "--spend-limit", "1"],
     )
     .await;
     let send = || {

@@ -48,7 +48,7 @@ async fn postgres_never_bills_more_than_redis_has_settled(pool: PgPool) {
     let acme = t.tenant("acme").await;
     // One micro per token, so billed spend is the token count.
     common::price_every_token(&pool, 1).await;
-    admin_limits(&pool, &["--tenant", "acme", "--spend-limit", "1000000000"]).await;
+    admin_limits(&pool, &["--tenant", "acme", "--spend-limit", "1000"]).await;
     let period = tokenfactory::quota::plan::period(time::OffsetDateTime::now_utc()).0;
     let settled_key = format!("{prefix}q:s:t:{}:{period}", acme.id);
 

@@ -116,6 +116,17 @@ pub enum AdminFlash {
     MonthIssued,
     InvoiceIssued,
     InvoiceNotDraft,
+    /// Issue refused: the period has not ended, or the draft was built before its end.
+    PeriodOpen,
+    /// A month was closed early.
+    PeriodClosed,
+    /// The close's month or instant did not parse, is not inside the month, or the month is
+    /// issued or closed already.
+    CloseInvalid,
+    /// A re-rate run given for a draft is not the tenant's, not in the month, or overlaps another.
+    RunRefused,
+    /// A price version dated before now or before the last recorded event.
+    PriceBackdated,
     NoSuchInvoice,
     /// A month, an adjustment's amount or its description did not parse, or the invoice is not
     /// a draft.
@@ -145,6 +156,7 @@ impl AdminFlash {
                 | Self::TierSaved
                 | Self::DraftBuilt
                 | Self::InvoiceIssued
+                | Self::PeriodClosed
                 | Self::AdjustmentSaved
                 | Self::CreditGranted
                 | Self::IdleSaved
@@ -179,6 +191,11 @@ const CODES: &[(AdminFlash, &str)] = &[
     (AdminFlash::MonthIssued, "month-issued"),
     (AdminFlash::InvoiceIssued, "invoice-issued"),
     (AdminFlash::InvoiceNotDraft, "invoice-not-draft"),
+    (AdminFlash::PeriodOpen, "period-open"),
+    (AdminFlash::PeriodClosed, "period-closed"),
+    (AdminFlash::CloseInvalid, "close-invalid"),
+    (AdminFlash::RunRefused, "run-refused"),
+    (AdminFlash::PriceBackdated, "price-backdated"),
     (AdminFlash::NoSuchInvoice, "no-such-invoice"),
     (AdminFlash::InvoiceInvalid, "invoice-invalid"),
     (AdminFlash::AdjustmentSaved, "adjustment-saved"),
@@ -219,7 +236,8 @@ impl AdminFlash {
             Self::NoSuchTenant => "No such tenant: nothing was changed.",
             Self::LimitsSaved => "Limits saved: every server applies them within a second.",
             Self::LimitsInvalid => {
-                "A limit must be empty (no limit) or a whole number of 0 or more: nothing was changed."
+                "A limit must be empty (no limit) or a whole number of 0 or more (the spend \
+                 limit: dollars, like 5 or 0.50): nothing was changed."
             }
             Self::NoSuchKey => "No such key of this tenant: nothing was changed.",
             Self::NoSuchUser => "No such user: nothing was changed.",
@@ -242,9 +260,9 @@ impl AdminFlash {
                  versions are kept."
             }
             Self::PriceInvalid => {
-                "Rates are whole micro-units per million tokens (0 or more), the model and tier \
-                 must exist, and the time (YYYY-MM-DDTHH:MM, UTC) must be after the latest \
-                 version's: nothing was saved."
+                "Rates are dollars per million tokens (0 or more, at most six decimals), the \
+                 model and tier must exist, and the time (YYYY-MM-DDTHH:MM, UTC) must be after \
+                 the latest version's: nothing was saved."
             }
             Self::TierSaved => "Tier saved.",
             Self::TierInvalid => {
@@ -256,16 +274,39 @@ impl AdminFlash {
             }
             Self::InvoiceIssued => "Invoice issued: it can no longer change.",
             Self::InvoiceNotDraft => "That invoice is already issued: nothing was changed.",
+            Self::PeriodOpen => {
+                "Not issued: a month is issued after its period has ended and its final draft \
+                 (built after the end) is built. Close the month early to end it sooner."
+            }
+            Self::PeriodClosed => {
+                "Month closed: its invoice covers usage started before that instant; what \
+                 starts after it is on the next month's invoice."
+            }
+            Self::CloseInvalid => {
+                "A close names a month (YYYY-MM) and an instant inside it (YYYY-MM-DDTHH:MM, \
+                 UTC); an issued or already closed month cannot be closed: nothing was changed."
+            }
+            Self::RunRefused => {
+                "Runs are this tenant's re-rate run numbers (or \"live\"), each touching the \
+                 month and not overlapping another: nothing was built."
+            }
+            Self::PriceBackdated => {
+                "A price version starts now or later, after the last recorded event: nothing \
+                 was saved. To correct charges already rated, re-rate the tenant and period \
+                 under a version and build the draft from that run."
+            }
             Self::NoSuchInvoice => "No such invoice: nothing was changed.",
             Self::InvoiceInvalid => {
-                "A month is YYYY-MM; an adjustment needs a description and a whole, non-zero \
-                 amount in micro-units, on a draft: nothing was changed."
+                "A month is YYYY-MM; an adjustment needs a description and a non-zero amount in \
+                 dollars (at most six decimals; negative refunds), on a draft: nothing was \
+                 changed."
             }
             Self::AdjustmentSaved => "Adjustment added to the draft.",
             Self::CreditGranted => "Credit granted.",
             Self::CreditInvalid => {
-                "A grant is a whole amount of micro-units above 0, a whole priority, and an \
-                 expiry of YYYY-MM-DDTHH:MM (UTC) or none: nothing was granted."
+                "A grant is an amount in dollars above 0 (at most six decimals), a whole \
+                 priority, and an expiry of YYYY-MM-DDTHH:MM (UTC) in the future or none: \
+                 nothing was granted."
             }
             Self::IdleSaved => {
                 "Sleep policy saved: the fleet controller applies it on its next pass."

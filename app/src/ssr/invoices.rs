@@ -90,15 +90,14 @@ fn entry_view(e: Entry) -> EntryView {
     }
 }
 
-/// The open month's draft as it would be built now from the live run; `None` when the month
-/// already has an issued invoice.
+/// The open month's draft as it would be built now (from the runs its draft keeps, else the
+/// live run); `None` when the month already has an issued invoice.
 async fn live_draft(
     pool: &PgPool,
     tenant: Uuid,
     now: OffsetDateTime,
 ) -> sqlx::Result<Option<(Invoice, Vec<Entry>)>> {
-    let run = billing::live_run(pool).await?;
-    invoicing::preview_draft(pool, tenant, month_of(now), run).await
+    invoicing::preview_draft(pool, tenant, month_of(now)).await
 }
 
 /// What `/invoices` shows for `tenant` at `now`.

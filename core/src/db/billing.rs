@@ -12,7 +12,7 @@
 //! | [`versions`], [`prices_at`], [`prices_of_version`], [`set_price`], [`set_prices`] | price book (append-only, forward only) |
 //! | [`add_tier`], [`set_tenant_tier`] | tiers |
 //! | [`rerate`], [`runs_of`] | a new run for a tenant and period under one version |
-//! | [`build_draft`], [`issue`], [`adjust`], [`correct`] | invoices (admin) |
+//! | [`build_draft`], [`issue`], [`adjust`], [`correct`] | invoices (admin); periods and sources are [`periods`]' |
 //! | [`invoices`], [`invoice`], [`invoice_entries`], [`invoice_lines`] | tenant's list, detail, CSV lines |
 //! | [`grant_credit`], [`credit_grants`], [`credit_balance`], [`credit_balances`] | prepaid credit |
 //! | [`rated_usage`] | export pages of the live run's lines (CSV, CloudEvents, Lago) |
@@ -21,6 +21,7 @@ use sqlx::{Acquire, PgExecutor, PgPool, Postgres};
 use time::{Date, OffsetDateTime};
 use uuid::Uuid;
 
+use super::periods;
 use crate::money::Rates;
 
 /// The id of the continuous ('live') rating run.
@@ -296,18 +297,34 @@ pub enum Draft {
     Built(Uuid),
     /// The month has an issued invoice that no credit note corrects: correct it first.
     AlreadyIssued(Uuid),
+    /// This run cannot be used: not a re-rate of this tenant, outside the month's period, or
+    /// overlapping another chosen run (nothing written).
+    RunRefused(i64),
 }
 
-/// (Re)builds the draft invoice of `tenant` for the UTC month starting `month` (a first of the
-/// month) from `run`'s daily rollup: one usage entry per price key, the adjustments already on the
-/// draft kept, then credit entries burning the tenant's grants (lowest priority number first, then
-/// earliest expiry) down to zero at most. A grant counts for a month unless it expired by the
-/// month's start; what it has left is what issued invoices have not burned.
+/// Which re-rates a draft is built from; the live run covers the rest of the period.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Runs<'a> {
+    /// The ones the month's draft was built from (none for a new draft): what the scheduler's
+    /// rebuilds use, so an admin's choice is never reverted behind their back.
+    Kept,
+    /// These re-rate runs (empty: the live run alone).
+    Chosen(&'a [i64]),
+}
+
+/// (Re)builds the draft invoice of `tenant` for the UTC month starting `month`: over the month's
+/// period ([`periods::period`]: the calendar month unless closed early), each segment's lines
+/// from its run ([`periods::plan`]: the chosen re-rates, the live run for the rest), one usage
+/// entry per price key, the adjustments already on the draft kept, then credit entries burning
+/// the tenant's grants (lowest priority number first, then earliest expiry) down to zero at most.
+/// A grant counts unless it has expired by the time of the build (its instant, not its month);
+/// what it has left is what issued invoices have not burned. The draft records its segments and
+/// when it was built (issuing needs a build after the period's end).
 pub async fn build_draft(
     db: impl Acquire<'_, Database = Postgres>,
     tenant: Uuid,
     month: Date,
-    run: i64,
+    runs: Runs<'_>,
 ) -> sqlx::Result<Draft> {
     let mut tx = db.begin().await?;
     // One builder per tenant at a time (two would race on the draft).
@@ -326,6 +343,22 @@ pub async fn build_draft(
     if let Some(id) = issued {
         return Ok(Draft::AlreadyIssued(id));
     }
+    let live = sqlx::query_scalar!("SELECT id FROM rating_runs WHERE kind = 'live'")
+        .fetch_one(&mut *tx)
+        .await?;
+    let chosen = match runs {
+        Runs::Chosen(r) => r.to_vec(),
+        Runs::Kept => periods::chosen_runs(&mut *tx, tenant, month).await?,
+    };
+    let found = periods::rerates(&mut *tx, &chosen).await?;
+    if let Some(missing) = chosen.iter().find(|r| !found.iter().any(|f| f.run == **r)) {
+        return Ok(Draft::RunRefused(*missing));
+    }
+    let period = periods::period(&mut *tx, tenant, month).await?;
+    let segments = match periods::plan(tenant, period, live, &found) {
+        Ok(s) => s,
+        Err(run) => return Ok(Draft::RunRefused(run)),
+    };
     let existing = sqlx::query_scalar!(
         "SELECT id FROM invoices WHERE tenant_id = $1 AND period_start = $2 AND kind = 'invoice'
            AND status = 'draft'",
@@ -342,44 +375,100 @@ pub async fn build_draft(
             )
             .execute(&mut *tx)
             .await?;
-            sqlx::query!("UPDATE invoices SET run_id = $2 WHERE id = $1", id, run)
+            sqlx::query!("DELETE FROM invoice_sources WHERE invoice_id = $1", id)
                 .execute(&mut *tx)
                 .await?;
+            sqlx::query!(
+                "UPDATE invoices SET run_id = $2, covers_from = $3, covers_until = $4,
+                                     built_at = clock_timestamp()
+                 WHERE id = $1",
+                id,
+                live,
+                period.0,
+                period.1,
+            )
+            .execute(&mut *tx)
+            .await?;
             id
         }
         None => {
             let id = Uuid::now_v7();
             // A month corrected by a credit note: the new invoice names the one it replaces.
             sqlx::query!(
-                "INSERT INTO invoices (id, tenant_id, period_start, run_id, corrects)
+                "INSERT INTO invoices (id, tenant_id, period_start, run_id, corrects, covers_from,
+                                       covers_until, built_at)
                  VALUES ($1, $2, $3, $4,
                          (SELECT i.id FROM invoices i
                           WHERE i.tenant_id = $2 AND i.period_start = $3 AND i.kind = 'invoice'
-                            AND i.status = 'issued' ORDER BY i.issued_at DESC LIMIT 1))",
+                            AND i.status = 'issued' ORDER BY i.issued_at DESC LIMIT 1),
+                         $5, $6, clock_timestamp())",
                 id,
                 tenant,
                 month,
-                run,
+                live,
+                period.0,
+                period.1,
             )
             .execute(&mut *tx)
             .await?;
             id
         }
     };
+    let seg_runs: Vec<i64> = segments.iter().map(|s| s.run).collect();
+    let seg_from: Vec<OffsetDateTime> = segments.iter().map(|s| s.from).collect();
+    let seg_until: Vec<OffsetDateTime> = segments.iter().map(|s| s.until).collect();
     sqlx::query!(
-        r#"INSERT INTO invoice_entries (invoice_id, position, kind, description, price_key, events,
+        "INSERT INTO invoice_sources (invoice_id, run_id, covers_from, covers_until)
+         SELECT $1, * FROM unnest($2::bigint[], $3::timestamptz[], $4::timestamptz[])",
+        id,
+        &seg_runs,
+        &seg_from,
+        &seg_until,
+    )
+    .execute(&mut *tx)
+    .await?;
+    // Per segment: whole UTC days from the run's daily rollup, the partial days at its edges
+    // from its lines (found through the events' (tenant, started_at) index).
+    sqlx::query!(
+        r#"WITH seg AS (
+               SELECT s.run_id, s.covers_from AS t0, s.covers_until AS t1,
+                      CASE WHEN date_trunc('day', s.covers_from, 'UTC') = s.covers_from
+                           THEN s.covers_from
+                           ELSE date_trunc('day', s.covers_from, 'UTC') + interval '24 hours'
+                      END AS d0,
+                      date_trunc('day', s.covers_until, 'UTC') AS d1
+               FROM invoice_sources s WHERE s.invoice_id = $1
+           ), used AS (
+               SELECT d.price_key, d.events, d.fresh_tokens, d.cached_tokens, d.output_tokens,
+                      d.amount_micros
+               FROM seg JOIN rated_daily d
+                 ON d.run_id = seg.run_id AND d.tenant_id = $2
+                AND d.day >= (seg.d0 AT TIME ZONE 'UTC')::date
+                AND d.day < (seg.d1 AT TIME ZONE 'UTC')::date
+               UNION ALL
+               SELECT c.price_key, 1, c.fresh_tokens, c.cached_tokens, c.output_tokens,
+                      c.amount_micros
+               FROM seg JOIN usage_events e
+                 ON e.tenant_id = $2 AND e.started_at >= seg.t0
+                AND e.started_at < LEAST(seg.t1, seg.d0)
+               JOIN charge_lines c ON c.run_id = seg.run_id AND c.request_id = e.request_id
+               UNION ALL
+               SELECT c.price_key, 1, c.fresh_tokens, c.cached_tokens, c.output_tokens,
+                      c.amount_micros
+               FROM seg JOIN usage_events e
+                 ON e.tenant_id = $2 AND seg.d1 >= seg.d0
+                AND e.started_at >= GREATEST(seg.t0, seg.d1) AND e.started_at < seg.t1
+               JOIN charge_lines c ON c.run_id = seg.run_id AND c.request_id = e.request_id
+           )
+           INSERT INTO invoice_entries (invoice_id, position, kind, description, price_key, events,
                                         fresh_tokens, cached_tokens, output_tokens, amount_micros)
            SELECT $1, (row_number() OVER (ORDER BY price_key))::int, 'usage', price_key, price_key,
                   sum(events)::bigint, sum(fresh_tokens)::bigint, sum(cached_tokens)::bigint,
                   sum(output_tokens)::bigint, sum(amount_micros)::bigint
-           FROM rated_daily
-           WHERE run_id = $2 AND tenant_id = $3 AND day >= $4
-             AND day < ($4::date + interval '1 month')::date
+           FROM used
            GROUP BY price_key"#,
         id,
-        run,
         tenant,
-        month,
     )
     .execute(&mut *tx)
     .await?;
@@ -395,7 +484,7 @@ pub async fn build_draft(
                              c.priority, c.expires_at, c.granted_at
                       FROM credit_grants c
                       WHERE c.tenant_id = $2
-                        AND (c.expires_at IS NULL OR c.expires_at > $3::date)),
+                        AND (c.expires_at IS NULL OR c.expires_at > clock_timestamp())),
                 ordered AS (SELECT g.id, g.remaining,
                                    COALESCE(sum(g.remaining) OVER (
                                        ORDER BY g.priority, g.expires_at NULLS LAST, g.granted_at, g.id
@@ -407,7 +496,6 @@ pub async fn build_draft(
            FROM ordered o, due WHERE due.micros > o.before"#,
         id,
         tenant,
-        month,
     )
     .execute(&mut *tx)
     .await?;
@@ -462,13 +550,26 @@ pub async fn adjust(
     Ok(true)
 }
 
-/// Issues a draft: from then on the database refuses any change to it or its entries. False
-/// when it was not a draft.
+/// What [`issue`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Issue {
+    Issued,
+    /// Not a draft (issued already, or no such invoice).
+    NotDraft,
+    /// The period is still open: it ends at this instant.
+    Open(OffsetDateTime),
+    /// The draft was last built before its period ended (at this instant): build the final one.
+    NotFinal(OffsetDateTime),
+}
+
+/// Issues a draft: from then on the database refuses any change to it or its entries. Only
+/// once its period has ended and the draft was built after the end (the final draft): an open
+/// month issued would leave the rest of its usage on no invoice.
 pub async fn issue(
     db: impl Acquire<'_, Database = Postgres>,
     invoice: Uuid,
     by: &str,
-) -> sqlx::Result<bool> {
+) -> sqlx::Result<Issue> {
     let mut tx = db.begin().await?;
     // The tenant's row first, as [`build_draft`] takes it: a rebuild running now finishes before
     // the draft is frozen, and one that starts after sees it issued (without the lock, a rebuild
@@ -480,7 +581,27 @@ pub async fn issue(
     )
     .fetch_optional(&mut *tx)
     .await?;
-    let done = sqlx::query!(
+    let row = sqlx::query!(
+        r#"SELECT COALESCE(covers_until, (period_start + interval '1 month') AT TIME ZONE 'UTC')
+                      AS "until!",
+                  built_at, clock_timestamp() AS "now!"
+           FROM invoices WHERE id = $1 AND status = 'draft' AND kind = 'invoice'"#,
+        invoice,
+    )
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some(row) = row else {
+        return Ok(Issue::NotDraft);
+    };
+    // INVARIANT: only a closed period's final draft is issued (test: billing::
+    // a_month_is_issued_only_after_it_closed_and_close_early_moves_the_rest_on).
+    if row.now < row.until {
+        return Ok(Issue::Open(row.until));
+    }
+    if row.built_at.is_none_or(|b| b < row.until) {
+        return Ok(Issue::NotFinal(row.until));
+    }
+    sqlx::query!(
         "UPDATE invoices SET status = 'issued', issued_at = now(), issued_by = $2
          WHERE id = $1 AND status = 'draft'",
         invoice,
@@ -489,7 +610,7 @@ pub async fn issue(
     .execute(&mut *tx)
     .await?;
     tx.commit().await?;
-    Ok(done.rows_affected() == 1)
+    Ok(Issue::Issued)
 }
 
 /// Corrects an issued invoice: an issued credit note negating every entry (credits burned come
@@ -501,26 +622,35 @@ pub async fn correct(
     by: &str,
 ) -> sqlx::Result<Option<Uuid>> {
     let mut tx = db.begin().await?;
-    let original = sqlx::query!(
-        "SELECT tenant_id, period_start, run_id FROM invoices i
+    let original = sqlx::query_scalar!(
+        "SELECT id FROM invoices i
          WHERE id = $1 AND kind = 'invoice' AND status = 'issued'
            AND NOT EXISTS (SELECT 1 FROM invoices n WHERE n.kind = 'credit_note' AND n.corrects = i.id)",
         invoice
     )
     .fetch_optional(&mut *tx)
     .await?;
-    let Some(original) = original else {
+    if original.is_none() {
         return Ok(None);
-    };
+    }
     let note = Uuid::now_v7();
     sqlx::query!(
-        "INSERT INTO invoices (id, tenant_id, period_start, kind, corrects, run_id)
-         VALUES ($1, $2, $3, 'credit_note', $4, $5)",
+        "INSERT INTO invoices (id, tenant_id, period_start, kind, corrects, run_id, covers_from,
+                               covers_until, built_at)
+         SELECT $1, tenant_id, period_start, 'credit_note', id, run_id, covers_from, covers_until,
+                clock_timestamp()
+         FROM invoices WHERE id = $2",
         note,
-        original.tenant_id,
-        original.period_start,
         invoice,
-        original.run_id,
+    )
+    .execute(&mut *tx)
+    .await?;
+    // The note's lines (its CSV) are the ones it negates.
+    sqlx::query!(
+        "INSERT INTO invoice_sources (invoice_id, run_id, covers_from, covers_until)
+         SELECT $1, run_id, covers_from, covers_until FROM invoice_sources WHERE invoice_id = $2",
+        note,
+        invoice,
     )
     .execute(&mut *tx)
     .await?;
@@ -562,15 +692,24 @@ pub struct Invoice {
     pub total_micros: i64,
     pub issued_at: Option<OffsetDateTime>,
     pub created_at: OffsetDateTime,
+    /// The period it covers (event start times): the calendar month unless closed early.
+    pub covers_from: OffsetDateTime,
+    pub covers_until: OffsetDateTime,
+    /// When its figures were last computed (None on invoices older than issue 31).
+    pub built_at: Option<OffsetDateTime>,
 }
 
 /// A tenant's invoices and credit notes, newest period first.
 pub async fn invoices(db: impl PgExecutor<'_>, tenant: Uuid) -> sqlx::Result<Vec<Invoice>> {
     sqlx::query_as!(
         Invoice,
-        "SELECT id, tenant_id, period_start, kind, corrects, status, run_id, total_micros,
-                issued_at, created_at
-         FROM invoices WHERE tenant_id = $1 ORDER BY period_start DESC, created_at DESC",
+        r#"SELECT id, tenant_id, period_start, kind, corrects, status, run_id, total_micros,
+                  issued_at, created_at,
+                  COALESCE(covers_from, period_start::timestamp AT TIME ZONE 'UTC') AS "covers_from!",
+                  COALESCE(covers_until, (period_start + interval '1 month') AT TIME ZONE 'UTC')
+                      AS "covers_until!",
+                  built_at
+         FROM invoices WHERE tenant_id = $1 ORDER BY period_start DESC, created_at DESC"#,
         tenant
     )
     .fetch_all(db)
@@ -585,9 +724,13 @@ pub async fn invoice(
 ) -> sqlx::Result<Option<Invoice>> {
     sqlx::query_as!(
         Invoice,
-        "SELECT id, tenant_id, period_start, kind, corrects, status, run_id, total_micros,
-                issued_at, created_at
-         FROM invoices WHERE tenant_id = $1 AND id = $2",
+        r#"SELECT id, tenant_id, period_start, kind, corrects, status, run_id, total_micros,
+                  issued_at, created_at,
+                  COALESCE(covers_from, period_start::timestamp AT TIME ZONE 'UTC') AS "covers_from!",
+                  COALESCE(covers_until, (period_start + interval '1 month') AT TIME ZONE 'UTC')
+                      AS "covers_until!",
+                  built_at
+         FROM invoices WHERE tenant_id = $1 AND id = $2"#,
         tenant,
         id
     )
@@ -658,19 +801,19 @@ pub struct Line {
     pub flag: String,
 }
 
-/// The charge lines behind one of `tenant`'s invoices (its run, its UTC month), oldest first:
-/// the CSV download. Empty for another tenant's invoice.
+/// The charge lines behind one of `tenant`'s invoices (each of its segments' run over the
+/// segment), oldest first: the CSV download. Empty for another tenant's invoice.
 pub async fn invoice_lines(pool: &PgPool, tenant: Uuid, id: Uuid) -> sqlx::Result<Vec<Line>> {
     sqlx::query_as!(
         Line,
         "SELECT c.request_id, c.started_at, c.price_key, c.price_version_id, c.fresh_tokens,
                 c.cached_tokens, c.output_tokens, c.amount_micros, c.flag
          FROM invoices i
+              JOIN invoice_sources s ON s.invoice_id = i.id
               JOIN usage_events e
                 ON e.tenant_id = i.tenant_id
-               AND e.started_at >= (i.period_start::timestamp AT TIME ZONE 'UTC')
-               AND e.started_at < ((i.period_start + interval '1 month') AT TIME ZONE 'UTC')
-              JOIN charge_lines c ON c.run_id = i.run_id AND c.request_id = e.request_id
+               AND e.started_at >= s.covers_from AND e.started_at < s.covers_until
+              JOIN charge_lines c ON c.run_id = s.run_id AND c.request_id = e.request_id
          WHERE i.tenant_id = $1 AND i.id = $2
          ORDER BY e.started_at, e.request_id",
         tenant,

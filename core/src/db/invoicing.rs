@@ -10,7 +10,7 @@ use sqlx::{Acquire, PgExecutor, Postgres};
 use time::{Date, OffsetDateTime};
 use uuid::Uuid;
 
-use super::billing::{self, Draft, Entry, Invoice};
+use super::billing::{self, Draft, Entry, Invoice, Runs};
 
 /// An invoice or credit note with what its entries add up to by kind (the `total_micros` is
 /// their sum).
@@ -68,9 +68,13 @@ pub async fn summaries(
 pub async fn by_id(db: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<Option<Invoice>> {
     sqlx::query_as!(
         Invoice,
-        "SELECT id, tenant_id, period_start, kind, corrects, status, run_id, total_micros,
-                issued_at, created_at
-         FROM invoices WHERE id = $1",
+        r#"SELECT id, tenant_id, period_start, kind, corrects, status, run_id, total_micros,
+                  issued_at, created_at,
+                  COALESCE(covers_from, period_start::timestamp AT TIME ZONE 'UTC') AS "covers_from!",
+                  COALESCE(covers_until, (period_start + interval '1 month') AT TIME ZONE 'UTC')
+                      AS "covers_until!",
+                  built_at
+         FROM invoices WHERE id = $1"#,
         id
     )
     .fetch_optional(db)
@@ -78,7 +82,7 @@ pub async fn by_id(db: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<Option<Inv
 }
 
 /// The draft of `tenant`'s UTC month starting `month` as [`billing::build_draft`] would build it
-/// now from `run`, with its entries; `None` when the month has an issued, uncorrected invoice.
+/// now (from the runs the stored draft keeps, else the live run), with its entries; `None` when the month has an issued, uncorrected invoice.
 /// Built inside a transaction that is rolled back: nothing is written, and the figures are the
 /// ones an admin's build or the scheduler would store (one code path, no second copy of the
 /// credit arithmetic). The id is the stored draft's when there is one, else a fresh one that
@@ -87,10 +91,9 @@ pub async fn preview_draft(
     db: impl Acquire<'_, Database = Postgres>,
     tenant: Uuid,
     month: Date,
-    run: i64,
 ) -> sqlx::Result<Option<(Invoice, Vec<Entry>)>> {
     let mut tx = db.begin().await?;
-    let Draft::Built(id) = billing::build_draft(&mut *tx, tenant, month, run).await? else {
+    let Draft::Built(id) = billing::build_draft(&mut *tx, tenant, month, Runs::Kept).await? else {
         tx.rollback().await?;
         return Ok(None);
     };
@@ -103,7 +106,8 @@ pub async fn preview_draft(
 }
 
 /// The tenants whose UTC month starting `month` has something to invoice under `run`: rated
-/// usage in it, or a draft already (whose adjustments a rebuild keeps).
+/// usage in it, usage after the previous month's early close, or a draft already (whose
+/// adjustments a rebuild keeps).
 pub async fn tenants_to_invoice(
     db: impl PgExecutor<'_>,
     run: i64,
@@ -112,6 +116,12 @@ pub async fn tenants_to_invoice(
     sqlx::query_scalar!(
         r#"SELECT DISTINCT tenant_id AS "tenant_id!" FROM rated_daily
            WHERE run_id = $1 AND day >= $2 AND day < ($2::date + interval '1 month')::date
+           UNION
+           SELECT d.tenant_id FROM period_closes p
+                JOIN rated_daily d
+                  ON d.tenant_id = p.tenant_id AND d.run_id = $1
+                 AND d.day >= (p.closes_at AT TIME ZONE 'UTC')::date AND d.day < $2
+           WHERE p.period_start = ($2::date - interval '1 month')::date
            UNION
            SELECT tenant_id FROM invoices
            WHERE period_start = $2 AND kind = 'invoice' AND status = 'draft'"#,

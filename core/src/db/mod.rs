@@ -9,6 +9,7 @@
 //! | [`audit`] | `audit_log` (append-only) |
 //! | [`billing`] | prices, rating runs, charge lines, invoices, credits (issue 16) |
 //! | [`invoicing`] | invoice lists with subtotals, the open month's draft as built now, tiers |
+//! | [`periods`] | `period_closes`, `invoice_sources`: billing periods, the runs a draft is built from |
 //! | [`keys`] | `api_keys` |
 //! | [`bodies`] | `stored_bodies` (opted-in tenants' prompts and completions) |
 //! | [`catalog`] | `base_models`, `adapters` (routes, the fleet's price keys) |
@@ -45,6 +46,7 @@ pub mod lifecycle;
 pub mod limits;
 pub mod members;
 pub mod overview;
+pub mod periods;
 pub mod replicas;
 pub mod reports;
 pub mod sessions;

@@ -1,7 +1,8 @@
 //! `admin prices`, `admin rerate`, `admin export`, `admin invoices` and `admin credit`: the
 //! operator's side of billing. Changes go through `tf_core::billing_ops` (actor `cli`), the code
 //! path of `/admin/prices` and `/admin/invoices`, which writes each action's audit row; reads are
-//! `tf_core::db::billing`'s. Amounts are integer micro-units.
+//! `tf_core::db::billing`'s. Amounts are typed in currency (`5`, `$5.00`, `0.000125`; parsed
+//! exactly by `tf_core::money::parse_money`), stored as integer micro-units, and echoed.
 
 use std::io::Write;
 
@@ -10,7 +11,8 @@ use sqlx::PgPool;
 use tf_core::accounts;
 use tf_core::billing_ops::{self as ops, NewGrant, NewPrice};
 use tf_core::db::billing as db;
-use tf_core::money::Rates;
+use tf_core::db::periods;
+use tf_core::money::{echo_money, Rates};
 use tf_core::operator::Actor;
 use time::{Date, Month, OffsetDateTime};
 
@@ -63,7 +65,7 @@ pub async fn prices(pool: &PgPool, args: PricesArgs, out: &mut impl Write) -> an
             output,
             from,
         } => {
-            let from = parse_time("from", from)?.unwrap_or_else(OffsetDateTime::now_utc);
+            let from = parse_time("from", from)?;
             let price = NewPrice {
                 price_key: key,
                 tier,
@@ -73,10 +75,18 @@ pub async fn prices(pool: &PgPool, args: PricesArgs, out: &mut impl Write) -> an
                     output_per_m: output,
                 },
             };
-            let v = ops::set_prices(pool, &Actor::CLI, from, &[price])
+            let (v, from) = ops::set_prices(pool, &Actor::CLI, from, &[price])
                 .await
                 .map_err(|e| anyhow::anyhow!("{e} (see `admin prices versions`)"))?;
-            say(out, &format!("price version {v} effective {from}"))?;
+            say(
+                out,
+                &format!(
+                    "price version {v} effective {from}: per million tokens fresh {}, cached {}, output {}",
+                    echo_money(fresh),
+                    echo_money(cached),
+                    echo_money(output)
+                ),
+            )?;
         }
         PricesAction::Versions => {
             say(out, "id\teffective_from\tcreated_by\tnote")?;
@@ -182,19 +192,49 @@ pub async fn invoices(
                 )?;
             }
         }
-        InvoicesAction::Build { tenant, month, run } => {
+        InvoicesAction::Build {
+            tenant,
+            month,
+            run,
+            live,
+        } => {
             let tenant = accounts::find_tenant(pool, &tenant).await?;
             let month = parse_month(&month)?;
-            let run = match run {
-                Some(r) => r,
-                None => db::live_run(pool).await?,
+            let runs = match (live, run.is_empty()) {
+                (false, true) => db::Runs::Kept,
+                _ => db::Runs::Chosen(&run),
             };
-            match ops::build_draft(pool, &Actor::CLI, tenant.id, month, run).await? {
-                db::Draft::Built(id) => say(out, &format!("draft {id}"))?,
+            match ops::build_draft(pool, &Actor::CLI, tenant.id, month, runs).await? {
+                db::Draft::Built(id) => {
+                    say(out, &format!("draft {id}"))?;
+                    for s in periods::sources(pool, id).await? {
+                        say(
+                            out,
+                            &format!(
+                                "  run {} for events from {} until {}",
+                                s.run, s.from, s.until
+                            ),
+                        )?;
+                    }
+                }
                 db::Draft::AlreadyIssued(id) => {
                     bail!("{month} is invoiced by issued invoice {id}: correct it first")
                 }
+                db::Draft::RunRefused(r) => bail!("run {r} cannot be used for {month}"),
             }
+        }
+        InvoicesAction::Close { tenant, month, at } => {
+            let tenant = accounts::find_tenant(pool, &tenant).await?;
+            let month = parse_month(&month)?;
+            let at = parse_time("at", at)?.unwrap_or_else(OffsetDateTime::now_utc);
+            ops::close_period(pool, &Actor::CLI, tenant.id, &tenant.name, month, at).await?;
+            say(
+                out,
+                &format!(
+                    "{} {month} closed at {at}; usage from then on is on the next month's invoice",
+                    tenant.name
+                ),
+            )?;
         }
         InvoicesAction::Issue { id } => {
             ops::issue(pool, &Actor::CLI, id).await?;
@@ -206,7 +246,7 @@ pub async fn invoices(
             amount,
         } => {
             ops::adjust(pool, &Actor::CLI, id, &description, amount).await?;
-            say(out, &format!("adjusted {id} by {amount}"))?;
+            say(out, &format!("adjusted {id} by {}", echo_money(amount)))?;
         }
         InvoicesAction::Correct { id } => {
             let note = ops::correct(pool, &Actor::CLI, id).await?;
@@ -245,6 +285,10 @@ pub async fn credit(
     let balance = db::credit_balance(pool, tenant.id).await?;
     say(
         out,
-        &format!("grant {id}; {} has {balance} micros of credit", tenant.name),
+        &format!(
+            "grant {id} of {}; {} has {balance} micros of credit",
+            echo_money(amount),
+            tenant.name
+        ),
     )
 }

@@ -14,7 +14,14 @@ use tf_core::operator::{self, Actor};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use crate::cli::{LimitsArgs, Setting};
+use crate::cli::{LimitsArgs, MoneySetting, Setting};
+
+fn money_change(s: Option<MoneySetting>) -> Change {
+    change(s.map(|m| match m {
+        MoneySetting::Set(n) => Setting::Set(n),
+        MoneySetting::Clear => Setting::Clear,
+    }))
+}
 
 fn change(s: Option<Setting>) -> Change {
     match s {
@@ -35,7 +42,7 @@ pub async fn run(pool: &PgPool, a: &LimitsArgs) -> anyhow::Result<String> {
     let rates = RateChange {
         requests_per_minute: change(a.rpm),
         tokens_per_minute: change(a.tpm),
-        spend_limit_micros: change(a.spend_limit),
+        spend_limit_micros: money_change(a.spend_limit),
     };
     let caps = CapsChange {
         max_in_flight: change(a.max_in_flight),

@@ -11,13 +11,16 @@
 //! [`RaterOptions::close_grace`] (so late events, journaled while PostgreSQL was away, are in)
 //! it builds that month's final draft. It never issues: issuing makes an invoice immutable, so it
 //! stays an admin's act (`/admin/invoices`, `tokenfactory admin invoices issue`) after the final
-//! draft has been looked at and adjusted if need be. Building is `db::billing::build_draft`, the
-//! admin's own code path, idempotent (a rebuild of unchanged usage stores the same figures; an
-//! issued month is left alone).
+//! draft has been looked at and adjusted if need be. Building is `billing_ops::build_draft`, the
+//! admin's own code path, audited (actor `scheduler`), from the runs the draft was built from (a
+//! re-rate an admin chose stays chosen), idempotent (a rebuild of unchanged usage stores the
+//! same figures; an issued month is left alone).
 
 use std::time::Duration;
 
 use sqlx::{Connection, PgConnection, PgPool};
+use tf_core::accounts::AccountError;
+use tf_core::billing_ops;
 use tf_core::db::leader as advisory;
 use tf_core::db::{billing, invoicing};
 use time::{Date, OffsetDateTime};
@@ -139,12 +142,28 @@ async fn build_month(
     run: i64,
     month: Date,
     built: &mut DraftsBuilt,
-) -> sqlx::Result<usize> {
+) -> Result<usize, AccountError> {
     let mut n = 0;
     for tenant in invoicing::tenants_to_invoice(pool, run, month).await? {
-        match billing::build_draft(pool, tenant, month, run).await? {
-            billing::Draft::Built(_) => n += 1,
-            billing::Draft::AlreadyIssued(_) => built.issued += 1,
+        // The runs the draft was built from (an admin's re-rate stays chosen), audited.
+        let draft = billing_ops::build_draft(
+            pool,
+            &billing_ops::SCHEDULER,
+            tenant,
+            month,
+            billing::Runs::Kept,
+        )
+        .await;
+        match draft {
+            Ok(billing::Draft::Built(_)) => n += 1,
+            Ok(billing::Draft::AlreadyIssued(_)) => built.issued += 1,
+            Ok(billing::Draft::RunRefused(_)) => {}
+            // A kept run that no longer fits (the month was closed early since): left for the
+            // admin, who sees the draft's sources; the other tenants are built.
+            Err(AccountError::Invalid(why)) => {
+                tracing::warn!(%tenant, %month, %why, "a draft keeps a run it cannot use");
+            }
+            Err(e) => return Err(e),
         }
     }
     Ok(n)
@@ -159,7 +178,7 @@ pub async fn drafts_tick(
     now: OffsetDateTime,
     options: &RaterOptions,
     state: &mut Drafts,
-) -> sqlx::Result<DraftsBuilt> {
+) -> Result<DraftsBuilt, AccountError> {
     let mut built = DraftsBuilt::default();
     let open = month_of(now);
     let due = state

@@ -155,16 +155,30 @@ pub async fn admin_set_price(
         return Ok(());
     };
     let now = time::OffsetDateTime::now_utc();
-    let number = |s: &str| s.trim().parse::<i64>().ok().filter(|n| *n >= 0);
+    // Currency per million tokens (`2.50`, `$0.15`), exactly into micro-units.
+    let number = |s: &str| tf_core::money::parse_money(s).ok().filter(|n| *n >= 0);
+    // Empty: now (the server's clock at the insert, after the last event); else a stated time.
+    let from = if effective_from.trim().is_empty() {
+        Some(None)
+    } else {
+        economics::parse_from(&effective_from, now).map(Some)
+    };
     let parsed = (
         number(&fresh_per_m),
         number(&cached_per_m),
         number(&output_per_m),
-        economics::parse_from(&effective_from, now),
+        from,
     );
     let (Some(fresh), Some(cached), Some(output), Some(from)) = parsed else {
         return f.back(BACK, Some(AdminFlash::PriceInvalid));
     };
+    // Only a known model or base: a typo would price nothing, silently.
+    let known = tf_core::db::invoicing::price_keys(&f.portal.deps.pool)
+        .await
+        .map_err(|e| internal("loading the price keys", e))?;
+    if !known.iter().any(|k| k == price_key.trim()) {
+        return f.back(BACK, Some(AdminFlash::PriceInvalid));
+    }
     let price = NewPrice {
         price_key: price_key.trim().to_owned(),
         tier: tier.trim().to_owned(),
@@ -176,6 +190,9 @@ pub async fn admin_set_price(
     };
     match billing_ops::set_prices(&f.portal.deps.pool, &f.actor(), from, &[price]).await {
         Ok(_) => f.back(BACK, Some(AdminFlash::PriceSaved)),
+        Err(AccountError::Invalid(why)) if why == billing_ops::FORWARD_ONLY => {
+            f.back(BACK, Some(AdminFlash::PriceBackdated))
+        }
         Err(AccountError::Invalid(_)) => f.back(BACK, Some(AdminFlash::PriceInvalid)),
         Err(e) => Err(internal("setting a price", e)),
     }
@@ -245,17 +262,20 @@ pub async fn admin_invoices() -> Result<AdminInvoicesView, PortalError> {
         .map_err(|e| internal("loading the invoices", e))
 }
 
-/// (Re)builds a tenant's draft for a month (`YYYY-MM`) from the live rating run.
+/// (Re)builds a tenant's draft for a month (`YYYY-MM`). `runs`: empty keeps the re-rates the
+/// draft was built from, `live` drops them, else re-rate run ids (comma or space separated),
+/// each over its part of the month, the live run over the rest.
 #[server(prefix = "/api", endpoint = "admin_build_invoice")]
 pub async fn admin_build_invoice(
     #[server(default)] csrf: String,
     #[server(default)] tenant: String,
     #[server(default)] month: String,
+    #[server(default)] runs: String,
 ) -> Result<(), PortalError> {
     use crate::ssr::admin::AdminFlash;
     use crate::ssr::{billing_admin, internal};
     use tf_core::accounts::{self, AccountError};
-    use tf_core::db::billing::Draft;
+    use tf_core::db::billing::{Draft, Runs};
 
     const BACK: &str = "/admin/invoices";
     let Some(f) = super::form(&csrf, BACK).await? else {
@@ -270,13 +290,68 @@ pub async fn admin_build_invoice(
         Err(AccountError::NotFound(_)) => return f.back(BACK, Some(AdminFlash::NoSuchTenant)),
         Err(e) => return Err(internal("finding a tenant", e)),
     };
-    let run = tf_core::db::billing::live_run(pool)
-        .await
-        .map_err(|e| internal("finding the live run", e))?;
-    match tf_core::billing_ops::build_draft(pool, &f.actor(), t.id, month, run).await {
+    let typed = runs.trim();
+    let chosen: Option<Vec<i64>> = if typed == "live" {
+        Some(Vec::new())
+    } else {
+        typed
+            .split([',', ' '])
+            .filter(|r| !r.is_empty())
+            .map(|r| r.parse::<i64>().ok())
+            .collect()
+    };
+    let Some(chosen) = chosen else {
+        return f.back(BACK, Some(AdminFlash::RunRefused));
+    };
+    let runs = if typed.is_empty() {
+        Runs::Kept
+    } else {
+        Runs::Chosen(&chosen)
+    };
+    match tf_core::billing_ops::build_draft(pool, &f.actor(), t.id, month, runs).await {
         Ok(Draft::Built(_)) => f.back(BACK, Some(AdminFlash::DraftBuilt)),
         Ok(Draft::AlreadyIssued(_)) => f.back(BACK, Some(AdminFlash::MonthIssued)),
+        Ok(Draft::RunRefused(_)) | Err(AccountError::Invalid(_)) => {
+            f.back(BACK, Some(AdminFlash::RunRefused))
+        }
         Err(e) => Err(internal("building a draft", e)),
+    }
+}
+
+/// Closes a tenant's month (`YYYY-MM`) early at a UTC instant: usage started from then on is on
+/// the next month's invoice.
+#[server(prefix = "/api", endpoint = "admin_close_period")]
+pub async fn admin_close_period(
+    #[server(default)] csrf: String,
+    #[server(default)] tenant: String,
+    #[server(default)] month: String,
+    #[server(default)] at: String,
+) -> Result<(), PortalError> {
+    use crate::ssr::admin::AdminFlash;
+    use crate::ssr::{billing_admin, economics, internal};
+    use tf_core::accounts::{self, AccountError};
+
+    const BACK: &str = "/admin/invoices";
+    let Some(f) = super::form(&csrf, BACK).await? else {
+        return Ok(());
+    };
+    let pool = &f.portal.deps.pool;
+    let now = time::OffsetDateTime::now_utc();
+    let (Some(month), Some(at)) = (
+        billing_admin::parse_month(&month),
+        economics::parse_from(&at, now),
+    ) else {
+        return f.back(BACK, Some(AdminFlash::CloseInvalid));
+    };
+    let t = match accounts::find_tenant(pool, tenant.trim()).await {
+        Ok(t) => t,
+        Err(AccountError::NotFound(_)) => return f.back(BACK, Some(AdminFlash::NoSuchTenant)),
+        Err(e) => return Err(internal("finding a tenant", e)),
+    };
+    match tf_core::billing_ops::close_period(pool, &f.actor(), t.id, &t.name, month, at).await {
+        Ok(()) => f.back(BACK, Some(AdminFlash::PeriodClosed)),
+        Err(AccountError::Invalid(_)) => f.back(BACK, Some(AdminFlash::CloseInvalid)),
+        Err(e) => Err(internal("closing a period", e)),
     }
 }
 
@@ -300,7 +375,10 @@ pub async fn admin_issue_invoice(
     match tf_core::billing_ops::issue(&f.portal.deps.pool, &f.actor(), id).await {
         Ok(_) => f.back(BACK, Some(AdminFlash::InvoiceIssued)),
         Err(AccountError::NotFound(_)) => f.back(BACK, Some(AdminFlash::NoSuchInvoice)),
-        Err(AccountError::Invalid(_)) => f.back(BACK, Some(AdminFlash::InvoiceNotDraft)),
+        Err(AccountError::Invalid(why)) if why.contains("not a draft") => {
+            f.back(BACK, Some(AdminFlash::InvoiceNotDraft))
+        }
+        Err(AccountError::Invalid(_)) => f.back(BACK, Some(AdminFlash::PeriodOpen)),
         Err(e) => Err(internal("issuing an invoice", e)),
     }
 }
@@ -323,7 +401,9 @@ pub async fn admin_adjust_invoice(
     };
     let parsed = (
         uuid::Uuid::parse_str(id.trim()).ok(),
-        amount.trim().parse::<i64>().ok().filter(|a| *a != 0),
+        tf_core::money::parse_money(&amount)
+            .ok()
+            .filter(|a| *a != 0),
     );
     let (Some(id), Some(amount)) = parsed else {
         return f.back(BACK, Some(AdminFlash::InvoiceInvalid));
@@ -368,7 +448,7 @@ pub async fn admin_grant_credit(
         economics::parse_from(&expires, now).map(Some)
     };
     let parsed = (
-        amount.trim().parse::<i64>().ok().filter(|a| *a > 0),
+        tf_core::money::parse_money(&amount).ok().filter(|a| *a > 0),
         priority,
         expires,
     );

@@ -86,6 +86,11 @@ fn field(v: Option<i64>) -> String {
     v.map(|n| n.to_string()).unwrap_or_default()
 }
 
+/// A money limit as the form shows it and reads it back: dollars (`$5.00`), never micro-units.
+fn money_field(v: Option<i64>) -> String {
+    v.map(crate::money::format_micros).unwrap_or_default()
+}
+
 /// The first day of this month (UTC).
 #[cfg(feature = "ssr")]
 fn month_start() -> time::Date {
@@ -196,7 +201,7 @@ pub async fn admin_tenant(
         limits: LimitFields {
             rpm: field(r.requests_per_minute),
             tpm: field(r.tokens_per_minute),
-            spend_limit: field(r.spend_limit_micros),
+            spend_limit: money_field(r.spend_limit_micros),
             max_in_flight: field(c.max_in_flight),
             max_long_prompts: field(c.max_long_prompts),
             long_prompt_tokens: field(c.long_prompt_tokens),
@@ -210,7 +215,7 @@ pub async fn admin_tenant(
                 limits: LimitFields {
                     rpm: field(k.requests_per_minute),
                     tpm: field(k.tokens_per_minute),
-                    spend_limit: field(k.spend_limit_micros),
+                    spend_limit: money_field(k.spend_limit_micros),
                     ..LimitFields::default()
                 },
             })
@@ -361,7 +366,7 @@ pub async fn admin_tenant_limits(
     use crate::ssr::admin::AdminFlash;
     use crate::ssr::internal;
     use tf_core::db::limits::{CapsChange, RateChange};
-    use tf_core::operator::{self, parse_limit};
+    use tf_core::operator::{self, parse_limit, parse_money_limit};
 
     let back = back_to("detail", &tenant);
     let Some(f) = super::form(&csrf, &back).await? else {
@@ -377,7 +382,7 @@ pub async fn admin_tenant_limits(
     let parsed = (
         parse_limit(&rpm),
         parse_limit(&tpm),
-        parse_limit(&spend_limit),
+        parse_money_limit(&spend_limit),
         parse_limit(&max_in_flight),
         parse_limit(&max_long_prompts),
         parse_limit(&long_prompt_tokens),
@@ -419,7 +424,7 @@ pub async fn admin_key_limits(
     use crate::ssr::internal;
     use tf_core::accounts::AccountError;
     use tf_core::db::limits::RateChange;
-    use tf_core::operator::{self, parse_limit};
+    use tf_core::operator::{self, parse_limit, parse_money_limit};
 
     let back = back_to("detail", &tenant);
     let Some(f) = super::form(&csrf, &back).await? else {
@@ -435,7 +440,7 @@ pub async fn admin_key_limits(
     let (Some(rpm), Some(tpm), Some(spend)) = (
         parse_limit(&rpm),
         parse_limit(&tpm),
-        parse_limit(&spend_limit),
+        parse_money_limit(&spend_limit),
     ) else {
         return f.back(&back, Some(AdminFlash::LimitsInvalid));
     };

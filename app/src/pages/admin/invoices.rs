@@ -1,6 +1,7 @@
 //! `/admin/invoices`: every tenant's invoices with their subtotals, an Issue button on each draft
 //! (draft -> issued, immutable after, with a confirmation) and an adjustment form; a form to build
-//! a tenant's draft for a month now; and the credit grant form with each tenant's balance. Plain
+//! a tenant's draft for a month now (from chosen re-rate runs), one to close a month early; and
+//! the credit grant form with each tenant's balance. Plain
 //! POSTs with the CSRF token through `tf_core::billing_ops`; works with JavaScript off.
 
 use leptos::prelude::*;
@@ -8,8 +9,8 @@ use leptos_meta::Title;
 
 use super::failed;
 use crate::api::admin::billing::{
-    admin_invoice, admin_invoices, AdminAdjustInvoice, AdminBuildInvoice, AdminGrantCredit,
-    AdminInvoiceItem, AdminInvoicesView, AdminIssueInvoice, TenantCredit,
+    admin_invoice, admin_invoices, AdminAdjustInvoice, AdminBuildInvoice, AdminClosePeriod,
+    AdminGrantCredit, AdminInvoiceItem, AdminInvoicesView, AdminIssueInvoice, TenantCredit,
 };
 use crate::model::{Access, PageState};
 use crate::money::format_micros;
@@ -107,8 +108,8 @@ fn draft_actions(id: String, csrf: String) -> AnyView {
                 <CsrfField token=csrf/>
                 <input type="hidden" name="id" value=id/>
                 <label>"Description"<input type="text" name="description" maxlength="200" required/></label>
-                <label>"Amount (micros, negative refunds)"
-                    <input type="text" inputmode="numeric" name="amount" size="12"/></label>
+                <label>"Amount ($, negative refunds)"
+                    <input type="text" inputmode="decimal" name="amount" size="12"/></label>
                 <button type="submit" class="secondary">"Add adjustment"</button>
             </ActionForm>
         </details>
@@ -154,6 +155,7 @@ fn tenant_options(tenants: &[TenantCredit]) -> AnyView {
 
 fn body(v: AdminInvoicesView, csrf: String) -> AnyView {
     let build = ServerAction::<AdminBuildInvoice>::new();
+    let close = ServerAction::<AdminClosePeriod>::new();
     let grant = ServerAction::<AdminGrantCredit>::new();
     let empty = v.invoices.is_empty();
     let rows = v
@@ -173,7 +175,9 @@ fn body(v: AdminInvoicesView, csrf: String) -> AnyView {
         })
         .collect_view();
     let (tenants_a, tenants_b) = (tenant_options(&v.tenants), tenant_options(&v.tenants));
-    let csrf2 = csrf.clone();
+    let tenants_c = tenant_options(&v.tenants);
+    let (csrf2, csrf3) = (csrf.clone(), csrf.clone());
+    let (month_a, month_b) = (v.open_month.clone(), v.open_month.clone());
     view! {
         <section class="panel">
             <h2>"All invoices"</h2>
@@ -208,16 +212,34 @@ fn body(v: AdminInvoicesView, csrf: String) -> AnyView {
                 <CsrfField token=csrf2/>
                 <label>"Tenant"<select name="tenant">{tenants_a}</select></label>
                 <label>"Month (YYYY-MM, UTC)"
-                    <input type="text" name="month" value=v.open_month.clone() size="8"/></label>
+                    <input type="text" name="month" value=month_a size="8"/></label>
+                <label>"Re-rate runs (empty: as before; live: none)"
+                    <input type="text" name="runs" size="10"/></label>
                 <button type="submit" class="secondary">"Build draft"</button>
             </ActionForm>
+            <p class="muted">"A re-rate run counts for its part of the month, the live rating \
+                for the rest; the draft keeps the runs it was built from when it is rebuilt. A \
+                month is issued after its period ends and its final draft is built."</p>
+        </section>
+        <section class="panel">
+            <h2>"Close a month early"</h2>
+            <ActionForm action=close attr:class="inline close-form">
+                <CsrfField token=csrf3/>
+                <label>"Tenant"<select name="tenant">{tenants_c}</select></label>
+                <label>"Month (YYYY-MM, UTC)"
+                    <input type="text" name="month" value=month_b size="8"/></label>
+                <label>"At (UTC, empty: now)"<input type="datetime-local" name="at" step="1"/></label>
+                <button type="submit" class="secondary">"Close month"</button>
+            </ActionForm>
+            <p class="muted">"The month's invoice covers usage started before that instant; \
+                usage from then on is on the next month's invoice."</p>
         </section>
         <section class="panel">
             <h2>"Grant prepaid credit"</h2>
             <ActionForm action=grant attr:class="limits credit-form">
                 <CsrfField token=csrf/>
                 <label>"Tenant"<select name="tenant">{tenants_b}</select></label>
-                <label>"Amount (micros)"<input type="text" inputmode="numeric" name="amount" size="12"/></label>
+                <label>"Amount ($, e.g. 50 or 0.25)"<input type="text" inputmode="decimal" name="amount" size="12"/></label>
                 <label>"Priority (lower burns first)"
                     <input type="text" inputmode="numeric" name="priority" value="0" size="4"/></label>
                 <label>"Expires (UTC, empty: never)"<input type="datetime-local" name="expires"/></label>
@@ -225,7 +247,8 @@ fn body(v: AdminInvoicesView, csrf: String) -> AnyView {
                 <button type="submit">"Grant credit"</button>
             </ActionForm>
             <p class="muted">"Credit burns down before charges are invoiced and raises the \
-                tenant's monthly spend limit by what is left. 1,000,000 micros = $1."</p>
+                tenant's monthly spend limit by what is left. Amounts are dollars, stored \
+                exactly as micro-units; a grant stops counting at its expiry instant."</p>
             <ul class="balances">{balances}</ul>
         </section>
     }

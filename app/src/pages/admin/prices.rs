@@ -113,31 +113,31 @@ fn price_form(keys: Vec<String>, tiers: &[String], csrf: String) -> AnyView {
     let options = tier_options(tiers, "standard");
     let keys = keys
         .into_iter()
-        .map(|k| view! { <option value=k/> })
+        .map(|k| view! { <option value=k.clone()>{k.clone()}</option> })
         .collect_view();
     view! {
         <section class="panel">
             <h2>"Set a price"</h2>
             <ActionForm action=save attr:class="limits price-form">
                 <CsrfField token=csrf/>
-                <label>"Model or base"
-                    <input type="text" name="price_key" list="price-keys" required/></label>
-                <datalist id="price-keys">{keys}</datalist>
+                <label>"Model or base"<select name="price_key" required>{keys}</select></label>
                 <label>"Tier"<select name="tier">{options}</select></label>
-                <label>"Fresh input per million (micros)"
-                    <input type="text" inputmode="numeric" name="fresh_per_m" size="12"/></label>
-                <label>"Cached input per million (micros)"
-                    <input type="text" inputmode="numeric" name="cached_per_m" size="12"/></label>
-                <label>"Output per million (micros)"
-                    <input type="text" inputmode="numeric" name="output_per_m" size="12"/></label>
-                <label>"Effective from (UTC, empty: now)"
+                <label>"Fresh input per million ($, e.g. 2.50)"
+                    <input type="text" inputmode="decimal" name="fresh_per_m" size="12"/></label>
+                <label>"Cached input per million ($)"
+                    <input type="text" inputmode="decimal" name="cached_per_m" size="12"/></label>
+                <label>"Output per million ($)"
+                    <input type="text" inputmode="decimal" name="output_per_m" size="12"/></label>
+                <label>"Effective from (UTC, empty: now; never in the past)"
                     <input type="datetime-local" name="effective_from"/></label>
                 <button type="submit">"Add price version"</button>
             </ActionForm>
             <p class="muted">"A change is a new version holding every price of the latest one \
                 with this one changed; it applies to requests started from its time on. Versions \
-                only go forward; lines already rated keep their price until re-rated \
-                (tokenfactory admin rerate). 1,000,000 micros = $1."</p>
+                start now or later, never before an event already recorded. Correcting the past \
+                is what re-rating is for: re-rate the tenant and period under a version \
+                (tokenfactory admin rerate) and build its invoice from that run \
+                (/admin/invoices). Amounts are dollars, stored exactly as micro-units."</p>
         </section>
     }
     .into_any()

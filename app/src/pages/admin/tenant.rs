@@ -145,7 +145,7 @@ fn tenant_limits_form(tenant: &str, l: &LimitFields, csrf: String) -> AnyView {
             <input type="hidden" name="tenant" value=tenant/>
             {number("rpm", "Requests per minute", l.rpm.clone())}
             {number("tpm", "Tokens per minute", l.tpm.clone())}
-            {number("spend_limit", "Spend per month (micros)", l.spend_limit.clone())}
+            {number("spend_limit", "Spend per month ($, e.g. 5 or 0.50)", l.spend_limit.clone())}
             {number("max_in_flight", "Max in flight", l.max_in_flight.clone())}
             {number("max_long_prompts", "Max long prompts", l.max_long_prompts.clone())}
             {number("long_prompt_tokens", "Long prompt from (tokens)", l.long_prompt_tokens.clone())}
