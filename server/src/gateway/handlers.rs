@@ -111,6 +111,7 @@ async fn handle(
         return Err(GatewayError::ModelStarting(route.served_name.clone()));
     }
     let (stream, wants, raw) = (req.stream, req.wants, body.clone());
+    let default_cap = gw.quota.default_max_tokens();
 
     let started = Instant::now();
     let event = UsageEvent {
@@ -138,7 +139,8 @@ async fn handle(
         key: principal.key_id,
         graph: &route.graph,
         price_key: &route.price_key,
-        max_tokens: req.max_tokens(),
+        // The same integer the engine reads: the request's own, else the cap sent upstream.
+        max_tokens: Some(req.max_tokens(endpoint).unwrap_or(default_cap)),
         sequences: req.sequences(),
     };
     let estimate = || req.admission_prompt_tokens(endpoint, &route.policy);
@@ -180,7 +182,8 @@ async fn handle(
     } else {
         (route, ctx)
     };
-    let upstream_body = req.upstream_body(stream, &route, principal.tenant_id)?;
+    let upstream_body =
+        req.upstream_body(endpoint, stream, &route, principal.tenant_id, default_cap)?;
 
     let x = Exchange {
         upstream: route.upstream.clone(),
