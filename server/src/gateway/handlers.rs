@@ -174,8 +174,8 @@ async fn handle(
     let cold = route.asleep;
     let (route, ctx) = if cold {
         let (route, mut ctx) = hold(&gw, principal.tenant_id, &req.model, route, ctx).await?;
-        // The cold time to first token: a stream's first content chunk (the meter calls this);
-        // a whole answer's end (below).
+        // The cold time to first token: the first content chunk (the meter calls this; every
+        // request streams upstream, a whole answer is assembled from the stream).
         let metrics = gw.fleet_metrics.clone();
         ctx.first_token = Some(Box::new(move |ttft| metrics.cold_ttft(ttft)));
         (route, ctx)
@@ -183,7 +183,7 @@ async fn handle(
         (route, ctx)
     };
     let upstream_body =
-        req.upstream_body(endpoint, stream, &route, principal.tenant_id, default_cap)?;
+        req.upstream_body(endpoint, true, &route, principal.tenant_id, default_cap)?;
 
     let x = Exchange {
         upstream: route.upstream.clone(),
@@ -194,9 +194,6 @@ async fn handle(
         max_body_bytes: gw.max_body_bytes.max(64 << 20),
     };
     let reply = exchange::run(x, ctx).await;
-    if cold && matches!(reply, Reply::Whole(_)) {
-        gw.fleet_metrics.cold_ttft(started.elapsed());
-    }
     let mut response = match reply {
         Reply::Failed(e) => {
             if let Some(c) = capture {

@@ -299,8 +299,8 @@ impl ClientRequest<'_> {
         }
     }
 
-    /// The upstream body for `route`, as `tenant` sends it: `model` rewritten, usage reporting
-    /// forced on streams, `cache_salt` set per the model's policy, `max_tokens` set to
+    /// The upstream body for `route`, as `tenant` sends it: `model` rewritten, a stream with usage
+    /// forced when `stream` (the gateway always passes true), `cache_salt` set per the model's policy, `max_tokens` set to
     /// `default_cap` when the request set no limit the engine reads (so the engine stops where
     /// admission's reservation assumed); every other field's bytes exactly as the client sent them.
     pub fn upstream_body(
@@ -324,6 +324,8 @@ impl ClientRequest<'_> {
             replaced.insert("max_tokens", to_raw_value(&default_cap).map_err(reencode)?);
         }
         if stream {
+            // The client may have asked for one JSON answer: the engine streams regardless.
+            replaced.insert("stream", to_raw_value(&true).map_err(reencode)?);
             let mut options = match field::<Value>(&self.body, "stream_options") {
                 Some(Ok(Value::Object(o))) => o,
                 _ => Map::new(),
