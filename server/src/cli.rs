@@ -191,8 +191,9 @@ pub struct QuotaArgs {
     /// How often the cluster's leader resets spend counters from billed usage, in milliseconds.
     #[arg(long, env = "TF_QUOTA_RECONCILE_MS", default_value_t = QuotaOptions::DEFAULT.quota_reconcile_ms)]
     pub quota_reconcile_ms: u64,
-    /// Completion tokens assumed for a request that sets no `max_tokens` (token and spend
-    /// estimates at admission; corrected at completion).
+    /// The completion cap of a request that sets no limit the engine reads: sent upstream as
+    /// `max_tokens`, and what admission reserves for (token and spend estimates; corrected at
+    /// completion), so the reservation and the engine agree.
     #[arg(long, env = "TF_QUOTA_DEFAULT_MAX_TOKENS", default_value_t = QuotaOptions::DEFAULT.quota_default_max_tokens)]
     pub quota_default_max_tokens: u64,
     /// Prompt tokens from which a request counts as long, where a tenant's limits do not say.

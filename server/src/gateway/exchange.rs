@@ -17,6 +17,7 @@ use super::upstream::Upstream;
 use super::upstream_conn::{UpstreamBody, UpstreamFailure, UpstreamResponse};
 use super::upstream_error;
 use crate::endpoint::Endpoint;
+use crate::metering::assemble::{self, Failure, Shape};
 use crate::metering::context::{settle, MeterContext, Pending};
 use crate::metering::meter::{ClientWants, StreamMeter};
 use crate::metering::stream::{EngineBody, MeteredStream, Silence};
@@ -31,6 +32,9 @@ pub struct Exchange {
     pub upstream: Arc<Upstream>,
     pub endpoint: Endpoint,
     pub body: Bytes,
+    /// The client asked for a stream. The engine is always asked for one (with usage), and a
+    /// non-streamed answer is assembled from it (`metering::assemble`), so a client that hangs
+    /// up is billed what the engine produced, as a stream's is.
     pub stream: bool,
     pub wants: ClientWants,
     /// Largest whole (non-streamed) answer relayed; the handler passes `--max-body-bytes` or
@@ -109,36 +113,61 @@ pub async fn run(x: Exchange, ctx: MeterContext) -> Reply {
         }
         return Reply::Failed(upstream_error::reshape(status, &body).with_retry_after(retry_after));
     }
-    // A streamed request answered with JSON (an engine's error, or an answer that ignored
-    // `stream`) is read whole; anything else is taken as the stream.
+    // Every request streams upstream. An answer in JSON (an engine's error, or an answer that
+    // ignored `stream`) is read whole; anything else is taken as the stream.
     let json = upstream
         .headers
         .get(http::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.to_ascii_lowercase().contains("json"));
-    if x.stream && !json {
+    if !json {
         // From here the stream's body owns the accounting (its `Drop` records a hang-up).
-        match pending.take() {
-            Some(ctx) => {
-                let meter = StreamMeter::new(x.wants).with_served_model(&ctx.event.served_name);
-                let silence = Silence {
-                    first: chunk_timeout.max(x.upstream.first_byte_timeout),
-                    between: chunk_timeout,
-                };
-                Reply::Stream(Box::new(MeteredStream::new(
-                    upstream.body,
-                    meter,
-                    ctx,
-                    silence,
-                )))
+        let Some(ctx) = pending.take() else {
+            return Reply::Failed(GatewayError::UpstreamUnavailable);
+        };
+        // A whole answer needs the stream's usage; the running one is not part of it.
+        let wants = if x.stream {
+            x.wants
+        } else {
+            ClientWants {
+                usage: true,
+                continuous: false,
             }
-            None => Reply::Failed(GatewayError::UpstreamUnavailable),
+        };
+        let meter = StreamMeter::new(wants).with_served_model(&ctx.event.served_name);
+        let silence = Silence {
+            first: chunk_timeout.max(x.upstream.first_byte_timeout),
+            between: chunk_timeout,
+        };
+        let stream = MeteredStream::new(upstream.body, meter, ctx, silence);
+        if x.stream {
+            return Reply::Stream(Box::new(stream));
+        }
+        let shape = match x.endpoint {
+            Endpoint::Chat => Shape::Chat,
+            Endpoint::Completions => Shape::Text,
+        };
+        // INVARIANT: a client that hangs up meanwhile drops this future and the stream with it,
+        // which cancels the engine and bills what it produced (test:
+        // hang_up::an_abandoned_whole_answer_bills_the_engine_ledger).
+        match assemble::collect(stream, shape).await {
+            Ok(body) => Reply::Whole(WholeResponse {
+                status: http::StatusCode::OK,
+                content_type: Some(http::HeaderValue::from_static("application/json")),
+                body,
+            }),
+            Err(Failure::Error(code)) => Reply::Failed(match code.as_deref() {
+                Some("upstream_timeout") => GatewayError::UpstreamTimeout,
+                Some("server_shutdown") => GatewayError::ShuttingDown,
+                _ => GatewayError::UpstreamUnavailable,
+            }),
+            Err(Failure::Broken) => Reply::Failed(GatewayError::UpstreamUnavailable),
         }
     } else {
         let limits = WholeLimits {
             max_bytes: x.max_body_bytes,
             read_timeout: chunk_timeout,
-            stream_requested: x.stream,
+            stream_requested: true,
         };
         let status = upstream.status;
         let content_type = upstream.headers.get(http::header::CONTENT_TYPE).cloned();

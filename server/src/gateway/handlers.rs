@@ -144,6 +144,7 @@ async fn handle(
         return Err(GatewayError::ModelStarting(route.served_name.clone()));
     }
     let (stream, wants, raw) = (req.stream, req.wants, body.clone());
+    let default_cap = gw.quota.default_max_tokens();
 
     let started = Instant::now();
     let event = UsageEvent {
@@ -171,7 +172,8 @@ async fn handle(
         key: principal.key_id,
         graph: &route.graph,
         price_key: &route.price_key,
-        max_tokens: req.max_tokens(),
+        // The same integer the engine reads: the request's own, else the cap sent upstream.
+        max_tokens: Some(req.max_tokens(endpoint).unwrap_or(default_cap)),
         sequences: req.sequences(),
     };
     let estimate = || req.admission_prompt_tokens(endpoint, &route.policy);
@@ -205,15 +207,16 @@ async fn handle(
     let cold = route.asleep;
     let (route, ctx) = if cold {
         let (route, mut ctx) = hold(&gw, principal.tenant_id, &req.model, route, ctx).await?;
-        // The cold time to first token: a stream's first content chunk (the meter calls this);
-        // a whole answer's end (below).
+        // The cold time to first token: the first content chunk (the meter calls this; every
+        // request streams upstream, a whole answer is assembled from the stream).
         let metrics = gw.fleet_metrics.clone();
         ctx.first_token = Some(Box::new(move |ttft| metrics.cold_ttft(ttft)));
         (route, ctx)
     } else {
         (route, ctx)
     };
-    let upstream_body = req.upstream_body(stream, &route, principal.tenant_id)?;
+    let upstream_body =
+        req.upstream_body(endpoint, true, &route, principal.tenant_id, default_cap)?;
 
     let x = Exchange {
         upstream: route.upstream.clone(),
@@ -224,9 +227,6 @@ async fn handle(
         max_body_bytes: gw.max_body_bytes.max(64 << 20),
     };
     let reply = exchange::run(x, ctx).await;
-    if cold && matches!(reply, Reply::Whole(_)) {
-        gw.fleet_metrics.cold_ttft(started.elapsed());
-    }
     let mut response = match reply {
         Reply::Failed(e) => {
             if let Some(c) = capture {

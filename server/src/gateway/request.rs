@@ -20,6 +20,11 @@ use crate::metering::meter::ClientWants;
 /// system preamble of about 25).
 const TEMPLATE_TOKENS: u64 = 64;
 
+/// The most sequences a request may ask for (`n`, `best_of`), as OpenAI bounds `n`.
+const MAX_SEQUENCES: u64 = 128;
+/// The largest completion limit accepted (engines read it as a 32-bit integer).
+const MAX_COMPLETION_LIMIT: u64 = i32::MAX as u64;
+
 /// A parsed client request: the top-level fields with their values left as the client wrote
 /// them (a prompt of 100k tokens is scanned once, never built into a tree and written again).
 #[derive(Debug)]
@@ -28,6 +33,81 @@ pub struct ClientRequest<'a> {
     pub model: String,
     pub stream: bool,
     pub wants: ClientWants,
+    /// The generation bounds, as the integers the engine will read.
+    pub bounds: Bounds,
+}
+
+/// The fields that bound what the engine generates, read once as the engine reads them: JSON
+/// integers only. A float (`100000.0`, `1e5`) or a string (`"100000"`) is refused, never read as
+/// "unset": an engine that accepts it would generate up to it while admission reserved for the
+/// default (issue 31).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Bounds {
+    pub max_tokens: Option<u64>,
+    pub max_completion_tokens: Option<u64>,
+    pub n: Option<u64>,
+    pub best_of: Option<u64>,
+}
+
+impl Bounds {
+    fn read(body: &BTreeMap<String, &RawValue>) -> Result<Self, GatewayError> {
+        Ok(Self {
+            max_tokens: integer(body, "max_tokens", 1, MAX_COMPLETION_LIMIT)?,
+            max_completion_tokens: integer(body, "max_completion_tokens", 1, MAX_COMPLETION_LIMIT)?,
+            n: integer(body, "n", 1, MAX_SEQUENCES)?,
+            best_of: integer(body, "best_of", 1, MAX_SEQUENCES)?,
+        })
+    }
+}
+
+/// An optional integer field in `min..=max`, worded as OpenAI words its refusals; `null` is unset.
+fn integer(
+    body: &BTreeMap<String, &RawValue>,
+    name: &'static str,
+    min: u64,
+    max: u64,
+) -> Result<Option<u64>, GatewayError> {
+    let value = match field::<Value>(body, name) {
+        None | Some(Ok(Value::Null)) => return Ok(None),
+        Some(Ok(v)) => v,
+        Some(Err(_)) => {
+            return Err(GatewayError::bad_request(
+                format!("Invalid type for '{name}': expected an integer."),
+                Some(name),
+            ))
+        }
+    };
+    let got = match &value {
+        Value::Number(n) if n.is_u64() || n.is_i64() => None,
+        Value::Number(_) => Some("a decimal number"),
+        Value::String(_) => Some("a string"),
+        Value::Bool(_) => Some("a boolean"),
+        Value::Array(_) => Some("an array"),
+        Value::Object(_) => Some("an object"),
+        Value::Null => None,
+    };
+    if let Some(got) = got {
+        return Err(GatewayError::bad_request(
+            format!("Invalid type for '{name}': expected an integer, but got {got} instead."),
+            Some(name),
+        ));
+    }
+    match (value.as_u64(), value.as_i64()) {
+        (Some(v), _) if (min..=max).contains(&v) => Ok(Some(v)),
+        (Some(v), _) if v > max => Err(GatewayError::bad_request(
+            format!(
+                "Invalid '{name}': integer above maximum value. Expected a value <= {max}, but got {v} instead."
+            ),
+            Some(name),
+        )),
+        (_, v) => Err(GatewayError::bad_request(
+            format!(
+                "Invalid '{name}': integer below minimum value. Expected a value >= {min}, but got {} instead.",
+                v.map_or_else(|| value.to_string(), |v| v.to_string())
+            ),
+            Some(name),
+        )),
+    }
 }
 
 fn field<'de, T: serde::Deserialize<'de>>(
@@ -122,32 +202,36 @@ pub fn parse(bytes: &[u8]) -> Result<ClientRequest<'_>, GatewayError> {
         }
     };
     let wants = stream_options(&body, stream)?;
+    let bounds = Bounds::read(&body)?;
     Ok(ClientRequest {
         body,
         model,
         stream,
         wants,
+        bounds,
     })
 }
 
 impl ClientRequest<'_> {
-    /// `max_completion_tokens` or `max_tokens`, if the request set one.
-    pub fn max_tokens(&self) -> Option<u64> {
-        ["max_completion_tokens", "max_tokens"]
-            .into_iter()
-            .find_map(|name| field::<Value>(&self.body, name).and_then(Result::ok))
-            .and_then(|v| v.as_u64())
+    /// The completion limit the engine applies, if the request set one: chat reads
+    /// `max_completion_tokens`, then `max_tokens`; completions reads `max_tokens` only (as vLLM
+    /// and the simulator do). Without one, [`Self::upstream_body`] sends the default explicitly.
+    pub fn max_tokens(&self, endpoint: Endpoint) -> Option<u64> {
+        match endpoint {
+            Endpoint::Chat => self.bounds.max_completion_tokens.or(self.bounds.max_tokens),
+            Endpoint::Completions => self.bounds.max_tokens,
+        }
     }
 
     /// How many sequences the engine generates: `n` choices, or `best_of` candidates when
     /// larger (each is produced, and costs GPU time, even if not returned).
     pub fn sequences(&self) -> u64 {
-        ["n", "best_of"]
+        self.bounds
+            .n
             .into_iter()
-            .filter_map(|name| field::<u64>(&self.body, name).and_then(Result::ok))
+            .chain(self.bounds.best_of)
             .max()
             .unwrap_or(1)
-            .max(1)
     }
 
     /// The prompt's tokens for admission: counted by the base's tokenizer when it has one,
@@ -215,14 +299,17 @@ impl ClientRequest<'_> {
         }
     }
 
-    /// The upstream body for `route`, as `tenant` sends it: `model` rewritten, usage reporting
-    /// forced on streams, `cache_salt` set per the model's policy; every other field's bytes
-    /// exactly as the client sent them.
+    /// The upstream body for `route`, as `tenant` sends it: `model` rewritten, a stream with usage
+    /// forced when `stream` (the gateway always passes true), `cache_salt` set per the model's policy, `max_tokens` set to
+    /// `default_cap` when the request set no limit the engine reads (so the engine stops where
+    /// admission's reservation assumed); every other field's bytes exactly as the client sent them.
     pub fn upstream_body(
         &self,
+        endpoint: Endpoint,
         stream: bool,
         route: &Route,
         tenant: Uuid,
+        default_cap: u64,
     ) -> Result<Vec<u8>, GatewayError> {
         let reencode =
             |_| GatewayError::bad_request("The request body could not be re-encoded.", None);
@@ -231,7 +318,14 @@ impl ClientRequest<'_> {
             "model",
             to_raw_value(&route.upstream_model).map_err(reencode)?,
         );
+        if self.max_tokens(endpoint).is_none() {
+            // INVARIANT: the engine's limit is the one admission reserved for (test:
+            // quota_bounds::omitted_max_tokens_is_capped_upstream).
+            replaced.insert("max_tokens", to_raw_value(&default_cap).map_err(reencode)?);
+        }
         if stream {
+            // The client may have asked for one JSON answer: the engine streams regardless.
+            replaced.insert("stream", to_raw_value(&true).map_err(reencode)?);
             let mut options = match field::<Value>(&self.body, "stream_options") {
                 Some(Ok(Value::Object(o))) => o,
                 _ => Map::new(),
@@ -325,6 +419,57 @@ mod tests {
         }
     }
 
+    /// Issue 31: a limit the engine would read as a number but admission could not (a float, a
+    /// string, `1e5`) is refused naming the field; `null` is unset; integers are range-checked.
+    #[test]
+    fn generation_bounds_are_integers_or_refused() {
+        for (body, param, says) in [
+            (r#""max_tokens":100000.0"#, "max_tokens", "decimal number"),
+            (r#""max_tokens":1e5"#, "max_tokens", "decimal number"),
+            (r#""max_tokens":"100000""#, "max_tokens", "string"),
+            (
+                r#""max_completion_tokens":2.5"#,
+                "max_completion_tokens",
+                "decimal",
+            ),
+            (r#""max_tokens":0"#, "max_tokens", ">= 1"),
+            (r#""max_tokens":-3"#, "max_tokens", "got -3"),
+            (r#""max_tokens":3000000000"#, "max_tokens", "<= 2147483647"),
+            (r#""n":"10""#, "n", "string"),
+            (r#""n":0"#, "n", ">= 1"),
+            (r#""n":129"#, "n", "<= 128"),
+            (r#""best_of":true"#, "best_of", "boolean"),
+            (r#""best_of":[2]"#, "best_of", "array"),
+        ] {
+            let raw = format!(r#"{{"model":"m",{body}}}"#);
+            match parse(raw.as_bytes()) {
+                Err(GatewayError::BadRequest { param: p, message }) => {
+                    assert_eq!(p, Some(param), "{raw}");
+                    assert!(message.contains(says), "{raw}: {message}");
+                }
+                other => panic!("{raw}: {other:?}"),
+            }
+        }
+        let r = parse(br#"{"model":"m","max_tokens":null,"n":null,"best_of":3}"#).unwrap();
+        assert_eq!(r.max_tokens(Endpoint::Chat), None);
+        assert_eq!(r.sequences(), 3);
+        // Completions reads `max_tokens` only, as the engine does.
+        let r = parse(br#"{"model":"m","max_completion_tokens":7}"#).unwrap();
+        assert_eq!(r.max_tokens(Endpoint::Chat), Some(7));
+        assert_eq!(r.max_tokens(Endpoint::Completions), None);
+        let out = r
+            .upstream_body(
+                Endpoint::Completions,
+                false,
+                &route(SaltPolicy::Shared),
+                Uuid::nil(),
+                40,
+            )
+            .unwrap();
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["max_tokens"], 40);
+    }
+
     #[test]
     fn reads_stream_options() {
         let r = parse(br#"{"model":"m","stream":true,"stream_options":{"include_usage":true}}"#)
@@ -366,10 +511,16 @@ mod tests {
     fn upstream_body_changes_only_what_it_must() {
         let body = br#"{"model":"m","temperature":0.70,"messages":[{"role":"user","content":"h\u00e9 \"x\""}],"stream":true,"stream_options":{"include_usage":false,"x":1},"cache_salt":"mine","max_tokens":12}"#;
         let r = parse(body).unwrap();
-        assert_eq!(r.max_tokens(), Some(12));
+        assert_eq!(r.max_tokens(Endpoint::Chat), Some(12));
         let tenant = Uuid::nil();
         let out = r
-            .upstream_body(true, &route(SaltPolicy::PerTenant), tenant)
+            .upstream_body(
+                Endpoint::Chat,
+                true,
+                &route(SaltPolicy::PerTenant),
+                tenant,
+                99,
+            )
             .unwrap();
         let text = String::from_utf8(out).unwrap();
         // Untouched fields keep the client's exact bytes (number format, escapes).
@@ -384,9 +535,15 @@ mod tests {
         assert_eq!(v["max_tokens"], 12);
         // A shared-cache model leaves the client's salt alone; a non-stream adds no options.
         let r = parse(br#"{"model":"m","max_completion_tokens":5,"max_tokens":9}"#).unwrap();
-        assert_eq!(r.max_tokens(), Some(5));
+        assert_eq!(r.max_tokens(Endpoint::Chat), Some(5));
         let out = r
-            .upstream_body(false, &route(SaltPolicy::Shared), tenant)
+            .upstream_body(
+                Endpoint::Chat,
+                false,
+                &route(SaltPolicy::Shared),
+                tenant,
+                99,
+            )
             .unwrap();
         assert_eq!(
             String::from_utf8(out).unwrap(),
@@ -400,9 +557,16 @@ mod tests {
         let r = parse(body).unwrap();
         let tenant = Uuid::from_u128(7);
         let out = r
-            .upstream_body(false, &route(SaltPolicy::PerTenant), tenant)
+            .upstream_body(
+                Endpoint::Chat,
+                false,
+                &route(SaltPolicy::PerTenant),
+                tenant,
+                99,
+            )
             .unwrap();
         let v: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["max_tokens"], 99, "no limit: the default is sent");
         for denied in ["priority", "vllm_xargs", "sim", "kv_transfer_params"] {
             assert!(v.get(denied).is_none(), "{denied} forwarded: {v}");
         }
@@ -440,7 +604,7 @@ mod tests {
                 .sequences(),
             5
         );
-        assert_eq!(parse(br#"{"model":"m","n":0}"#).unwrap().sequences(), 1);
+        assert_eq!(parse(br#"{"model":"m"}"#).unwrap().sequences(), 1);
     }
 
     #[test]

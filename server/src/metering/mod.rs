@@ -2,6 +2,7 @@
 //! usage event. It reads bodies it is handed (any [`stream::EngineBody`]) and knows nothing of the
 //! gateway's HTTP types.
 
+pub mod assemble;
 pub mod context;
 pub mod edit;
 pub mod in_use;

@@ -92,6 +92,12 @@ impl Quota {
         super::sync::flushed(&self.0).await;
     }
 
+    /// Completion tokens a request that sets no limit is capped at: the gateway sends it upstream
+    /// as `max_tokens`, and admission reserves for it.
+    pub fn default_max_tokens(&self) -> u64 {
+        self.0.cfg.quota_default_max_tokens
+    }
+
     /// Admissions decided so far on local credit and by a Redis call.
     pub fn admissions(&self) -> (u64, u64) {
         (
@@ -117,7 +123,15 @@ impl Quota {
         self.0.halted.store(true, Ordering::SeqCst);
     }
 
-    /// Decides whether a request may go ahead. `Ok(None)`: no limits apply.
+    /// Decides whether a request may go ahead. `Ok(None)`: nothing to hold or count (no limits
+    /// apply and Redis is unreachable).
+    ///
+    /// Spend is counted in Redis for every request, limited or not (see [`plan::uncounted`]): a
+    /// spend limit set on a tenant or key that had none starts from the counter, not from zero,
+    /// so it holds on every replica as soon as the limits cache sees it (NOTIFY, or within
+    /// [`super::limits::FRESH_FOR`]), not at the reconciler's next pass. What that costs a
+    /// request without limits: a price and a key-name cache probe here, and at completion one
+    /// entry in the spend queue the syncer already sends every 50 ms (no I/O on the request).
     pub async fn admit(
         &self,
         req: AdmitRequest<'_>,
@@ -125,36 +139,10 @@ impl Quota {
     ) -> Result<Option<Admitted>, Refusal> {
         let inner = &self.0;
         let limits = inner.limits.limits(req.tenant, req.key).await;
-        if limits.is_empty() {
-            return Ok(None);
-        }
-        let needs_tokens = limits.tenant.tokens_per_minute.is_some()
-            || limits.key.tokens_per_minute.is_some()
-            || limits.tenant.spend_limit_micros.is_some()
-            || limits.key.spend_limit_micros.is_some()
-            || limits.caps.max_long_prompts.is_some();
-        let needs_price =
-            limits.tenant.spend_limit_micros.is_some() || limits.key.spend_limit_micros.is_some();
-        let est = Estimate {
-            prompt_tokens: if needs_tokens { prompt_tokens() } else { 0 },
-            completion_tokens: req
-                .max_tokens
-                .unwrap_or(inner.cfg.quota_default_max_tokens)
-                .saturating_mul(req.sequences.max(1)),
-            rates: if needs_price {
-                inner
-                    .limits
-                    .price(limits.tier.as_deref(), req.price_key)
-                    .await
-            } else {
-                Rates::default()
-            },
-        };
-        let threshold = limits
-            .caps
-            .long_prompt_tokens
-            .and_then(|t| u64::try_from(t).ok())
-            .unwrap_or(inner.cfg.long_prompt_tokens);
+        let rates = inner
+            .limits
+            .price(limits.tier.as_deref(), req.price_key)
+            .await;
         let (period, period_left_s) = plan::period(OffsetDateTime::now_utc());
         let target = Target {
             tenant: req.tenant,
@@ -162,17 +150,40 @@ impl Quota {
             graph: req.graph,
         };
         let names = inner.names.get(&inner.prefix, target, &period);
+        let counted = plan::uncounted(&names, &limits);
+        if limits.is_empty() {
+            return Ok(self.counting(counted, rates));
+        }
+        let needs_tokens = limits.tenant.tokens_per_minute.is_some()
+            || limits.key.tokens_per_minute.is_some()
+            || limits.tenant.spend_limit_micros.is_some()
+            || limits.key.spend_limit_micros.is_some()
+            || limits.caps.max_long_prompts.is_some();
+        let est = Estimate {
+            prompt_tokens: if needs_tokens { prompt_tokens() } else { 0 },
+            completion_tokens: req
+                .max_tokens
+                .unwrap_or(inner.cfg.quota_default_max_tokens)
+                .saturating_mul(req.sequences.max(1)),
+            rates,
+        };
+        let threshold = limits
+            .caps
+            .long_prompt_tokens
+            .and_then(|t| u64::try_from(t).ok())
+            .unwrap_or(inner.cfg.long_prompt_tokens);
         let mut checks = plan::build(&names, &limits, &est, est.prompt_tokens >= threshold);
         if checks.is_empty() {
-            return Ok(None);
+            return Ok(self.counting(counted, rates));
         }
         let rates = est.rates;
         let mut now = now_ms();
+        let mut counted = Some(counted);
         // Credit first; where it ran out, wait for an ACQUIRE already asking for the same keys
         // (a few times at most) before asking Redis ourselves.
         let (mut flight, mut ask, mut waits) = (None, false, 0);
         while inner.redis_ready(now) {
-            checks = match self.on_credit(checks, now, period_left_s, rates) {
+            checks = match self.on_credit(checks, now, period_left_s, rates, &mut counted) {
                 Ok(decided) => return decided,
                 Err(checks) => checks,
             };
@@ -220,6 +231,7 @@ impl Quota {
                     false,
                     rates,
                     headers,
+                    counted.take().unwrap_or_default(),
                 )));
             }
         }
@@ -239,6 +251,7 @@ impl Quota {
                 true,
                 rates,
                 headers,
+                Vec::new(),
             ))),
             Err(short) => {
                 let check = &checks[short.failed];
@@ -257,6 +270,7 @@ impl Quota {
         now: i64,
         period_left_s: u64,
         rates: Rates,
+        counted: &mut Option<Vec<plan::Key>>,
     ) -> Result<Result<Option<Admitted>, Refusal>, Vec<Check>> {
         let inner = &self.0;
         if let Some((i, retry_ms, headers)) = inner.credits.refused(&checks, now) {
@@ -274,7 +288,25 @@ impl Quota {
             false,
             rates,
             headers,
+            counted.take().unwrap_or_default(),
         ))))
+    }
+
+    /// A request with nothing to check whose spend is still counted, while Redis answers (the
+    /// reconciler brings counters up to PostgreSQL's after an outage, as for limited spend
+    /// admitted on a replica's own credit).
+    fn counting(&self, counted: Vec<plan::Key>, rates: Rates) -> Option<Admitted> {
+        (!counted.is_empty() && self.0.redis_ready(now_ms())).then(|| {
+            Admitted::new(
+                self.0.clone(),
+                Vec::new(),
+                Vec::new(),
+                false,
+                rates,
+                RateStatus::default(),
+                counted,
+            )
+        })
     }
 }
 

@@ -14,7 +14,7 @@ pub struct QuotaOptions {
     pub quota_redis_timeout_ms: u64,
     /// How often the cluster's leader resets spend counters from billed usage, in milliseconds.
     pub quota_reconcile_ms: u64,
-    /// Completion tokens assumed for a request that sets no `max_tokens`.
+    /// Completion cap of a request that sets no `max_tokens` (sent upstream, and reserved for).
     pub quota_default_max_tokens: u64,
     /// Prompt tokens from which a request counts as long, where a tenant's limits do not say.
     pub long_prompt_tokens: u64,

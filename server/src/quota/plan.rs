@@ -260,6 +260,21 @@ pub fn build(names: &KeyNames, limits: &Limits, est: &Estimate, prompt_long: boo
     checks
 }
 
+/// The settled-spend keys of the subjects (key, tenant) that have no spend limit: no check
+/// counts their spend, so the admitted request's guard adds it to them at completion, and a limit
+/// set later starts from what was spent (issue 31: a fresh limit used to start from zero until
+/// the reconciler's next pass).
+pub fn uncounted(names: &KeyNames, limits: &Limits) -> Vec<Key> {
+    [
+        (&names.subjects[0], &limits.key),
+        (&names.subjects[1], &limits.tenant),
+    ]
+    .into_iter()
+    .filter(|(_, l)| l.spend_limit_micros.is_none())
+    .map(|(keys, _)| keys[2].clone())
+    .collect()
+}
+
 /// The Redis key of a subject's settled spend (for the reconciler).
 pub fn settled_key(prefix: &str, subject: &str, period: &str) -> String {
     format!("{prefix}q:s:{subject}:{period}")

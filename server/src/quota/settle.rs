@@ -25,6 +25,9 @@ pub struct Admitted {
     /// The rates the spend settles at (the price book's, as the event will be rated).
     rates: Rates,
     status: RateStatus,
+    /// Settled-spend keys of the subjects without a spend limit: spend is counted for them too
+    /// (see `plan::uncounted`), never on credit this replica granted itself.
+    counted: Vec<super::plan::Key>,
     open: bool,
 }
 
@@ -36,6 +39,7 @@ impl Admitted {
         own: bool,
         rates: Rates,
         status: RateStatus,
+        counted: Vec<super::plan::Key>,
     ) -> Self {
         Self {
             inner,
@@ -44,6 +48,7 @@ impl Admitted {
             own,
             rates,
             status,
+            counted,
             open: true,
         }
     }
@@ -83,15 +88,20 @@ impl Admitted {
                 .filter(|c| matches!(c, Check::Cap { .. })),
             own,
         );
-        if !self.checks.iter().any(|c| is_spend(&c)) {
+        let counted = std::mem::take(&mut self.counted);
+        if counted.is_empty() && !self.checks.iter().any(|c| is_spend(&c)) {
             return;
         }
         let actual = line_micros(usage, self.rates);
         let spends = self.checks.iter().filter(is_spend);
         super::sync::settle_spend(inner, || {
-            spends
+            let mut owed: Vec<_> = spends
                 .filter_map(|c| inner.credits.spend(c, actual, own))
-                .collect()
+                .collect();
+            if !own && actual > 0 {
+                owed.extend(counted.into_iter().map(|key| (key, actual)));
+            }
+            owed
         })
         .await;
     }

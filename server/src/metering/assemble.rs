@@ -1,0 +1,428 @@
+//! A non-streamed answer assembled from the engine's stream. The gateway asks every engine to
+//! stream (with usage) even when the client wants one JSON answer, so an abandoned request is
+//! metered exactly as an abandoned stream is: the metered stream's `Drop` cancels the engine and
+//! bills the tokens it produced (issue 31: a hang-up used to be billed 0 tokens while the engine
+//! generated them). This module only reads the metered stream's output (model already renamed
+//! to the client's name, usage kept) and writes what the engine's own non-streamed answer holds:
+//! `id`, `object` (`chat.completion` / `text_completion`), `created`, `model`, `choices` (the
+//! message or text, `finish_reason`, `logprobs` when present, tool calls merged by index) and
+//! `usage`, as the stream's end reported it.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use futures::{Stream, StreamExt};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::{json, Map, Value};
+
+use super::sse::SseParser;
+
+/// Which answer is assembled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    Chat,
+    Text,
+}
+
+/// Why no answer was assembled (the event is recorded by the metered stream either way).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Failure {
+    /// The stream ended in an SSE error event; its `code` (the gateway's own: `upstream_timeout`,
+    /// `server_shutdown`, ...) if any.
+    Error(Option<String>),
+    /// The stream broke off, or held nothing that could be read as an answer.
+    Broken,
+}
+
+#[derive(Deserialize)]
+struct Chunk<'a> {
+    #[serde(borrow, default)]
+    id: Option<Cow<'a, str>>,
+    #[serde(default)]
+    created: Option<u64>,
+    #[serde(borrow, default)]
+    model: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    system_fingerprint: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    choices: Vec<ChunkChoice<'a>>,
+    #[serde(borrow, default)]
+    usage: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    error: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct ChunkChoice<'a> {
+    #[serde(default)]
+    index: u32,
+    #[serde(borrow, default)]
+    delta: Option<Delta<'a>>,
+    #[serde(borrow, default)]
+    text: Option<Cow<'a, str>>,
+    #[serde(default)]
+    logprobs: Option<Value>,
+    #[serde(borrow, default)]
+    finish_reason: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    stop_reason: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct Delta<'a> {
+    #[serde(borrow, default)]
+    role: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    content: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    reasoning_content: Option<Cow<'a, str>>,
+    #[serde(default)]
+    tool_calls: Option<Vec<Value>>,
+}
+
+/// One choice as it builds up.
+#[derive(Default)]
+struct Choice {
+    role: Option<String>,
+    content: Option<String>,
+    reasoning: Option<String>,
+    tool_calls: BTreeMap<u64, Value>,
+    logprobs: Option<Map<String, Value>>,
+    finish_reason: Option<Value>,
+    stop_reason: Option<Value>,
+}
+
+/// The answer as it builds up from chunks.
+pub struct Assembler {
+    shape: Shape,
+    id: Option<String>,
+    created: Option<u64>,
+    model: Option<String>,
+    fingerprint: Option<Value>,
+    choices: BTreeMap<u32, Choice>,
+    usage: Option<Value>,
+    error: Option<Failure>,
+}
+
+fn raw_value(raw: &RawValue) -> Value {
+    serde_json::from_str(raw.get()).unwrap_or(Value::Null)
+}
+
+/// Appends `more`'s arrays to `into`'s, key by key (logprobs arrive a token's worth at a time:
+/// chat's `content`, completions' `tokens`, `token_logprobs`, `top_logprobs`, `text_offset`).
+fn extend_arrays(into: &mut Map<String, Value>, more: Map<String, Value>) {
+    for (k, v) in more {
+        match (into.get_mut(&k), v) {
+            (Some(Value::Array(a)), Value::Array(b)) => a.extend(b),
+            (Some(_), Value::Null) => {}
+            (Some(old), v) => *old = v,
+            (None, v) => {
+                into.insert(k, v);
+            }
+        }
+    }
+}
+
+/// Merges one streamed tool-call delta into the call at its index: `id`, `type` and the
+/// function's `name` as first given, `arguments` concatenated.
+fn merge_tool_call(calls: &mut BTreeMap<u64, Value>, delta: Value) {
+    let index = delta.get("index").and_then(Value::as_u64).unwrap_or(0);
+    let call = calls
+        .entry(index)
+        .or_insert_with(|| json!({"function": {}}));
+    let (Some(call), Value::Object(delta)) = (call.as_object_mut(), delta) else {
+        return;
+    };
+    for (k, v) in delta {
+        if k == "index" || v.is_null() {
+            continue;
+        }
+        let Value::Object(f) = v else {
+            call.insert(k, v);
+            continue;
+        };
+        if k != "function" {
+            call.insert(k, Value::Object(f));
+            continue;
+        }
+        let into = call
+            .entry("function")
+            .or_insert_with(|| Value::Object(Map::new()));
+        let Some(into) = into.as_object_mut() else {
+            continue;
+        };
+        for (fk, fv) in f {
+            if fv.is_null() {
+                continue;
+            }
+            if fk == "arguments" {
+                if let (Some(Value::String(args)), Value::String(more)) =
+                    (into.get_mut("arguments"), &fv)
+                {
+                    args.push_str(more);
+                    continue;
+                }
+            }
+            into.insert(fk, fv);
+        }
+    }
+}
+
+impl Assembler {
+    pub fn new(shape: Shape) -> Self {
+        Self {
+            shape,
+            id: None,
+            created: None,
+            model: None,
+            fingerprint: None,
+            choices: BTreeMap::new(),
+            usage: None,
+            error: None,
+        }
+    }
+
+    /// Takes one SSE `data:` payload (`[DONE]` and unreadable ones are skipped).
+    pub fn push(&mut self, data: &[u8]) {
+        let Ok(chunk) = serde_json::from_slice::<Chunk<'_>>(data) else {
+            return;
+        };
+        if let Some(e) = chunk.error {
+            let code = serde_json::from_str::<Value>(e.get())
+                .ok()
+                .and_then(|v| v.get("code").and_then(Value::as_str).map(str::to_owned));
+            self.error = Some(Failure::Error(code));
+            return;
+        }
+        if self.id.is_none() {
+            self.id = chunk.id.map(Cow::into_owned);
+        }
+        if self.created.is_none() {
+            self.created = chunk.created;
+        }
+        if let Some(m) = chunk.model {
+            self.model = Some(m.into_owned());
+        }
+        if let Some(f) = chunk.system_fingerprint {
+            self.fingerprint = Some(raw_value(f));
+        }
+        if let Some(u) = chunk.usage {
+            if u.get() != "null" {
+                self.usage = Some(raw_value(u));
+            }
+        }
+        for c in chunk.choices {
+            let choice = self.choices.entry(c.index).or_default();
+            if let Some(d) = c.delta {
+                if let Some(r) = d.role {
+                    choice.role = Some(r.into_owned());
+                }
+                if let Some(t) = d.content {
+                    choice.content.get_or_insert_with(String::new).push_str(&t);
+                }
+                if let Some(t) = d.reasoning_content {
+                    choice
+                        .reasoning
+                        .get_or_insert_with(String::new)
+                        .push_str(&t);
+                }
+                for call in d.tool_calls.into_iter().flatten() {
+                    merge_tool_call(&mut choice.tool_calls, call);
+                }
+            }
+            if let Some(t) = c.text {
+                choice.content.get_or_insert_with(String::new).push_str(&t);
+            }
+            if let Some(Value::Object(l)) = c.logprobs {
+                extend_arrays(choice.logprobs.get_or_insert_with(Map::new), l);
+            }
+            if let Some(f) = c.finish_reason.filter(|f| f.get() != "null") {
+                choice.finish_reason = Some(raw_value(f));
+            }
+            if let Some(s) = c.stop_reason.filter(|s| s.get() != "null") {
+                choice.stop_reason = Some(raw_value(s));
+            }
+        }
+    }
+
+    /// The assembled answer's JSON.
+    pub fn finish(self) -> Result<Vec<u8>, Failure> {
+        if let Some(e) = self.error {
+            return Err(e);
+        }
+        let Some(id) = self.id else {
+            return Err(Failure::Broken);
+        };
+        let shape = self.shape;
+        let choices: Vec<Value> = self
+            .choices
+            .into_iter()
+            .map(|(index, c)| {
+                let mut out = Map::new();
+                out.insert("index".into(), index.into());
+                match shape {
+                    Shape::Chat => {
+                        let mut message = Map::new();
+                        message.insert(
+                            "role".into(),
+                            c.role.unwrap_or_else(|| "assistant".into()).into(),
+                        );
+                        message
+                            .insert("content".into(), c.content.map_or(Value::Null, Value::from));
+                        if let Some(r) = c.reasoning {
+                            message.insert("reasoning_content".into(), r.into());
+                        }
+                        if !c.tool_calls.is_empty() {
+                            message.insert(
+                                "tool_calls".into(),
+                                c.tool_calls.into_values().collect::<Vec<_>>().into(),
+                            );
+                        }
+                        out.insert("message".into(), message.into());
+                    }
+                    Shape::Text => {
+                        out.insert("text".into(), c.content.unwrap_or_default().into());
+                    }
+                }
+                out.insert(
+                    "logprobs".into(),
+                    c.logprobs.map_or(Value::Null, Value::Object),
+                );
+                out.insert(
+                    "finish_reason".into(),
+                    c.finish_reason.unwrap_or(Value::Null),
+                );
+                if let Some(s) = c.stop_reason {
+                    out.insert("stop_reason".into(), s);
+                }
+                Value::Object(out)
+            })
+            .collect();
+        let mut answer = Map::new();
+        answer.insert("id".into(), id.into());
+        answer.insert(
+            "object".into(),
+            match shape {
+                Shape::Chat => "chat.completion",
+                Shape::Text => "text_completion",
+            }
+            .into(),
+        );
+        answer.insert("created".into(), self.created.unwrap_or(0).into());
+        answer.insert("model".into(), self.model.unwrap_or_default().into());
+        if let Some(f) = self.fingerprint {
+            answer.insert("system_fingerprint".into(), f);
+        }
+        answer.insert("choices".into(), choices.into());
+        answer.insert("usage".into(), self.usage.unwrap_or(Value::Null));
+        serde_json::to_vec(&Value::Object(answer)).map_err(|_| Failure::Broken)
+    }
+}
+
+/// Reads a metered stream to its end and assembles the answer. Dropping this future (the client
+/// hung up) drops the stream, whose `Drop` cancels the engine and bills what it produced.
+pub async fn collect<S>(mut stream: S, shape: Shape) -> Result<Bytes, Failure>
+where
+    S: Stream<Item = Result<Bytes, std::io::Error>> + Unpin,
+{
+    let mut parser = SseParser::default();
+    let mut answer = Assembler::new(shape);
+    let mut broken = false;
+    while let Some(bytes) = stream.next().await {
+        let Ok(bytes) = bytes else {
+            broken = true;
+            break;
+        };
+        parser.push(bytes);
+        while let Some(event) = parser.next_event() {
+            if let Some(data) = event.data {
+                answer.push(&data);
+            }
+        }
+    }
+    if let Some(event) = parser.finish() {
+        if let Some(data) = event.data {
+            answer.push(&data);
+        }
+    }
+    drop(stream);
+    match answer.finish() {
+        Ok(body) if !broken => Ok(Bytes::from(body)),
+        Ok(_) => Err(Failure::Broken),
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assemble(shape: Shape, chunks: &[&str]) -> Value {
+        let mut a = Assembler::new(shape);
+        for c in chunks {
+            a.push(c.as_bytes());
+        }
+        serde_json::from_slice(&a.finish().unwrap()).unwrap()
+    }
+
+    #[test]
+    fn a_chat_stream_becomes_the_whole_answer() {
+        let v = assemble(
+            Shape::Chat,
+            &[
+                r#"{"id":"chatcmpl-1","object":"chat.completion.chunk","created":7,"model":"mine","choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}],"usage":null}"#,
+                r#"{"id":"chatcmpl-1","object":"chat.completion.chunk","created":7,"model":"mine","choices":[{"index":0,"delta":{"content":"Hel"},"logprobs":{"content":[{"token":"Hel","logprob":-0.5}]},"finish_reason":null}]}"#,
+                r#"{"id":"chatcmpl-1","object":"chat.completion.chunk","created":7,"model":"mine","choices":[{"index":0,"delta":{"content":"lo","tool_calls":[{"index":0,"id":"c1","type":"function","function":{"name":"f","arguments":"{\"a\""}}]},"logprobs":{"content":[{"token":"lo","logprob":-0.25}]},"finish_reason":null}]}"#,
+                r#"{"id":"chatcmpl-1","object":"chat.completion.chunk","created":7,"model":"mine","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":":1}"}}]},"finish_reason":"length"}]}"#,
+                r#"{"id":"chatcmpl-1","object":"chat.completion.chunk","created":7,"model":"mine","choices":[],"usage":{"prompt_tokens":5,"completion_tokens":2,"total_tokens":7}}"#,
+                "[DONE]",
+            ],
+        );
+        assert_eq!(
+            v,
+            json!({"id":"chatcmpl-1","object":"chat.completion","created":7,"model":"mine",
+                "choices":[{"index":0,"message":{"role":"assistant","content":"Hello",
+                    "tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{\"a\":1}"}}]},
+                    "logprobs":{"content":[{"token":"Hel","logprob":-0.5},{"token":"lo","logprob":-0.25}]},
+                    "finish_reason":"length"}],
+                "usage":{"prompt_tokens":5,"completion_tokens":2,"total_tokens":7}})
+        );
+    }
+
+    #[test]
+    fn a_completion_stream_becomes_the_whole_answer() {
+        let v = assemble(
+            Shape::Text,
+            &[
+                r#"{"id":"cmpl-1","object":"text_completion","created":9,"model":"m","choices":[{"index":1,"text":" b","logprobs":{"tokens":[" b"],"token_logprobs":[-1.0],"top_logprobs":null,"text_offset":[0]},"finish_reason":null}],"usage":null}"#,
+                r#"{"id":"cmpl-1","object":"text_completion","created":9,"model":"m","choices":[{"index":0,"text":" a","logprobs":null,"finish_reason":"stop","stop_reason":null}],"usage":null}"#,
+                r#"{"id":"cmpl-1","object":"text_completion","created":9,"model":"m","choices":[{"index":1,"text":" c","logprobs":{"tokens":[" c"],"token_logprobs":[-2.0],"top_logprobs":null,"text_offset":[2]},"finish_reason":"length"}],"usage":null}"#,
+                r#"{"id":"cmpl-1","object":"text_completion","created":9,"model":"m","choices":[],"usage":{"prompt_tokens":1,"completion_tokens":3,"total_tokens":4}}"#,
+            ],
+        );
+        assert_eq!(v["object"], "text_completion");
+        assert_eq!(
+            v["choices"][0],
+            json!({"index":0,"text":" a","logprobs":null,"finish_reason":"stop"})
+        );
+        assert_eq!(
+            v["choices"][1],
+            json!({"index":1,"text":" b c","logprobs":{"tokens":[" b"," c"],"token_logprobs":[-1.0,-2.0],"top_logprobs":null,"text_offset":[0,2]},"finish_reason":"length"})
+        );
+        assert_eq!(v["usage"]["completion_tokens"], 3);
+    }
+
+    #[test]
+    fn an_error_event_is_no_answer() {
+        let mut a = Assembler::new(Shape::Chat);
+        a.push(br#"{"id":"x","choices":[{"index":0,"delta":{"content":"a"}}]}"#);
+        a.push(br#"{"error":{"message":"m","type":"api_error","param":null,"code":"upstream_timeout"}}"#);
+        assert_eq!(
+            a.finish(),
+            Err(Failure::Error(Some("upstream_timeout".into())))
+        );
+        assert_eq!(Assembler::new(Shape::Text).finish(), Err(Failure::Broken));
+    }
+}
