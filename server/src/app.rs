@@ -211,6 +211,10 @@ pub async fn build(pool: PgPool, options: AppOptions) -> anyhow::Result<App> {
     };
     tracker.spawn(reporter.run(options.replica_report_every, cancel.clone()));
 
+    let health = crate::health::router(crate::health::Health::new(
+        pool.clone(),
+        options.redis.clone(),
+    ));
     let portal = crate::portal::router_with_models(
         tf_app::ssr::PortalDeps {
             pool,
@@ -247,6 +251,7 @@ pub async fn build(pool: PgPool, options: AppOptions) -> anyhow::Result<App> {
     let fleet = fleet_metrics.clone();
     let router = gateway::router(gateway.clone())
         .merge(api)
+        .merge(health)
         .merge(portal)
         .route(
             "/metrics",
