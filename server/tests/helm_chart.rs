@@ -416,53 +416,67 @@ fn with(mut values: Value, at: &str, value: Option<Value>) -> Value {
 fn values_pass_the_schema_and_bad_values_are_refused() {
     check_values(&default_values()).unwrap();
     let base = "/bases/llama-3.1-8b-instruct";
-    let bad = [
-        ("/replicaCount", Some(json!("two")), "/replicaCount"),
-        ("/replicaCount", Some(json!(0)), "/replicaCount"),
+    let at_base = |k: &str| format!("{base}/{k}");
+    // (where, the bad value or None to remove it, what the error must name)
+    let bad: Vec<(String, Option<Value>, String)> = vec![
         (
-            "/adapterStore",
-            Some(json!("/var/adapters")),
-            "/adapterStore",
+            "/replicaCount".into(),
+            Some(json!("two")),
+            "/replicaCount".into(),
         ),
         (
-            "/huggingface/tokenSecret",
-            Some(json!("HF_Token")),
-            "/huggingface/tokenSecret",
-        ),
-        (
-            "/modelCache/mountPath",
-            Some(json!("cache")),
-            "/modelCache/mountPath",
-        ),
-        ("/modelCache/size", Some(json!("lots")), "/modelCache/size"),
-        (
-            "/image/pullPolicy",
-            Some(json!("Sometimes")),
-            "/image/pullPolicy",
-        ),
-        ("/probes", None, ""),
-        ("/s3", None, ""),
-        ("/typo", Some(json!(1)), ""),
-        (
-            &format!("{base}/max_lora_rank"),
-            Some(json!(48)),
-            "/max_lora_rank",
-        ),
-        (&format!("{base}/offered"), Some(json!("no")), "/offered"),
-        (&format!("{base}/gpus"), Some(json!(1)), base),
-        (
-            &format!("{base}/config/hidden_size"),
+            "/replicaCount".into(),
             Some(json!(0)),
-            "/hidden_size",
+            "/replicaCount".into(),
+        ),
+        (
+            "/adapterStore".into(),
+            Some(json!("/var/adapters")),
+            "/adapterStore".into(),
+        ),
+        (
+            "/huggingface/tokenSecret".into(),
+            Some(json!("HF_Token")),
+            "/huggingface/tokenSecret".into(),
+        ),
+        (
+            "/modelCache/mountPath".into(),
+            Some(json!("cache")),
+            "/modelCache/mountPath".into(),
+        ),
+        (
+            "/modelCache/size".into(),
+            Some(json!("lots")),
+            "/modelCache/size".into(),
+        ),
+        (
+            "/image/pullPolicy".into(),
+            Some(json!("Sometimes")),
+            "/image/pullPolicy".into(),
+        ),
+        ("/probes".into(), None, "probes".into()),
+        ("/s3".into(), None, "s3".into()),
+        ("/typo".into(), Some(json!(1)), "typo".into()),
+        (
+            at_base("max_lora_rank"),
+            Some(json!(48)),
+            "/max_lora_rank".into(),
+        ),
+        (at_base("offered"), Some(json!("no")), "/offered".into()),
+        (at_base("gpus"), Some(json!(1)), "gpus".into()),
+        (
+            at_base("config/hidden_size"),
+            Some(json!(0)),
+            "/hidden_size".into(),
         ),
     ];
     for (at, value, named) in bad {
-        let values = with(default_values(), at, value.clone());
+        let values = with(default_values(), &at, value.clone());
         let errors = check_values(&values)
             .err()
             .unwrap_or_else(|| panic!("{at} = {value:?} was accepted"));
         assert!(
-            errors.iter().any(|e| e.contains(named)),
+            errors.iter().any(|e| e.contains(&named)),
             "{at}: the error names it: {errors:?}"
         );
     }
