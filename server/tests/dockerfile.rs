@@ -38,7 +38,7 @@ impl Stage {
             .map(|i| i.args.as_str())
     }
 
-    fn last(&self, keyword: &str) -> Option<&str> {
+    fn last<'a>(&'a self, keyword: &'a str) -> Option<&'a str> {
         self.all(keyword).last()
     }
 }
