@@ -24,7 +24,9 @@ pub fn plausible_safetensors(head: &[u8], file_len: u64) -> bool {
         return false;
     };
     let n = u64::from_le_bytes(prefix);
-    n >= 2 && n <= MAX_HEADER_BYTES && n <= file_len.saturating_sub(8) && head.get(8) == Some(&b'{')
+    (2..=MAX_HEADER_BYTES).contains(&n)
+        && n <= file_len.saturating_sub(8)
+        && head.get(8) == Some(&b'{')
 }
 
 /// The pickle format `head` is in, if it is one and not a plausible safetensors file.
