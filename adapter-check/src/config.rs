@@ -49,11 +49,11 @@ pub struct BaseConfig {
 
 impl BaseConfig {
     pub fn parse(json: &str) -> Result<Self, Rejection> {
-        let config: Self = serde_json::from_str(json)
-            .map_err(|e| Rejection::Base(format!("the base's config.json: {e}")))?;
+        let config: Self =
+            serde_json::from_str(json).map_err(|e| Rejection::Base(e.to_string()))?;
         if config.num_attention_heads == 0 || config.hidden_size == 0 {
             return Err(Rejection::Base(
-                "the base's config.json has zero heads or width".into(),
+                "num_attention_heads or hidden_size is zero".into(),
             ));
         }
         Ok(config)
@@ -81,8 +81,8 @@ impl BaseConfig {
 
 impl AdapterConfig {
     pub fn parse(json: &str) -> Result<Self, Rejection> {
-        let config: Self = serde_json::from_str(json)
-            .map_err(|e| Rejection::Config(format!("adapter_config.json: {e}")))?;
+        let config: Self =
+            serde_json::from_str(json).map_err(|e| Rejection::Config(e.to_string()))?;
         if let Some(peft) = &config.peft_type {
             if peft != "LORA" {
                 return Err(Rejection::Config(format!("peft_type {peft} is not LORA")));
@@ -90,7 +90,7 @@ impl AdapterConfig {
         }
         if config.use_dora {
             return Err(Rejection::Config(
-                "DoRA adapters (use_dora) are not served".into(),
+                "use_dora: DoRA adapters are not served".into(),
             ));
         }
         if config.bias.as_deref().is_some_and(|b| b != "none") {
@@ -106,7 +106,7 @@ impl AdapterConfig {
             ));
         }
         if config.r == 0 {
-            return Err(Rejection::Config("rank r must be at least 1".into()));
+            return Err(Rejection::Config("r (the rank) must be at least 1".into()));
         }
         Ok(config)
     }

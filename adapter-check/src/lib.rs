@@ -10,8 +10,9 @@
 
 pub mod config;
 pub mod lora;
+pub mod pickle;
 pub mod rejection;
 pub mod safetensors;
 
 pub use lora::{check, Accepted, GraphLimits};
-pub use rejection::Rejection;
+pub use rejection::{Rejection, CONFIG_FILE, WEIGHTS_FILE};

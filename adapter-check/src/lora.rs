@@ -50,21 +50,21 @@ pub fn check(
     if let Some(declared) = &adapter.base_model_name_or_path {
         if !names_base(declared, graph.base_name) {
             return Err(Rejection::Config(format!(
-                "made for {declared}, not for {}",
+                "base_model_name_or_path: made for {declared}, not for {}",
                 graph.base_name
             )));
         }
     }
     if adapter.r > graph.max_lora_rank {
-        return Err(Rejection::Shape(format!(
-            "rank {} is above this base's maximum LoRA rank {}",
+        return Err(Rejection::Config(format!(
+            "r: rank {} is above this base's maximum LoRA rank {}",
             adapter.r, graph.max_lora_rank
         )));
     }
     for module in &modules {
         if base.projection(module).is_none() {
             return Err(Rejection::Config(format!(
-                "target module {module} is not a projection this base serves LoRA on"
+                "target_modules: target module {module} is not a projection this base serves LoRA on"
             )));
         }
     }

@@ -221,6 +221,10 @@ pub async fn build(pool: PgPool, options: AppOptions) -> anyhow::Result<App> {
     };
     tracker.spawn(reporter.run(options.replica_report_every, cancel.clone()));
 
+    let health = crate::health::router(crate::health::Health::new(
+        pool.clone(),
+        options.redis.clone(),
+    ));
     let portal = crate::portal::router_with_models(
         tf_app::ssr::PortalDeps {
             pool,
@@ -261,7 +265,10 @@ pub async fn build(pool: PgPool, options: AppOptions) -> anyhow::Result<App> {
         activity,
     });
     // `/metrics` is not on this router: platform-wide counters are for the operator's listener.
-    let router = gateway::router(gateway.clone()).merge(api).merge(portal);
+    let router = gateway::router(gateway.clone())
+        .merge(api)
+        .merge(health)
+        .merge(portal);
     Ok(App {
         router,
         metrics_router,

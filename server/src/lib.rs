@@ -34,6 +34,7 @@
 //!    - `notify`: PostgreSQL notifications that refresh this replica's caches.
 //!    - [`replica_report`]: this replica's journal and connection figures, reported to
 //!      PostgreSQL for `/admin/ops`.
+//!    - [`health`]: `/healthz` (alive) and `/readyz` (PostgreSQL answers, migrations current).
 //! 5. **Assembly**: putting it together and starting it.
 //!    - [`app`]: state, routes and background workers (what tests start).
 //!    - [`demo`]: the demo tenant of `serve --demo`.
@@ -69,6 +70,7 @@ pub mod quota;
 // Edges.
 pub mod api;
 pub mod gateway;
+pub mod health;
 pub mod http_server;
 pub(crate) mod notify;
 pub mod portal;

@@ -20,6 +20,7 @@ const FINAL_SHIP: Duration = Duration::from_secs(10);
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let fd_limit = crate::fd_limit::raise_to_hard_limit();
     let fleet_spec = crate::cli::parse_fleet(&args.fleet).map_err(anyhow::Error::msg)?;
+    shared_store_for(&fleet_spec, &args.adapter_store)?;
     let url = args.db.database_url.expose();
     let pool = tf_core::db::connect(url, 32).await?;
     tf_core::db::migrate(&pool, url).await?;
@@ -192,6 +193,20 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     fleet_tracker.close();
     fleet_tracker.wait().await;
     pool.close().await;
+    Ok(())
+}
+
+/// On Kubernetes the workers fetch adapters themselves (the DynamoModel's `source.uri`), so
+/// the store must be one they can reach: a local directory would accept uploads that can never
+/// start. Refused before anything else starts, naming the fix.
+fn shared_store_for(fleet: &FleetSpec, adapter_store: &str) -> anyhow::Result<()> {
+    if *fleet == FleetSpec::Kubernetes && !adapter_store.starts_with("s3://") {
+        anyhow::bail!(
+            "--fleet kubernetes needs an adapter store the Dynamo workers can read, but \
+             --adapter-store (TF_ADAPTER_STORE) is the local path {adapter_store:?}: set \
+             --adapter-store s3://BUCKET/PREFIX (credentials from the AWS_* variables)"
+        );
+    }
     Ok(())
 }
 

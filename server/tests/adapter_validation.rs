@@ -9,6 +9,7 @@ mod common;
 
 use common::lifecycle::{self, base_config, valid_adapter, LORA_BASE};
 use common::TestApp;
+use futures::StreamExt;
 use sqlx::PgPool;
 use tokenfactory::adapter_check::safetensors::Dtype;
 use tokenfactory::fleet::local_sim::model_id;
@@ -292,4 +293,198 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
         }
     }
     out
+}
+
+/// A safetensors file starts with its header's length, whose first byte can be anything: an
+/// adapter whose length starts with each of the 256 byte values (the header padded with spaces,
+/// which the format allows) is accepted, including 0x80 followed by 0x02..0x05, the shape of a
+/// pickle's PROTO opcode.
+#[sqlx::test(migrator = "tf_core::db::MIGRATOR")]
+async fn a_valid_adapter_is_accepted_whatever_its_first_byte(pool: PgPool) {
+    let b = bench(pool, UploadLimits::default()).await;
+    let (config, good) = valid_adapter(LORA_BASE);
+    let n = u64::from_le_bytes(good[..8].try_into().unwrap());
+    let header = &good[8..8 + n as usize];
+    let data = &good[8 + n as usize..];
+    for first in 0u64..=255 {
+        // The smallest padded length starting with `first`; for 0x80 also with a pickle
+        // protocol byte after it.
+        let len = (n..)
+            .find(|l| l & 0xFF == first && (first != 0x80 || (2..=5).contains(&((l >> 8) & 0xFF))))
+            .unwrap();
+        let mut weights = len.to_le_bytes().to_vec();
+        weights.extend_from_slice(header);
+        weights.resize(8 + len as usize, b' ');
+        weights.extend_from_slice(data);
+        assert_eq!(weights[0] as u64, first);
+        if first == 0x80 {
+            assert!((2..=5).contains(&weights[1]), "{:#x}", weights[1]);
+        }
+        let (state, reason) = b
+            .verdict(&format!("first-{first:02x}"), &config, weights)
+            .await;
+        assert_eq!(state, "stopped", "first byte {first:#04x}: {reason}");
+    }
+}
+
+/// Every rejection names the file (or field) at fault: a form without `adapter_config.json`
+/// leaves the adapter `rejected` with a reason naming that file.
+#[sqlx::test(migrator = "tf_core::db::MIGRATOR")]
+async fn a_missing_file_is_named_in_the_reason(pool: PgPool) {
+    lifecycle::offer(&pool, LORA_BASE, 1, true).await;
+    let app = TestApp::builder(pool).start().await;
+    let acme = app.tenant("acme").await;
+    let (_, weights) = valid_adapter(LORA_BASE);
+    let (ct, body) = lifecycle::multipart(
+        &[("name", "no-config"), ("base", LORA_BASE)],
+        &[(
+            "adapter_model.safetensors",
+            "adapter_model.safetensors",
+            &weights,
+        )],
+    );
+    let r = reqwest::Client::new()
+        .post(app.url("/api/v1/adapters"))
+        .bearer_auth(&acme.key)
+        .header("content-type", ct)
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let (status, body) = app.manage(&acme, "no-config", "get").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["state"], "rejected");
+    let reason = body["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("adapter_config.json is missing"),
+        "{reason}"
+    );
+
+    // The validator's own kinds name their file too.
+    let b = Bench {
+        service: app.app.lifecycle.clone(),
+        tenant: acme.id,
+        _dir: tempfile::tempdir().unwrap(),
+    };
+    let (config, _) = valid_adapter(LORA_BASE);
+    b.rejected(
+        "short",
+        &config,
+        vec![1, 2, 3],
+        "adapter_model.safetensors is not a valid safetensors file",
+    )
+    .await;
+    b.rejected(
+        "bad-config",
+        br#"{"r":0,"target_modules":["q_proj"]}"#,
+        weights,
+        "adapter_config.json: r",
+    )
+    .await;
+}
+
+/// Of four uploads of one new name at once, one wins (201) and the others get 409, never 500.
+/// Each body stops after the config file has begun (so each request has claimed the name, or
+/// tried to) and goes on only once the losers have been answered.
+#[sqlx::test(migrator = "tf_core::db::MIGRATOR")]
+async fn concurrent_uploads_of_one_new_name_give_one_201_and_409s(pool: PgPool) {
+    lifecycle::offer(&pool, LORA_BASE, 1, true).await;
+    let app = TestApp::builder(pool).start().await;
+    let acme = app.tenant("acme").await;
+    let (config, weights) = valid_adapter(LORA_BASE);
+    let (ct, body) = lifecycle::multipart(
+        &[("name", "twin"), ("base", LORA_BASE)],
+        &[
+            ("adapter_config.json", "adapter_config.json", &config),
+            (
+                "adapter_model.safetensors",
+                "adapter_model.safetensors",
+                &weights,
+            ),
+        ],
+    );
+    // Up to the middle of the config file: the server has opened the upload by then.
+    let split = body
+        .windows(config.len())
+        .position(|w| w == &config[..])
+        .unwrap()
+        + config.len() / 2;
+    let (go, _) = tokio::sync::watch::channel(false);
+    let (done, mut answers) = tokio::sync::mpsc::unbounded_channel();
+    for _ in 0..4 {
+        let (first, rest) = (body[..split].to_vec(), body[split..].to_vec());
+        let mut go = go.subscribe();
+        let stream = futures::stream::iter([Ok::<_, std::io::Error>(first)]).chain(
+            futures::stream::once(async move {
+                let _ = go.wait_for(|g| *g).await;
+                Ok(rest)
+            }),
+        );
+        let request = reqwest::Client::new()
+            .post(app.url("/api/v1/adapters"))
+            .bearer_auth(&acme.key)
+            .header("content-type", ct.clone())
+            .body(reqwest::Body::wrap_stream(stream));
+        let done = done.clone();
+        tokio::spawn(async move {
+            let answer = match request.send().await {
+                Ok(r) => (
+                    r.status().as_u16(),
+                    r.json::<serde_json::Value>().await.unwrap_or_default(),
+                ),
+                Err(e) => (0, serde_json::json!(e.to_string())),
+            };
+            let _ = done.send(answer);
+        });
+    }
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        let answer = tokio::time::timeout(std::time::Duration::from_secs(20), answers.recv())
+            .await
+            .expect("three uploads answered while the fourth still sends")
+            .unwrap();
+        seen.push(answer);
+    }
+    go.send_replace(true);
+    seen.push(
+        tokio::time::timeout(std::time::Duration::from_secs(20), answers.recv())
+            .await
+            .unwrap()
+            .unwrap(),
+    );
+    let statuses: Vec<u16> = seen.iter().map(|(s, _)| *s).collect();
+    assert_eq!(statuses, [409, 409, 409, 201], "{seen:?}");
+    for (_, body) in &seen[..3] {
+        assert_eq!(body["error"]["code"], "conflict", "{body}");
+    }
+    assert_eq!(seen[3].1["state"], "stopped", "{:?}", seen[3]);
+    assert_eq!(seen[3].1["version"], 1);
+}
+
+/// An adapter may not take a public model's name (it would shadow the base for its tenant).
+#[sqlx::test(migrator = "tf_core::db::MIGRATOR")]
+async fn an_adapter_may_not_take_a_base_models_name(pool: PgPool) {
+    lifecycle::offer(&pool, LORA_BASE, 1, true).await;
+    lifecycle::offer(&pool, "quiet-base", 1, false).await;
+    let app = TestApp::builder(pool).start().await;
+    let acme = app.tenant("acme").await;
+    let (config, weights) = valid_adapter(LORA_BASE);
+    for name in [LORA_BASE, "quiet-base", common::BASE] {
+        let (status, body) = app.upload(&acme, name, LORA_BASE, &config, &weights).await;
+        assert_eq!(status, 409, "{name}: {body}");
+        assert_eq!(body["error"]["code"], "name_taken");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("public model"),
+            "{body}"
+        );
+        assert_eq!(app.state_of(&acme, name).await, "absent");
+    }
+    let (status, body) = app
+        .upload(&acme, "my-own", LORA_BASE, &config, &weights)
+        .await;
+    assert_eq!(status, 201, "{body}");
 }

@@ -338,3 +338,21 @@ async fn read_only_csrf_and_other_tenants_are_refused(pool: PgPool) {
     // The owner's own start works with the right token.
     assert_redirect(&command(&ada, "helper", "start", &token).await, "/models");
 }
+
+/// The upload form refuses a public model's name with 409 and a page saying why; nothing is
+/// stored under that name.
+#[sqlx::test(migrator = "tf_core::db::MIGRATOR")]
+async fn the_upload_form_refuses_a_public_models_name(pool: PgPool) {
+    let h = lifecycle::start(pool.clone(), SimConfig::default()).await;
+    let app = &h.app;
+    let acme = app.tenant("acme").await;
+    let ada = signed_in(app, Some(acme.id), "ada@acme.test").await;
+    let token = ada.token_on("/models").await;
+    let (config, weights) = valid_adapter(LORA_BASE);
+    let files = (&config[..], &weights[..], "adapter_model.safetensors");
+    let res = upload_form(&ada, Some(&token), LORA_BASE, files).await;
+    assert_eq!(res.status().as_u16(), 409);
+    let html = res.text().await.unwrap();
+    assert!(html.contains("belongs to a public model"), "{html}");
+    assert_eq!(app.state_of(&acme, LORA_BASE).await, "absent");
+}

@@ -251,6 +251,17 @@ pub async fn managed_adapters(db: impl PgExecutor<'_>) -> sqlx::Result<Vec<Adapt
     .await
 }
 
+/// Whether `name` is a base model's served name (offered or not): an adapter of that name would
+/// shadow the public model for its tenant, so uploads may not take it.
+pub async fn is_base_name(db: impl PgExecutor<'_>, name: &str) -> sqlx::Result<bool> {
+    sqlx::query_scalar!(
+        r#"SELECT EXISTS (SELECT 1 FROM base_models WHERE name = $1) AS "taken!""#,
+        name,
+    )
+    .fetch_one(db)
+    .await
+}
+
 /// A tenant's adapters (every state), by name.
 pub async fn tenant_adapters(
     db: impl PgExecutor<'_>,

@@ -3,5 +3,6 @@
 //! the path the lifecycle code and the tests use.
 
 pub use tf_adapter_check::{
-    check, config, lora, rejection, safetensors, Accepted, GraphLimits, Rejection,
+    check, config, lora, pickle, rejection, safetensors, Accepted, GraphLimits, Rejection,
+    CONFIG_FILE, WEIGHTS_FILE,
 };

@@ -67,6 +67,12 @@ impl IntoResponse for ApiError {
                         Some("conflict"),
                         message,
                     ),
+                    LifecycleError::NameTaken(_) => envelope(
+                        StatusCode::CONFLICT,
+                        "invalid_request_error",
+                        Some("name_taken"),
+                        message,
+                    ),
                     LifecycleError::TooLarge(_) => envelope(
                         StatusCode::PAYLOAD_TOO_LARGE,
                         "invalid_request_error",

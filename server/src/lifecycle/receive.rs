@@ -70,7 +70,9 @@ async fn receive(
             Ok(None) => break,
             Err(e) => {
                 if let Some(u) = &upload {
-                    lifecycle.reject(u, "the upload was interrupted").await?;
+                    lifecycle
+                        .reject(u, "the upload was interrupted before both files arrived")
+                        .await?;
                 }
                 return Err(LifecycleError::BadRequest(format!(
                     "malformed multipart body: {e}"
@@ -115,7 +117,7 @@ async fn receive(
             other => {
                 if let Some(u) = &upload {
                     lifecycle
-                        .reject(u, "the upload had an unexpected field")
+                        .reject(u, &format!("the upload had an unexpected field `{other}`"))
                         .await?;
                 }
                 return Err(LifecycleError::BadRequest(format!(
@@ -128,8 +130,12 @@ async fn receive(
         return Err(missing());
     };
     if !(got.0 && got.1) {
+        let absent = if got.0 { WEIGHTS_FILE } else { CONFIG_FILE };
         lifecycle
-            .reject(&upload, "the upload was incomplete: both files are needed")
+            .reject(
+                &upload,
+                &format!("the upload was incomplete: {absent} is missing (both files are needed)"),
+            )
             .await?;
         return Err(missing());
     }

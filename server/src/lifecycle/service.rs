@@ -47,6 +47,10 @@ pub enum LifecycleError {
     UnknownBase(String),
     #[error("{0}")]
     Conflict(String),
+    /// The name is a public model's (a base every tenant can call): an adapter may not shadow
+    /// it (a 409, with its own code).
+    #[error("{0}")]
+    NameTaken(String),
     #[error("{0}")]
     TooLarge(String),
     #[error("database error: {0}")]
@@ -163,6 +167,11 @@ impl Lifecycle {
         actor: &Actor,
     ) -> Result<Upload, LifecycleError> {
         check_name(name)?;
+        if db::is_base_name(&self.pool, name).await? {
+            return Err(LifecycleError::NameTaken(format!(
+                "`{name}` is the name of a public model; choose another name for the adapter"
+            )));
+        }
         let mut tx = self.pool.begin().await?;
         let mut replaced = None;
         let (id, version, from) = match db::lock_adapter(&mut tx, tenant, name).await? {
@@ -196,6 +205,9 @@ impl Lifecycle {
             None => {
                 let id = Uuid::now_v7();
                 let key = format!("{}/v1", id.simple());
+                // INVARIANT: of concurrent uploads of one new name, the first insert wins and
+                // the others meet the unique (tenant_id, name) key: a 409, never a 500
+                // (`concurrent_uploads_of_one_new_name_give_one_201_and_409s` in lifecycle.rs).
                 let inserted = db::insert_upload(
                     &mut tx,
                     id,
@@ -205,7 +217,16 @@ impl Lifecycle {
                     &engine_name(id, name, 1),
                     &self.store.uri(&key),
                 )
-                .await?;
+                .await
+                .map_err(|e| match e {
+                    sqlx::Error::Database(d) if d.is_unique_violation() => {
+                        LifecycleError::Conflict(format!(
+                            "`{name}` is being uploaded by another request; try again when it \
+                             has finished"
+                        ))
+                    }
+                    e => LifecycleError::Db(e),
+                })?;
                 if inserted.is_none() {
                     return Err(LifecycleError::UnknownBase(format!(
                         "`{base}` is not a base model that accepts adapters"
@@ -287,7 +308,8 @@ impl Lifecycle {
                 Err(LifecycleError::TooLarge(reason))
             }
             Err(StoreError::Interrupted { reason, .. }) => {
-                self.reject(upload, "the upload was interrupted").await?;
+                self.reject(upload, &format!("the upload of {file} was interrupted"))
+                    .await?;
                 Err(LifecycleError::BadRequest(reason))
             }
             Err(e) => Err(LifecycleError::Io(e.into())),

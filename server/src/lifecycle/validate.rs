@@ -1,5 +1,5 @@
 //! Judging stored adapter files against their base, once, before the adapter can be started:
-//! refuses pickle files by name and by content, then runs [`crate::adapter_check`] (bounded
+//! refuses pickle files by name and by their real formats ([`adapter_check::pickle`]), then runs [`crate::adapter_check`] (bounded
 //! safetensors header, PEFT config, every tensor's shape against the base's `config.json`, rank
 //! against the graph's `--max-lora-rank`). Reads the stored files by range from the adapter
 //! store; the parsing runs on a blocking thread.
@@ -9,11 +9,11 @@ use serde_json::json;
 use super::storage::{AdapterStore, StoreError};
 
 use crate::adapter_check::config::{AdapterConfig, BaseConfig};
+use crate::adapter_check::pickle::{self, Pickle};
 use crate::adapter_check::{self, safetensors, Accepted, GraphLimits, Rejection};
 
 /// The two files of an adapter, as stored.
-pub const CONFIG_FILE: &str = "adapter_config.json";
-pub const WEIGHTS_FILE: &str = "adapter_model.safetensors";
+pub use crate::adapter_check::{CONFIG_FILE, WEIGHTS_FILE};
 /// File names of PyTorch pickles: loading one runs arbitrary code, so they are never accepted.
 const PICKLE_SUFFIXES: [&str; 5] = [".bin", ".pt", ".pth", ".pkl", ".ckpt"];
 
@@ -32,21 +32,24 @@ pub fn check_file_name(name: Option<&str>) -> Result<(), Rejection> {
     let lower = name.to_ascii_lowercase();
     if PICKLE_SUFFIXES.iter().any(|s| lower.ends_with(s)) {
         return Err(Rejection::Format(format!(
-            "{name} is a PyTorch pickle file; only .safetensors weights are accepted"
+            "{name} is a PyTorch pickle file (loading one runs code); only .safetensors weights \
+             are accepted"
         )));
     }
     Ok(())
 }
 
-/// Refuses content that is a pickle (protocol opcode 0x80) or a `torch.save` zip archive.
-fn check_not_pickle(first: &[u8]) -> Result<(), Rejection> {
-    if first.starts_with(b"PK\x03\x04") || first.first() == Some(&0x80) {
-        return Err(Rejection::Format(
-            "the weights are a PyTorch pickle, not safetensors; convert them with safetensors' save_file"
-                .into(),
-        ));
-    }
-    Ok(())
+/// Refuses content that is a pickle or a `torch.save` zip archive (and not a plausible
+/// safetensors file: see [`pickle::sniff`]).
+fn check_not_pickle(head: &[u8], len: u64) -> Result<(), Rejection> {
+    let what = match pickle::sniff(head, len) {
+        None => return Ok(()),
+        Some(Pickle::Zip) => "a torch.save zip archive".to_owned(),
+        Some(Pickle::Raw(protocol)) => format!("a raw pickle (protocol {protocol})"),
+    };
+    Err(Rejection::Format(format!(
+        "the weights are a PyTorch pickle, {what}; convert them with safetensors' save_file"
+    )))
 }
 
 /// Validates the stored version `key` against `base`; the summary is kept with the adapter.
@@ -62,12 +65,7 @@ pub async fn validate_stored(
 ) -> Result<(Result<Accepted, Rejection>, u64), StoreError> {
     let config = match store.read_small(key, CONFIG_FILE, config_limit).await {
         Ok(bytes) => bytes,
-        Err(e) if e.is_not_found() => {
-            return Ok((
-                Err(Rejection::Config(format!("{CONFIG_FILE} is missing"))),
-                0,
-            ))
-        }
+        Err(e) if e.is_not_found() => return Ok((Err(Rejection::Missing(CONFIG_FILE)), 0)),
         Err(e @ StoreError::TooLarge { .. }) => {
             return Ok((Err(Rejection::Config(e.to_string())), 0))
         }
@@ -75,12 +73,7 @@ pub async fn validate_stored(
     };
     let len = match store.size(key, WEIGHTS_FILE).await {
         Ok(len) => len,
-        Err(e) if e.is_not_found() => {
-            return Ok((
-                Err(Rejection::Format(format!("{WEIGHTS_FILE} is missing"))),
-                0,
-            ))
-        }
+        Err(e) if e.is_not_found() => return Ok((Err(Rejection::Missing(WEIGHTS_FILE)), 0)),
         Err(e) => return Err(e),
     };
     let prefix = store.read_range(key, WEIGHTS_FILE, 0..len.min(8)).await?;
@@ -107,11 +100,10 @@ pub async fn validate_stored(
 
 /// The CPU part of validation: the config, the pickle check and the header against the base.
 fn judge(config: &[u8], head: &[u8], len: u64, base: &BaseSpec) -> Result<Accepted, Rejection> {
-    let config = std::str::from_utf8(config)
-        .map_err(|_| Rejection::Config(format!("{CONFIG_FILE} is not UTF-8")))?;
+    let config = std::str::from_utf8(config).map_err(|_| Rejection::Config("not UTF-8".into()))?;
     let adapter = AdapterConfig::parse(config)?;
     let base_config = BaseConfig::parse(&base.config_json.to_string())?;
-    check_not_pickle(&head[..head.len().min(4)])?;
+    check_not_pickle(head, len)?;
     let header = safetensors::read_header(head, len)?;
     adapter_check::check(
         &header,

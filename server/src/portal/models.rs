@@ -163,6 +163,11 @@ fn outcome_of(e: LifecycleError) -> Result<Outcome, String> {
         LifecycleError::InvalidName(_) => Outcome::Back(ModelFlash::NameInvalid),
         LifecycleError::UnknownBase(_) => Outcome::Back(ModelFlash::BaseUnknown),
         LifecycleError::Conflict(_) => Outcome::Back(ModelFlash::Busy),
+        LifecycleError::NameTaken(_) => Outcome::Refused(
+            StatusCode::CONFLICT,
+            "That name belongs to a public model every tenant can call: choose another name for \
+             your adapter. Nothing was uploaded.",
+        ),
         // The adapter's row is `rejected` with the precise reason, shown on the page.
         LifecycleError::TooLarge(_) => Outcome::Back(ModelFlash::Rejected),
         LifecycleError::BadRequest(_) => Outcome::Back(ModelFlash::UploadInvalid),

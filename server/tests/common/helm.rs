@@ -112,12 +112,25 @@ pub fn render(release: &str, namespace: &str) -> Vec<Value> {
     render_with(release, namespace, |_| {})
 }
 
+/// The chart's `values.yaml`.
+pub fn default_values() -> Value {
+    yaml(&std::fs::read_to_string(chart_dir().join("values.yaml")).unwrap())
+}
+
 /// [`render`] with `edit` applied to `values.yaml` first (as `--set` does).
 pub fn render_with(release: &str, namespace: &str, edit: impl FnOnce(&mut Value)) -> Vec<Value> {
+    let mut values = default_values();
+    edit(&mut values);
+    render_values(release, namespace, values)
+}
+
+/// [`render`] with these values, checked against the schema first as Helm does.
+pub fn render_values(release: &str, namespace: &str, values: Value) -> Vec<Value> {
+    if let Err(errors) = check_values(&values) {
+        panic!("values refused by values.schema.json: {errors:?}");
+    }
     let dir = chart_dir();
     let chart = yaml(&std::fs::read_to_string(dir.join("Chart.yaml")).unwrap());
-    let mut values = yaml(&std::fs::read_to_string(dir.join("values.yaml")).unwrap());
-    edit(&mut values);
     let ctx = json!({
         "Values": values,
         "Release": {"Name": release, "Namespace": namespace},
@@ -199,4 +212,47 @@ pub fn monitoring_queries() -> Vec<(String, String)> {
     let var = &dashboard["templating"]["list"][1]["definition"];
     out.push(("variable model".into(), var.as_str().unwrap().to_owned()));
     out
+}
+
+/// `values.schema.json`, as Helm applies it at install: the errors, one per bad value, each
+/// `path: message`. Checked by the JSON Schema reference implementation (Python's `jsonschema`,
+/// draft 7 like Helm's): a Rust validator crate's dev-only features rebuilt the whole dependency
+/// tree of the test build.
+pub fn check_values(values: &Value) -> Result<(), Vec<String>> {
+    use std::io::Write;
+    const CHECK: &str = "import json, sys, jsonschema\n\
+        schema = json.load(open(sys.argv[1]))\n\
+        jsonschema.Draft7Validator.check_schema(schema)\n\
+        for e in jsonschema.Draft7Validator(schema).iter_errors(json.load(sys.stdin)):\n\
+        \x20   print('/' + '/'.join(str(p) for p in e.absolute_path) + ': ' + e.message)\n";
+    let mut child = std::process::Command::new("python3")
+        .args(["-c", CHECK])
+        .arg(chart_dir().join("values.schema.json"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3 (with the jsonschema package) checks the values");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(values.to_string().as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "the schema check failed to run: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let errors: Vec<String> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(errors)
+    }
 }
