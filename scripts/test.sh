@@ -9,6 +9,10 @@ cd "$(dirname "$0")/.."
 scripts/ensure-services.sh
 export DATABASE_URL="${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres}"
 
+# The chart test checks values.yaml against values.schema.json with the JSON Schema reference
+# implementation (Python's jsonschema, draft 7 as Helm uses).
+python3 -c 'import jsonschema' 2>/dev/null || python3 -m pip install -q --disable-pip-version-check jsonschema
+
 cargo fmt --all -- --check
 # Every query! against the migrated schema, and `.sqlx/` up to date (a stale one fails here).
 scripts/sqlx-prepare.sh --check
