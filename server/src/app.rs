@@ -246,8 +246,10 @@ pub async fn build(pool: PgPool, options: AppOptions) -> anyhow::Result<App> {
     let http = http_metrics.clone();
     let fleet = fleet_metrics.clone();
     let router = gateway::router(gateway.clone())
-        .merge(api)
-        .merge(portal)
+        .merge(crate::body_bounds::bound(
+            api.merge(portal),
+            body_bounds(&options),
+        ))
         .route(
             "/metrics",
             axum::routing::get(move || {
@@ -266,6 +268,23 @@ pub async fn build(pool: PgPool, options: AppOptions) -> anyhow::Result<App> {
         lifecycle,
         fleet_metrics,
     })
+}
+
+/// Forms read whole within `/v1`'s body timing; uploads at its minimum rate, up to both files.
+fn body_bounds(options: &AppOptions) -> crate::body_bounds::BodyBounds {
+    use crate::body_bounds::{BodyBounds, Bound};
+    let files = &options.lifecycle.limits;
+    BodyBounds {
+        form: Bound {
+            max_bytes: options.gateway.max_form_bytes as u64,
+            timing: options.gateway.body_timing(),
+        },
+        upload: Bound {
+            // Both files plus the multipart framing and the name fields.
+            max_bytes: files.config_bytes + files.weights_bytes + (1 << 20),
+            timing: options.gateway.body_timing(),
+        },
+    }
 }
 
 async fn flush_last_used(keys: Arc<KeyCache>, cancel: CancellationToken) {

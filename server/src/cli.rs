@@ -229,6 +229,10 @@ pub struct GatewayArgs {
     /// Largest accepted request body, in bytes (larger: 413).
     #[arg(long, env = "TF_MAX_BODY_BYTES", default_value_t = GatewayOptions::default().max_body_bytes)]
     pub max_body_bytes: usize,
+    /// Largest body of a portal form, server function or `/api/v1` call other than an adapter
+    /// upload, in bytes (larger: 413). Uploads are bounded by the adapter size limits.
+    #[arg(long, env = "TF_MAX_FORM_BYTES", default_value_t = GatewayOptions::default().max_form_bytes)]
+    pub max_form_bytes: usize,
     /// Time allowed to open a connection to an upstream, in milliseconds.
     #[arg(long, env = "TF_UPSTREAM_CONNECT_TIMEOUT_MS", default_value_t = GatewayOptions::default().upstream_connect_timeout_ms)]
     pub upstream_connect_timeout_ms: u64,
@@ -258,6 +262,7 @@ impl From<&GatewayArgs> for GatewayOptions {
     fn from(a: &GatewayArgs) -> Self {
         Self {
             max_body_bytes: a.max_body_bytes,
+            max_form_bytes: a.max_form_bytes,
             upstream_connect_timeout_ms: a.upstream_connect_timeout_ms,
             upstream_first_byte_timeout_ms: a.upstream_first_byte_timeout_ms,
             upstream_chunk_timeout_ms: a.upstream_chunk_timeout_ms,
