@@ -17,7 +17,7 @@ use std::task::{Context, Poll};
 
 use axum::body::Body;
 use axum::extract::{Request, State};
-use axum::http::{header, Method, StatusCode};
+use axum::http::{header, Method};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Router;
@@ -201,7 +201,7 @@ mod tests {
         assert!(!is_upload(&Method::POST, "/api/login"));
     }
 
-    #[tokio::test(start_paused = true)]
+    #[tokio::test]
     async fn a_long_pause_is_cut_even_with_credit_from_a_fast_start() {
         let mut b = RateBounded::new(Body::empty(), bound());
         let now = Instant::now();
