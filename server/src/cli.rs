@@ -103,9 +103,20 @@ pub struct ServeArgs {
     /// Mark session cookies Secure (set when serving behind TLS).
     #[arg(long, env = "TF_SECURE_COOKIES", default_value_t = false, action = clap::ArgAction::Set)]
     pub secure_cookies: bool,
-    /// Take client addresses from X-Forwarded-For (set only behind a proxy that overwrites it).
+    /// Proxies (comma-separated CIDRs, e.g. the ingress pods' `10.0.0.0/8`) whose
+    /// X-Forwarded-For names the client for login throttling: the right-most hop that is not one
+    /// of them counts. From any other peer the header is ignored.
+    #[arg(long, env = "TF_TRUSTED_PROXIES", default_value = "", value_parser = clap::value_parser!(tf_app::ssr::client_addr::TrustedProxies))]
+    pub trusted_proxies: tf_app::ssr::client_addr::TrustedProxies,
+    /// Deprecated: trust X-Forwarded-For from every peer (the left-most hop counts). Set only
+    /// when every connection comes through a proxy that overwrites the header; prefer
+    /// --trusted-proxies.
     #[arg(long, env = "TF_TRUST_FORWARDED_FOR", default_value_t = false, action = clap::ArgAction::Set)]
     pub trust_forwarded_for: bool,
+    /// Most working keys a tenant may have; creating one more is refused with a message (keys
+    /// are listed on pages and cached per replica, so their number is kept bounded).
+    #[arg(long, env = "TF_MAX_KEYS_PER_TENANT", default_value_t = tf_core::keys::DEFAULT_MAX_KEYS_PER_TENANT)]
+    pub max_keys_per_tenant: u32,
     #[command(flatten)]
     pub http: HttpArgs,
     #[command(flatten)]
