@@ -232,7 +232,7 @@ LAYERS = [
     ("domain", ["secret", "fd_limit", "endpoint", "base_tokenizer", "engine_policy", "usage"]),
     ("stores", ["redis_conn", "usage_store", "journal"]),
     ("logic", ["quota", "bodies", "metering", "adapter_check", "fleet", "lifecycle", "billing"]),
-    ("edges", ["gateway", "api", "http_server", "portal", "notify", "replica_report", "health"]),
+    ("edges", ["gateway", "api", "http_server", "body_bounds", "portal", "notify", "replica_report", "health"]),
     ("assembly", ["app", "demo", "sim", "cli", "admin", "serve"]),
 ]
 LAYERED = "server/src"

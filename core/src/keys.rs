@@ -67,6 +67,39 @@ pub async fn issue(
     Ok((row, key.secret))
 }
 
+/// The default cap on a tenant's working keys (`--max-keys-per-tenant`): enough for any real
+/// use, and it keeps pages and caches that list keys cheap.
+pub const DEFAULT_MAX_KEYS_PER_TENANT: u32 = 100;
+
+/// Why [`issue_capped`] issued no key.
+#[derive(Debug, thiserror::Error)]
+pub enum IssueError {
+    /// The tenant already has `cap` working keys.
+    #[error("a tenant may have at most {cap} working keys; revoke one first")]
+    TooMany { cap: u32 },
+    #[error(transparent)]
+    Db(#[from] sqlx::Error),
+}
+
+/// Issues a key like [`issue`] unless the tenant already has `cap` working keys (not revoked,
+/// not past a grace period); concurrent creations of one tenant are serialized on its row.
+pub async fn issue_capped(
+    pool: &PgPool,
+    tenant_id: Uuid,
+    name: &str,
+    cap: u32,
+) -> Result<(ApiKey, String), IssueError> {
+    let mut tx = pool.begin().await?;
+    db::keys::lock_tenant(&mut tx, tenant_id).await?;
+    // INVARIANT: a tenant never gets a key past its cap (test: portal_keys, key cap).
+    if db::keys::count_active(&mut *tx, tenant_id).await? >= i64::from(cap) {
+        return Err(IssueError::TooMany { cap });
+    }
+    let issued = issue(&mut *tx, tenant_id, name).await?;
+    tx.commit().await?;
+    Ok(issued)
+}
+
 /// Revokes the key with this visible prefix (or whole secret) within `tenant_id`'s keys, or any
 /// tenant's when `tenant_id` is `None` (operators only). Returns whether a key was revoked.
 pub async fn revoke(

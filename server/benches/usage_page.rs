@@ -331,7 +331,8 @@ fn main() {
             redis: tf_core::redis_slot::RedisSlot::empty(),
             redis_prefix: "tfbench:".into(),
             secure_cookies: false,
-            trust_forwarded_for: false,
+            trusted_proxies: Default::default(),
+            max_keys_per_tenant: tf_core::keys::DEFAULT_MAX_KEYS_PER_TENANT,
             ops: None,
             cold: None,
         })

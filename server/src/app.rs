@@ -32,8 +32,10 @@ pub struct AppOptions {
     pub redis: tf_core::redis_slot::RedisSlot,
     pub redis_prefix: String,
     pub secure_cookies: bool,
-    /// Trust `X-Forwarded-For` for the portal's per-address login throttle.
-    pub trust_forwarded_for: bool,
+    /// The proxies whose `X-Forwarded-For` names the client for the portal's login throttle.
+    pub trusted_proxies: tf_app::ssr::client_addr::TrustedProxies,
+    /// Most working keys a tenant may have.
+    pub max_keys_per_tenant: u32,
     pub gateway: GatewayOptions,
     /// The local usage journal (the production sink) and its shipper; PostgreSQL directly when
     /// `None`.
@@ -54,7 +56,8 @@ impl Default for AppOptions {
             redis: tf_core::redis_slot::RedisSlot::empty(),
             redis_prefix: DEFAULT_REDIS_PREFIX.into(),
             secure_cookies: false,
-            trust_forwarded_for: false,
+            trusted_proxies: Default::default(),
+            max_keys_per_tenant: tf_core::keys::DEFAULT_MAX_KEYS_PER_TENANT,
             gateway: GatewayOptions::default(),
             journal: None,
             quota: crate::quota::QuotaOptions::default(),
@@ -231,7 +234,8 @@ pub async fn build(pool: PgPool, options: AppOptions) -> anyhow::Result<App> {
             redis: options.redis.clone(),
             redis_prefix: options.redis_prefix.clone(),
             secure_cookies: options.secure_cookies,
-            trust_forwarded_for: options.trust_forwarded_for,
+            trusted_proxies: options.trusted_proxies.clone(),
+            max_keys_per_tenant: options.max_keys_per_tenant,
             ops: options.journal.as_ref().map(|j| {
                 let m = j.metrics.clone();
                 let read: Arc<dyn Fn() -> tf_app::model::OpsSnapshot + Send + Sync> =
@@ -266,9 +270,11 @@ pub async fn build(pool: PgPool, options: AppOptions) -> anyhow::Result<App> {
     });
     // `/metrics` is not on this router: platform-wide counters are for the operator's listener.
     let router = gateway::router(gateway.clone())
-        .merge(api)
         .merge(health)
-        .merge(portal);
+        .merge(crate::body_bounds::bound(
+            api.merge(portal),
+            body_bounds(&options),
+        ));
     Ok(App {
         router,
         metrics_router,
@@ -282,6 +288,23 @@ pub async fn build(pool: PgPool, options: AppOptions) -> anyhow::Result<App> {
         lifecycle,
         fleet_metrics,
     })
+}
+
+/// Forms read whole within `/v1`'s body timing; uploads at its minimum rate, up to both files.
+fn body_bounds(options: &AppOptions) -> crate::body_bounds::BodyBounds {
+    use crate::body_bounds::{BodyBounds, Bound};
+    let files = &options.lifecycle.limits;
+    BodyBounds {
+        form: Bound {
+            max_bytes: options.gateway.max_form_bytes as u64,
+            timing: options.gateway.body_timing(),
+        },
+        upload: Bound {
+            // Both files plus the multipart framing and the name fields.
+            max_bytes: files.config_bytes + files.weights_bytes + (1 << 20),
+            timing: options.gateway.body_timing(),
+        },
+    }
 }
 
 async fn flush_last_used(keys: Arc<KeyCache>, cancel: CancellationToken) {

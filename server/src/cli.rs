@@ -107,13 +107,24 @@ pub struct ServeArgs {
     /// Mark session cookies Secure (set when serving behind TLS).
     #[arg(long, env = "TF_SECURE_COOKIES", default_value_t = false, action = clap::ArgAction::Set)]
     pub secure_cookies: bool,
-    /// Take client addresses from X-Forwarded-For (set only behind a proxy that overwrites it).
+    /// Proxies (comma-separated CIDRs, e.g. the ingress pods' `10.0.0.0/8`) whose
+    /// X-Forwarded-For names the client for login throttling: the right-most hop that is not one
+    /// of them counts. From any other peer the header is ignored.
+    #[arg(long, env = "TF_TRUSTED_PROXIES", default_value = "", value_parser = clap::value_parser!(tf_app::ssr::client_addr::TrustedProxies))]
+    pub trusted_proxies: tf_app::ssr::client_addr::TrustedProxies,
+    /// Deprecated: trust X-Forwarded-For from every peer (the left-most hop counts). Set only
+    /// when every connection comes through a proxy that overwrites the header; prefer
+    /// --trusted-proxies.
     #[arg(long, env = "TF_TRUST_FORWARDED_FOR", default_value_t = false, action = clap::ArgAction::Set)]
     pub trust_forwarded_for: bool,
     /// Address of the Prometheus `/metrics` listener (kept off the client port: it shows
     /// platform-wide counters). Loopback by default; the chart binds it for the cluster only.
     #[arg(long, env = "TF_METRICS_LISTEN", default_value = "127.0.0.1:9464")]
     pub metrics_listen: SocketAddr,
+    /// Most working keys a tenant may have; creating one more is refused with a message (keys
+    /// are listed on pages and cached per replica, so their number is kept bounded).
+    #[arg(long, env = "TF_MAX_KEYS_PER_TENANT", default_value_t = tf_core::keys::DEFAULT_MAX_KEYS_PER_TENANT)]
+    pub max_keys_per_tenant: u32,
     #[command(flatten)]
     pub http: HttpArgs,
     #[command(flatten)]
@@ -238,6 +249,10 @@ pub struct GatewayArgs {
     /// Largest accepted request body, in bytes (larger: 413).
     #[arg(long, env = "TF_MAX_BODY_BYTES", default_value_t = GatewayOptions::default().max_body_bytes)]
     pub max_body_bytes: usize,
+    /// Largest body of a portal form, server function or `/api/v1` call other than an adapter
+    /// upload, in bytes (larger: 413). Uploads are bounded by the adapter size limits.
+    #[arg(long, env = "TF_MAX_FORM_BYTES", default_value_t = GatewayOptions::default().max_form_bytes)]
+    pub max_form_bytes: usize,
     /// Time allowed to open a connection to an upstream, in milliseconds.
     #[arg(long, env = "TF_UPSTREAM_CONNECT_TIMEOUT_MS", default_value_t = GatewayOptions::default().upstream_connect_timeout_ms)]
     pub upstream_connect_timeout_ms: u64,
@@ -267,6 +282,7 @@ impl From<&GatewayArgs> for GatewayOptions {
     fn from(a: &GatewayArgs) -> Self {
         Self {
             max_body_bytes: a.max_body_bytes,
+            max_form_bytes: a.max_form_bytes,
             upstream_connect_timeout_ms: a.upstream_connect_timeout_ms,
             upstream_first_byte_timeout_ms: a.upstream_first_byte_timeout_ms,
             upstream_chunk_timeout_ms: a.upstream_chunk_timeout_ms,

@@ -30,6 +30,7 @@
 //!    - [`gateway`]: the `/v1` request path (auth, resolve, admit, forward, meter).
 //!    - [`api`]: the `/api/v1` management API (adapters) for developers with a key.
 //!    - [`http_server`]: client connections with head deadlines and a connection cap.
+//!    - [`body_bounds`]: size and time bounds on the bodies of every route outside `/v1`.
 //!    - [`portal`]: the portal's routes and session layer (components in `tf_app`).
 //!    - `notify`: PostgreSQL notifications that refresh this replica's caches.
 //!    - [`replica_report`]: this replica's journal and connection figures, reported to
@@ -72,6 +73,7 @@ pub mod api;
 pub mod gateway;
 pub mod health;
 pub mod http_server;
+pub mod body_bounds;
 pub(crate) mod notify;
 pub mod portal;
 pub mod replica_report;

@@ -82,7 +82,12 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             redis,
             redis_prefix: args.redis_prefix.clone(),
             secure_cookies: args.secure_cookies,
-            trust_forwarded_for: args.trust_forwarded_for,
+            trusted_proxies: if args.trust_forwarded_for {
+                tf_app::ssr::client_addr::TrustedProxies::everyone()
+            } else {
+                args.trusted_proxies.clone()
+            },
+            max_keys_per_tenant: args.max_keys_per_tenant,
             gateway: (&args.gateway).into(),
             journal: journal.clone(),
             quota: (&args.quota).into(),

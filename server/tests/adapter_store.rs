@@ -362,3 +362,32 @@ fn locations_open_the_right_store() {
     assert!(AdapterStore::open("s3://").is_err());
     assert!(AdapterStore::open("gs://models").is_err());
 }
+
+#[cfg(unix)]
+#[tokio::test]
+async fn local_files_are_private_to_the_service() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("adapters");
+    let store = AdapterStore::local(&root).unwrap();
+    let key = "0190aaaabbbbccccdddd/v1";
+    let bytes = vec![7u8; 10_000];
+    store
+        .write(
+            key,
+            "adapter_model.safetensors",
+            chunks(&bytes, 1000),
+            1 << 20,
+        )
+        .await
+        .unwrap();
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&root), 0o700, "the store's root");
+    assert_eq!(mode(&root.join("0190aaaabbbbccccdddd")), 0o700);
+    assert_eq!(mode(&root.join(key)), 0o700);
+    assert_eq!(
+        mode(&root.join(key).join("adapter_model.safetensors")),
+        0o600,
+        "the weights"
+    );
+}

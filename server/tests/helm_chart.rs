@@ -110,6 +110,19 @@ fn secrets_come_from_a_secret_and_the_pod_uses_the_service_account() {
             json!({"name": "tokenfactory-secrets", "key": key})
         );
     }
+    // Login throttling sees clients through the ingress (its X-Forwarded-For is trusted), and
+    // the value parses as the server parses it.
+    let proxies = c["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "TF_TRUSTED_PROXIES")
+        .unwrap()["value"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let parsed: tf_app::ssr::client_addr::TrustedProxies = proxies.parse().unwrap();
+    assert!(!parsed.is_empty(), "{proxies}");
     let config = find(&docs, "ConfigMap", "tf-config");
     for (k, v) in config["data"].as_object().unwrap() {
         assert!(v.is_string(), "ConfigMap values are strings: {k}");

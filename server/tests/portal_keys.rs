@@ -645,3 +645,32 @@ async fn the_home_shows_this_months_usage_keys_and_models_of_the_tenant_only(poo
     assert!(!beta_home.contains("acme-helper"));
     assert!(beta_home.contains("beta-private-adapter"));
 }
+
+#[sqlx::test(migrations = "../migrations")]
+async fn a_tenant_cannot_create_keys_past_its_cap(pool: PgPool) {
+    let t = TestApp::builder(pool).max_keys_per_tenant(3).start().await;
+    let acme = member(&t, "acme").await;
+    let b = &acme.browser;
+    let first = create_key(b, "one").await;
+    create_key(b, "two").await;
+    create_key(b, "three").await;
+    // The fourth is refused, with the reason on the page; nothing is stored.
+    post_form(b, "/api/create_key", &[("name", "four")]).await;
+    let html = b.html("/keys").await;
+    assert!(
+        html.contains("a tenant may have at most 3 working keys"),
+        "{html}"
+    );
+    assert!(shown_secret(&html).is_none());
+    let count = || async {
+        tf_core::db::keys::count_active(&t.pool, acme.tenant)
+            .await
+            .unwrap()
+    };
+    assert_eq!(count().await, 3);
+    // A revoked key frees its place.
+    let id = key_id(&t.pool, &first).await;
+    post_form(b, "/api/revoke_key", &[("key", &id.to_string())]).await;
+    create_key(b, "four").await;
+    assert_eq!(count().await, 3);
+}

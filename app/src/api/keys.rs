@@ -151,9 +151,15 @@ pub async fn create_key(
     let Some(name) = tf_core::keys::clean_name(&name) else {
         return back(&jar, Some(Flash::KeyNameInvalid));
     };
-    let (row, secret) = tf_core::keys::issue(&portal.deps.pool, m.tenant.id, name)
-        .await
-        .map_err(|e| internal("creating a key", e))?;
+    let cap = portal.deps.max_keys_per_tenant;
+    let (row, secret) =
+        match tf_core::keys::issue_capped(&portal.deps.pool, m.tenant.id, name, cap).await {
+            Ok(issued) => issued,
+            Err(tf_core::keys::IssueError::TooMany { cap }) => {
+                return back(&jar, Some(Flash::KeyLimit { cap }));
+            }
+            Err(tf_core::keys::IssueError::Db(e)) => return Err(internal("creating a key", e)),
+        };
     tracing::info!(tenant = %m.tenant.name, key = %row.prefix, "key created in the portal");
     let fresh = FreshKey {
         name: row.name,

@@ -100,6 +100,8 @@ pub enum Flash {
     NoSuchKey,
     /// A key name was empty, too long or held control characters.
     KeyNameInvalid,
+    /// The tenant already has the most working keys it may have.
+    KeyLimit { cap: u32 },
     /// A key form carried a value no form of the page offers.
     KeyFormInvalid,
     /// What an admin form did (see [`super::admin::AdminFlash`]).
@@ -152,6 +154,7 @@ impl Flash {
             Self::KeyRotated => "key-rotated".to_owned(),
             Self::NoSuchKey => "no-such-key".to_owned(),
             Self::KeyNameInvalid => "key-name".to_owned(),
+            Self::KeyLimit { cap } => format!("key-limit-{cap}"),
             Self::KeyFormInvalid => "key-form".to_owned(),
             Self::Admin(f) => format!("admin-{}", f.code()),
             Self::RoleRefused => "role".to_owned(),
@@ -209,6 +212,10 @@ impl Flash {
             "password-refused" => Some(Self::PasswordRefused),
             "bodies-deleted" => Some(Self::BodiesDeleted),
             "joined" => Some(Self::Joined),
+            other if other.starts_with("key-limit-") => other
+                .strip_prefix("key-limit-")
+                .and_then(|s| s.parse().ok())
+                .map(|cap| Self::KeyLimit { cap }),
             other => other
                 .strip_prefix("throttled-")
                 .and_then(|s| s.parse().ok())
@@ -247,6 +254,9 @@ impl Flash {
                 tf_core::keys::MAX_NAME_CHARS
             ),
             Self::KeyFormInvalid => "That form was not understood: nothing was changed.".to_owned(),
+            Self::KeyLimit { cap } => format!(
+                "No key created: a tenant may have at most {cap} working keys. Revoke one you no longer use first."
+            ),
             Self::Admin(f) => f.message().to_owned(),
             Self::RoleRefused => "Your role does not allow that: nothing was changed.".to_owned(),
             Self::Invited => "Invitation made. Send the link below to the person you invited.".to_owned(),
@@ -322,6 +332,7 @@ mod tests {
             Flash::KeyRotated,
             Flash::NoSuchKey,
             Flash::KeyNameInvalid,
+            Flash::KeyLimit { cap: 100 },
             Flash::KeyFormInvalid,
             Flash::Admin(super::super::admin::AdminFlash::LimitsSaved),
             Flash::RoleRefused,

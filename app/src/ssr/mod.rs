@@ -5,6 +5,7 @@
 
 pub mod admin;
 pub mod billing_admin;
+pub mod client_addr;
 pub mod cookies;
 pub mod csp;
 pub mod csrf;

@@ -21,9 +21,12 @@ pub struct PortalDeps {
     pub redis_prefix: String,
     /// Marks the session cookie `Secure`; on whenever the portal is served over TLS.
     pub secure_cookies: bool,
-    /// Take the client address for login throttling from `X-Forwarded-For` (only behind a
-    /// proxy that overwrites it; otherwise a client could pick its own address).
-    pub trust_forwarded_for: bool,
+    /// The proxies whose `X-Forwarded-For` gives the client address for login throttling
+    /// (empty: the socket's peer; see `client_addr`).
+    pub trusted_proxies: super::client_addr::TrustedProxies,
+    /// Most working keys a tenant may have (`--max-keys-per-tenant`); creating one more is
+    /// refused with a message.
+    pub max_keys_per_tenant: u32,
     /// Reads this replica's usage-journal figures for the admin home (`None`: no journal).
     pub ops: Option<std::sync::Arc<dyn Fn() -> OpsSnapshot + Send + Sync>>,
     /// Reads this replica's cold-start figures for `/admin/fleet` (`None`: not shown).

@@ -4,7 +4,7 @@
 //! [`super::cookies`]). Also the request facts the server functions need: the client's IP and how
 //! a redirect must be sent.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 
 use axum::extract::ConnectInfo;
 use http::{header::ACCEPT, request::Parts, StatusCode};
@@ -101,28 +101,26 @@ pub async fn end(session: &Session) -> Result<(), PortalError> {
         .map_err(|e| internal("deleting the session", e))
 }
 
-/// The client's address for throttling: the first `X-Forwarded-For` hop when it is a valid IP
-/// and the deployment trusts its proxy to set it, else the socket's peer address, else
-/// `"unknown"` (served without connect info). Parsing keeps arbitrary strings out of keys.
+/// The client's address for throttling and audit: the socket's peer, or when that peer is a
+/// trusted proxy the address it forwarded (`client_addr`), else `"unknown"` (served without
+/// connect info). Parsing keeps arbitrary strings out of keys.
 pub async fn client_ip() -> String {
-    let trusted = Portal::current().is_ok_and(|p| p.deps.trust_forwarded_for);
-    let forwarded = use_context::<Parts>()
-        .filter(|_| trusted)
-        .and_then(|parts| {
-            parts
-                .headers
-                .get("x-forwarded-for")
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.split(',').next())
-                .and_then(|first| first.trim().parse::<IpAddr>().ok())
-        });
-    if let Some(ip) = forwarded {
-        return ip.to_string();
-    }
-    match leptos_axum::extract::<ConnectInfo<SocketAddr>>().await {
-        Ok(ConnectInfo(addr)) => addr.ip().to_string(),
-        Err(_) => "unknown".to_owned(),
-    }
+    let Ok(ConnectInfo(peer)) = leptos_axum::extract::<ConnectInfo<SocketAddr>>().await else {
+        return "unknown".to_owned();
+    };
+    let Ok(portal) = Portal::current() else {
+        return peer.ip().to_string();
+    };
+    let parts = use_context::<Parts>();
+    let forwarded = parts
+        .iter()
+        .flat_map(|p| p.headers.get_all("x-forwarded-for"))
+        .filter_map(|v| v.to_str().ok());
+    portal
+        .deps
+        .trusted_proxies
+        .client(peer.ip(), forwarded)
+        .to_string()
 }
 
 /// Whether the request is a plain browser request (a form post without JavaScript, a page load)

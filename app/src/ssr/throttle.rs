@@ -7,10 +7,17 @@
 //!   the account's owner on another address.
 //! - per account, over all addresses: the same backoff, far looser ([`ACCOUNT_FREE`] failures
 //!   before it starts, at most [`ACCOUNT_MAX`] between attempts), so guessing spread over many
-//!   addresses is bounded too, while nobody can lock the account: the worst the owner sees is a
-//!   wait of [`ACCOUNT_MAX`].
+//!   addresses is bounded too. It holds back only addresses that have themselves failed on the
+//!   account [`ACCOUNT_EXEMPT`] times or more: an attacker polling from many addresses fills the
+//!   account's slot but cannot keep its owner out, who signs in from an address that has not
+//!   been guessing (the right password is always checked there). The price is that a distributed
+//!   guesser gets [`ACCOUNT_EXEMPT`] guesses per address per [`PAIR_KEEP`] past the account's
+//!   bound; a device cookie would close that, at the cost of a store of devices, and the owner on
+//!   a new device would still be kept out.
 //! - per client address, over all accounts: [`IP_LIMIT`] failures per [`IP_WINDOW`] (password
-//!   spraying; offices share addresses, hence the generous limit).
+//!   spraying; offices share addresses, hence the generous limit). The address is the socket's
+//!   peer, or the client a trusted proxy forwarded (`client_addr`); an IPv6 client counts per
+//!   /64.
 //!
 //! Counters live in Redis (one Lua script per operation on Redis's clock, so replicas never race
 //! between reading and incrementing and agree on time). When Redis is not configured or fails, a
@@ -37,6 +44,9 @@ pub const PAIR_MAX: Duration = Duration::from_secs(15 * 60);
 pub const PAIR_KEEP: Duration = Duration::from_secs(60 * 60);
 /// Failures per account, over all addresses, before attempts are delayed.
 pub const ACCOUNT_FREE: u32 = 20;
+/// An address with fewer failures than this on an account is not held back by the account's
+/// bound (the owner may mistype twice); see the module doc.
+pub const ACCOUNT_EXEMPT: u32 = 3;
 /// The first per-account delay; it doubles with every further failure.
 pub const ACCOUNT_BASE: Duration = Duration::from_secs(1);
 /// The longest per-account delay: what an attacker can impose on the account's owner at worst.
@@ -52,8 +62,9 @@ const REDIS_TIMEOUT: Duration = Duration::from_millis(500);
 /// Most entries the local limiter keeps (about 100 bytes each).
 pub const LOCAL_MAX_ENTRIES: usize = 50_000;
 
-/// v2. KEYS: pair hash, account hash, address counter. ARGV: pair free, base ms, max ms, keep ms,
-/// account free, base ms, max ms, keep ms, address limit, address window ms. Hashes hold `f`
+/// v3. KEYS: pair hash, account hash, address counter. ARGV: pair free, base ms, max ms, keep ms,
+/// account free, base ms, max ms, keep ms, address limit, address window ms, account exempt
+/// (pair failures below which the account's bound does not apply). Hashes hold `f`
 /// (failures) and `t` (last failure, Redis ms). Returns 0 when the attempt is allowed (and
 /// counted), else the ms to wait.
 static RESERVE: LazyLock<redis::Script> = LazyLock::new(|| {
@@ -71,7 +82,9 @@ local function wait(key, free, base, max)
   return 0
 end
 local w = wait(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]))
-w = math.max(w, wait(KEYS[2], tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])))
+if tonumber(redis.call('HGET', KEYS[1], 'f') or '0') >= tonumber(ARGV[11]) then
+  w = math.max(w, wait(KEYS[2], tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])))
+end
 if tonumber(redis.call('GET', KEYS[3]) or '0') >= tonumber(ARGV[9]) then
   local ttl = redis.call('PTTL', KEYS[3])
   if ttl < 0 then
@@ -136,7 +149,13 @@ impl LoginThrottle {
     }
 
     fn keys(&self, email: &str, ip: &str) -> Keys {
-        // An address never contains '/', so the pair key is unambiguous.
+        // IPv6 clients count per /64. The pair key's first '/' after the prefix ends the address
+        // part only for IPv4; an IPv6 key holds "/64/" and an email never contains '/', so keys
+        // stay unambiguous.
+        let ip = match ip.parse::<std::net::IpAddr>() {
+            Ok(addr) => super::client_addr::throttle_key(addr),
+            Err(_) => ip.to_owned(),
+        };
         [
             format!("{}login:pair:{ip}/{email}", self.prefix),
             format!("{}login:account:{email}", self.prefix),
@@ -161,7 +180,8 @@ impl LoginThrottle {
                 .arg(millis(ACCOUNT_MAX))
                 .arg(millis(ACCOUNT_KEEP))
                 .arg(IP_LIMIT)
-                .arg(millis(IP_WINDOW));
+                .arg(millis(IP_WINDOW))
+                .arg(ACCOUNT_EXEMPT);
             match tokio::time::timeout(REDIS_TIMEOUT, call.invoke_async::<u64>(&mut conn)).await {
                 Ok(Ok(0)) => return Verdict::Allowed,
                 Ok(Ok(ms)) => {
@@ -242,9 +262,11 @@ impl LocalLimiter {
     }
 
     fn begin(&mut self, keys: &Keys, now: Instant) -> Verdict {
-        let mut wait = self
-            .wait(&keys[0], now, PAIR_FREE, PAIR_BASE, PAIR_MAX)
-            .max(self.wait(&keys[1], now, ACCOUNT_FREE, ACCOUNT_BASE, ACCOUNT_MAX));
+        let mut wait = self.wait(&keys[0], now, PAIR_FREE, PAIR_BASE, PAIR_MAX);
+        let pair_failures = self.live(&keys[0], now).map_or(0, |e| e.count);
+        if pair_failures >= ACCOUNT_EXEMPT {
+            wait = wait.max(self.wait(&keys[1], now, ACCOUNT_FREE, ACCOUNT_BASE, ACCOUNT_MAX));
+        }
         if let Some(ip) = self.live(&keys[2], now).filter(|e| e.count >= IP_LIMIT) {
             wait = wait.max(ip.until.saturating_duration_since(now));
         }
@@ -377,18 +399,35 @@ mod tests {
         let now = Instant::now();
         for i in 0..ACCOUNT_FREE {
             assert_eq!(
-                l.begin(&keys("v@x", &format!("10.0.0.{i}")), now),
+                l.begin(&keys("v@x", &format!("10.0.0.{}", i % 7)), now),
                 Verdict::Allowed
             );
         }
-        let Verdict::Throttled { retry_after } = l.begin(&keys("v@x", "10.9.9.9"), now) else {
+        // An address that has been guessing on the account waits for the account's bound...
+        let Verdict::Throttled { retry_after } = l.begin(&keys("v@x", "10.0.0.1"), now) else {
             panic!("the account bound must apply")
         };
         assert!(retry_after <= ACCOUNT_MAX);
         assert_eq!(
-            l.begin(&keys("v@x", "10.9.9.9"), now + ACCOUNT_MAX),
+            l.begin(&keys("v@x", "10.0.0.1"), now + ACCOUNT_MAX),
             Verdict::Allowed
         );
+        // ...the owner's address, which has not, does not.
+        assert_eq!(l.begin(&keys("v@x", "10.9.9.9"), now), Verdict::Allowed);
+    }
+
+    #[test]
+    fn an_address_is_exempt_from_the_account_bound_only_for_its_first_failures() {
+        let mut l = LocalLimiter::default();
+        let now = Instant::now();
+        for i in 0..ACCOUNT_FREE {
+            l.begin(&keys("v@x", &format!("10.0.1.{i}")), now);
+        }
+        let fresh = keys("v@x", "10.9.9.9");
+        for _ in 0..ACCOUNT_EXEMPT {
+            assert_eq!(l.begin(&fresh, now), Verdict::Allowed);
+        }
+        assert!(matches!(l.begin(&fresh, now), Verdict::Throttled { .. }));
     }
 
     #[test]

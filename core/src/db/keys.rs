@@ -186,7 +186,7 @@ pub async fn list_of_tenant(pool: &PgPool, tenant_id: Uuid) -> sqlx::Result<Vec<
 }
 
 /// How many of the tenant's keys work now (not revoked, not past a grace period).
-pub async fn count_active(pool: &PgPool, tenant_id: Uuid) -> sqlx::Result<i64> {
+pub async fn count_active(pool: impl sqlx::PgExecutor<'_>, tenant_id: Uuid) -> sqlx::Result<i64> {
     sqlx::query_scalar!(
         r#"SELECT count(*) AS "n!" FROM api_keys
            WHERE tenant_id = $1 AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())"#,
@@ -194,6 +194,15 @@ pub async fn count_active(pool: &PgPool, tenant_id: Uuid) -> sqlx::Result<i64> {
     )
     .fetch_one(pool)
     .await
+}
+
+/// Locks the tenant's row until the transaction ends, so two key creations of one tenant do
+/// not both pass its key cap.
+pub async fn lock_tenant(conn: &mut PgConnection, tenant_id: Uuid) -> sqlx::Result<()> {
+    sqlx::query!("SELECT id FROM tenants WHERE id = $1 FOR UPDATE", tenant_id)
+        .fetch_optional(conn)
+        .await?;
+    Ok(())
 }
 
 /// Revokes the tenant's working key with this id (the tenant scopes it: another tenant's id

@@ -6,8 +6,10 @@
 //!
 //! Bad keys cost little: known keys and unknown ones live in separate bounded caches (a flood of
 //! random keys evicts only other unknown keys, never a good one), one lookup per key runs at a
-//! time, and an address whose unknown keys pass [`FAILURES_PER_WINDOW`] gets 429 for the rest of
-//! the window without PostgreSQL being asked.
+//! time, and an address whose unknown keys pass [`FAILURES_PER_WINDOW`] gets 429 instead of 401
+//! for the rest of the window, its lookups one at a time. A key is always looked up before the
+//! address is judged, so a key that exists is never refused for its neighbours' failures (an
+//! office or a NAT shares one address), not even by a replica whose cache is empty.
 //!
 //! A rotated key carries the end of its grace period in its cache entry and is refused from that
 //! instant on by the cache itself, with no notification needed. `last_used_at` is kept cheaply: a
@@ -87,6 +89,8 @@ pub struct KeyCache {
     /// One lookup per key at a time: concurrent requests of a key wait for the first one.
     gates: Cache<[u8; 32], Arc<tokio::sync::Mutex<()>>>,
     failures: Cache<IpAddr, Arc<Mutex<Failures>>>,
+    /// Addresses over their failure limit look keys up one at a time.
+    address_gates: Cache<IpAddr, Arc<tokio::sync::Mutex<()>>>,
     used: Mutex<std::collections::HashSet<Uuid>>,
     /// When each key was last put into `used`, so a busy key is marked once per minute.
     marked: Cache<Uuid, Instant>,
@@ -104,6 +108,7 @@ impl KeyCache {
             unknown: Cache::new(UNKNOWN_ENTRIES),
             gates: Cache::new(UNKNOWN_ENTRIES),
             failures: Cache::new(UNKNOWN_ENTRIES),
+            address_gates: Cache::new(UNKNOWN_ENTRIES),
             used: Mutex::new(std::collections::HashSet::new()),
             marked: Cache::new(KNOWN_ENTRIES),
             epoch: AtomicU64::new(0),
@@ -165,7 +170,11 @@ impl KeyCache {
                 Ok(p)
             }
             Lookup::Suspended => Err(GatewayError::TenantSuspended),
-            Lookup::Unknown => Err(GatewayError::InvalidKey),
+            // An address over its limit hears 429 for its unknown keys, cached or not.
+            Lookup::Unknown => Err(match client.and_then(|c| self.refused(c)) {
+                Some(retry_after) => GatewayError::TooManyKeyFailures(retry_after),
+                None => GatewayError::InvalidKey,
+            }),
         }
     }
 
@@ -209,11 +218,14 @@ impl KeyCache {
             Some((lookup, true)) => return Ok(lookup),
             again => again.or(stale),
         };
-        if stale.is_none() {
-            if let Some(retry_after) = client.and_then(|c| self.refused(c)) {
-                return Err(GatewayError::TooManyKeyFailures(retry_after));
-            }
-        }
+        // INVARIANT: the key is looked up whatever its address did, so a key that exists is
+        // never refused for its neighbours' bad keys (test:
+        // hardening::a_valid_key_behind_an_address_full_of_bad_keys_is_served).
+        let refused = client.and_then(|c| self.refused(c));
+        let _address_turn = match (refused, client, &stale) {
+            (Some(_), Some(c), None) => Some(self.address_turn(c, limit).await),
+            _ => None,
+        };
         let fetched = match waited {
             Ok(_only_lookup) => tokio::time::timeout(limit, self.fetch(&hash))
                 .await
@@ -222,12 +234,12 @@ impl KeyCache {
         };
         match (fetched, stale) {
             (Ok(lookup), _) => {
-                if matches!(lookup, Lookup::Unknown) {
+                self.store(hash, lookup.clone());
+                if matches!(lookup, Lookup::Unknown) && refused.is_none() {
                     if let Some(c) = client {
                         self.count_failure(c);
                     }
                 }
-                self.store(hash, lookup.clone());
                 Ok(lookup)
             }
             (Err(e), Some((lookup, _))) => {
@@ -241,6 +253,25 @@ impl KeyCache {
                 Err(GatewayError::ServiceUnavailable)
             }
         }
+    }
+
+    /// Waits (bounded by `limit`) until no other lookup of this over-limit address is running,
+    /// so an address sending bad keys holds at most one database connection; after `limit` the
+    /// lookup goes ahead anyway (a good key behind it must not fail).
+    async fn address_turn(
+        &self,
+        client: IpAddr,
+        limit: Duration,
+    ) -> Option<tokio::sync::OwnedMutexGuard<()>> {
+        let gate = match self
+            .address_gates
+            .get_or_insert_with(&Self::limiter_key(client), || {
+                Ok::<_, std::convert::Infallible>(Arc::default())
+            }) {
+            Ok(g) => g,
+            Err(never) => match never {},
+        };
+        tokio::time::timeout(limit, gate.lock_owned()).await.ok()
     }
 
     /// The limiter's key for an address: IPv6 clients hold whole /64s, so they count as one.

@@ -22,9 +22,9 @@ pub struct BodyTiming {
 
 impl BodyTiming {
     /// The time allowed for the first `received` bytes.
-    fn allowed(&self, received: usize) -> Duration {
+    pub fn allowed(&self, received: u64) -> Duration {
         let rate = self.min_bytes_per_sec.max(1);
-        self.base + Duration::from_millis((received as u64).saturating_mul(1000) / rate)
+        self.base + Duration::from_millis(received.saturating_mul(1000) / rate)
     }
 }
 
@@ -49,7 +49,7 @@ pub async fn read(
     let mut rest = BytesMut::new();
     let mut received = 0usize;
     loop {
-        let deadline = started + timing.allowed(received);
+        let deadline = started + timing.allowed(received as u64);
         let frame = match tokio::time::timeout_at(deadline, body.frame()).await {
             Err(_) => return Err(GatewayError::BodyTimeout),
             Ok(None) => break,

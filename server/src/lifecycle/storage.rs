@@ -99,8 +99,11 @@ impl AdapterStore {
 
     /// A local directory (created if missing). Empty folders are removed with their last file.
     pub fn local(dir: &Path) -> Result<Self, StoreError> {
-        std::fs::create_dir_all(dir)?;
+        private_dirs(dir)?;
         let dir = std::fs::canonicalize(dir)?;
+        // INVARIANT: the store's root is 0700 and each upload's files 0600, so tenants' weights
+        // are readable by this service's user alone (test: adapter_store, local files private).
+        set_mode(&dir, 0o700)?;
         let objects = object_store::local::LocalFileSystem::new_with_prefix(&dir)?
             .with_automatic_cleanup(true);
         let root = format!("file://{}", dir.display());
@@ -212,6 +215,11 @@ impl AdapterStore {
         mut body: impl Stream<Item = Result<Bytes, E>> + Unpin,
         limit: u64,
     ) -> Result<u64, StoreError> {
+        if let Some(root) = &self.local_dir {
+            // The key's folders are made private before a byte is written, so the file is never
+            // readable by others, even while it is being written (object_store makes it 0644).
+            private_dirs(&root.join(key))?;
+        }
         let upload = self.objects.put_multipart(&Self::path(key, file)).await?;
         let mut writer = WriteMultipart::new_with_chunk_size(upload, self.part_bytes);
         let mut written = 0u64;
@@ -236,6 +244,9 @@ impl AdapterStore {
         match streamed {
             Ok(()) => {
                 writer.finish().await?;
+                if let Some(root) = &self.local_dir {
+                    set_mode(&root.join(key).join(file), 0o600)?;
+                }
                 Ok(written)
             }
             Err(e) => {
@@ -347,4 +358,34 @@ fn remove_empty_dirs(dir: &Path) {
         }
     }
     let _ = std::fs::remove_dir(dir);
+}
+
+/// Creates `dir` and its missing parents readable by this user only (0700).
+fn private_dirs(dir: &Path) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+    }
+    #[cfg(not(unix))]
+    {
+        std::fs::create_dir_all(dir)
+    }
+}
+
+/// Sets a file's or folder's permission bits (no-op where there are none).
+fn set_mode(path: &Path, mode: u32) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (path, mode);
+        Ok(())
+    }
 }

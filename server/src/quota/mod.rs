@@ -16,6 +16,7 @@
 //! - `sync`: the writer of what this replica owes Redis; `reconciler`: the cluster leader's
 //!   spend reset from billed usage; `settle`: the admitted request's guard.
 //! - `admission`: the entry point the request path calls after resolution.
+//! - [`warn_every`]: warnings an outage repeats on every request, logged once per interval.
 //!
 //! On failure: Redis down or slow -> each replica's share of the limits, as credit it grants
 //! itself, serving continues, what is owed to Redis is kept and sent when it answers; PostgreSQL
@@ -35,6 +36,7 @@ pub mod scripts;
 mod settle;
 mod state;
 mod sync;
+pub mod warn_every;
 
 pub use admission::{AdmitRequest, Quota, REDIS_BACKOFF};
 pub use answer::{RateStatus, Refusal};

@@ -22,6 +22,10 @@ use super::queue::Batch;
 use super::scripts::{self, SyncOp};
 use super::state::{now_ms, Inner};
 
+/// Failed syncs (every batch fails while Redis is down), logged once per interval with a count.
+static NOT_SYNCED: super::warn_every::WarnEvery =
+    super::warn_every::WarnEvery::new(super::warn_every::EVERY);
+
 /// How often credit is given back and leases renewed.
 const TICK: Duration = Duration::from_millis(50);
 
@@ -130,7 +134,13 @@ async fn send(inner: &Inner, ops: &[SyncOp]) -> bool {
     let ok = inner.call::<i64>(&inv).await.is_some();
     if !ok {
         // Kept and sent again; leases expire meanwhile, token windows stay high (safe side).
-        tracing::warn!(ops = ops.len(), "quota not synced to Redis; will retry");
+        if let Some(failures) = NOT_SYNCED.hit() {
+            tracing::warn!(
+                ops = ops.len(),
+                failures,
+                "quota not synced to Redis; will retry"
+            );
+        }
     }
     ok
 }

@@ -82,6 +82,8 @@ pub struct TestAppBuilder {
     durability: &'static str,
     drain_seconds: u64,
     lifecycle: tokenfactory::lifecycle::LifecycleOptions,
+    trusted_proxies: tf_app::ssr::client_addr::TrustedProxies,
+    max_keys_per_tenant: u32,
 }
 
 impl TestApp {
@@ -100,6 +102,8 @@ impl TestApp {
             durability: "process",
             drain_seconds: 5,
             lifecycle: tokenfactory::lifecycle::LifecycleOptions::default(),
+            trusted_proxies: Default::default(),
+            max_keys_per_tenant: tf_core::keys::DEFAULT_MAX_KEYS_PER_TENANT,
         }
     }
 }
@@ -147,6 +151,18 @@ impl TestAppBuilder {
     /// The Redis key prefix (default: a fresh one).
     pub fn redis_prefix(mut self, prefix: &str) -> Self {
         self.redis_prefix = Some(prefix.to_owned());
+        self
+    }
+
+    /// The proxies whose `X-Forwarded-For` the portal believes (default: none), as CIDRs.
+    pub fn trusted_proxies(mut self, cidrs: &str) -> Self {
+        self.trusted_proxies = cidrs.parse().unwrap();
+        self
+    }
+
+    /// Most working keys a tenant may have (default: the server's default).
+    pub fn max_keys_per_tenant(mut self, cap: u32) -> Self {
+        self.max_keys_per_tenant = cap;
         self
     }
 
@@ -227,6 +243,8 @@ impl TestAppBuilder {
             journal: self.journal,
             quota: self.quota,
             lifecycle: self.lifecycle,
+            trusted_proxies: self.trusted_proxies,
+            max_keys_per_tenant: self.max_keys_per_tenant,
             ..AppOptions::default()
         };
         let app = app::build(self.pool.clone(), options).await.unwrap();
@@ -278,7 +296,8 @@ impl TestAppBuilder {
             redis: self.redis_slot_now().await,
             redis_prefix: redis_prefix.clone(),
             secure_cookies: self.secure_cookies,
-            trust_forwarded_for: false,
+            trusted_proxies: self.trusted_proxies.clone(),
+            max_keys_per_tenant: self.max_keys_per_tenant,
             ops: Some(Arc::new(|| tf_app::model::OpsSnapshot {
                 journaled: 7,
                 shipped: 5,

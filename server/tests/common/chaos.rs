@@ -12,6 +12,8 @@ pub struct ChaosProxy {
     up: Arc<watch::Sender<bool>>,
     /// Connections accepted and forwarded so far.
     pub accepted: Arc<std::sync::atomic::AtomicUsize>,
+    /// Connections dropped at once because the proxy was cut (attempts during an outage).
+    pub refused: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl ChaosProxy {
@@ -24,12 +26,15 @@ impl ChaosProxy {
         let state = up.clone();
         let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let counter = accepted.clone();
+        let refused = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let refused_counter = refused.clone();
         tokio::spawn(async move {
             loop {
                 let Ok((mut client, _)) = listener.accept().await else {
                     return;
                 };
                 if !*state.borrow() {
+                    refused_counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                     drop(client);
                     continue;
                 }
@@ -47,7 +52,12 @@ impl ChaosProxy {
                 });
             }
         });
-        Self { addr, up, accepted }
+        Self {
+            addr,
+            up,
+            accepted,
+            refused,
+        }
     }
 
     pub fn cut(&self) {

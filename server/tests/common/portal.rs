@@ -34,10 +34,21 @@ impl TestPortal {
     /// A browser connecting from another loopback address (Linux routes all of 127/8 to `lo`),
     /// so the portal sees a different client address.
     pub fn browser_from(&self, ip: &str) -> Browser {
+        self.browser_via(ip, None)
+    }
+
+    /// A browser connecting from `peer` whose requests carry `X-Forwarded-For: forwarded` (a
+    /// client behind a proxy, or one pretending to be).
+    pub fn browser_via(&self, peer: &str, forwarded: Option<&str>) -> Browser {
+        let mut headers = reqwest::header::HeaderMap::new();
+        if let Some(f) = forwarded {
+            headers.insert("x-forwarded-for", f.parse().unwrap());
+        }
         let http = Client::builder()
             .cookie_store(true)
             .redirect(Policy::none())
-            .local_address(ip.parse::<std::net::IpAddr>().unwrap())
+            .local_address(peer.parse::<std::net::IpAddr>().unwrap())
+            .default_headers(headers)
             .build()
             .unwrap();
         Browser {
