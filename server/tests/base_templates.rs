@@ -53,6 +53,7 @@ max_loras: 4
 max_lora_rank: 16
 extra_args: ["--max-cpu-loras", "8"]
 env_from_secret: ""
+offered: true
 config_json: llama/config.json
 tokenizer_json: llama/tokenizer.json
 "#,
@@ -126,6 +127,10 @@ async fn a_directory_of_templates_is_offered_idempotently(pool: PgPool) {
         tokenfactory::fleet::dynamo_render::graph_name("tiny-llama")
     );
     assert!(llama.offered);
+    assert!(
+        !again[1].offered,
+        "a template that does not say offered is not: its GPUs wait for a started adapter"
+    );
     assert_eq!(
         (
             t.gpus_per_replica,

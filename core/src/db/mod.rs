@@ -19,6 +19,7 @@
 //! | [`sessions`] | `portal_sessions` |
 //! | [`settings`] | a tenant's settings (`tenants`: display name, body logging) |
 //! | [`lifecycle`] | `base_templates`, `graphs`, managed `adapters`, `lifecycle_history` |
+//! | [`rollout`] | `graphs` rollouts (spec hash and state), a starting adapter's reason |
 //! | [`sleep`] | `graphs` scale-to-zero: activity, wake requests, wakes (with history) |
 //! | [`leader`] | advisory locks (one leader per cluster) |
 //! | [`dashboard`] | the tenant home's month totals and usable models |
@@ -47,6 +48,7 @@ pub mod members;
 pub mod overview;
 pub mod replicas;
 pub mod reports;
+pub mod rollout;
 pub mod sessions;
 pub mod settings;
 pub mod sleep;
