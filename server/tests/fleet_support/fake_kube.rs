@@ -326,7 +326,9 @@ impl State {
             }
         }
         let (was, loaded) = self.loads.get(name).copied().unwrap_or((0, false));
-        let ready = if total > 0 && was == total && loaded {
+        // Loaded where it was: endpoints that go away take nothing from the others; new ones
+        // load it on the next read.
+        let ready = if total > 0 && was >= total && loaded {
             total
         } else {
             0
@@ -533,6 +535,7 @@ impl State {
                 }
                 obj["spec"] = body["spec"].clone();
                 obj["metadata"]["labels"] = body["metadata"]["labels"].clone();
+                obj["metadata"]["annotations"] = body["metadata"]["annotations"].clone();
                 obj["metadata"]["finalizers"] = json!(finalizers);
                 if body["metadata"]["ownerReferences"].is_array() {
                     obj["metadata"]["ownerReferences"] =

@@ -223,14 +223,18 @@ impl FleetBackend for KubeBackend {
                 return Ok(self.observed_graph(&obj));
             }
         }
-        let obj = self.graphs.apply(&spec.graph, &body).await?;
+        let mut obj = self.graphs.apply(&spec.graph, &body).await?;
         if status::terminating(&obj) {
-            // Deleted outside Token Factory: finish that delete; the next pass creates it anew.
+            // Deleted outside Token Factory: finish that delete (models first; `Unavailable`
+            // while the operator still unloads them), then create it anew.
             self.clean_up(&obj).await?;
-            return Err(FleetError::Unavailable(format!(
-                "graph {} was being deleted; it is created again on the next pass",
-                spec.graph
-            )));
+            obj = self.graphs.apply(&spec.graph, &body).await?;
+            if status::terminating(&obj) {
+                return Err(FleetError::Unavailable(format!(
+                    "graph {} is still being deleted; it is created again on a later pass",
+                    spec.graph
+                )));
+            }
         }
         Ok(self.observed_graph(&obj))
     }
