@@ -71,6 +71,7 @@ tokenizer_json: llama/tokenizer.json
         "tiny-qwen.toml",
         r#"base = "tiny-qwen"
 model = "tokenfactory/tiny-qwen"
+offered = true
 replicas = 2
 quantization = "fp8"
 prompt_estimator = "sim-words"
@@ -127,8 +128,10 @@ async fn a_directory_of_templates_is_offered_idempotently(pool: PgPool) {
         tokenfactory::fleet::dynamo_render::graph_name("tiny-llama")
     );
     assert!(llama.offered);
+    let unset: templates::TemplateFile =
+        toml::from_str("base = \"b\"\nmodel = \"m\"\nconfig_json = \"c.json\"").unwrap();
     assert!(
-        !again[1].offered,
+        !unset.offered,
         "a template that does not say offered is not: its GPUs wait for a started adapter"
     );
     assert_eq!(
