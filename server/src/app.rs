@@ -196,7 +196,8 @@ pub async fn build(pool: PgPool, options: AppOptions) -> anyhow::Result<App> {
             fleet_metrics.clone(),
             options.lifecycle.controller,
         )
-        .with_store(store);
+        .with_store(store)
+        .with_start_timeout(options.lifecycle.adapter_start_timeout);
         tracker.spawn(controller.run(cancel.clone()));
     }
     let api = crate::api::router(crate::api::ApiState {

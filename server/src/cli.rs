@@ -154,6 +154,25 @@ pub struct FleetArgs {
     /// A kubeconfig file (default: `KUBECONFIG`, `~/.kube/config`, then the in-cluster config).
     #[arg(long, env = "TF_KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
+    /// A Secret holding `HF_TOKEN`, referenced by every Dynamo graph's services (`envFromSecret`)
+    /// so gated models download; the chart's `hfTokenSecret`.
+    #[arg(long, env = "TF_HF_TOKEN_SECRET")]
+    pub hf_token_secret: Option<String>,
+    /// A Secret with `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY` (and optionally `AWS_REGION`,
+    /// `AWS_ENDPOINT_URL`) that Dynamo workers download `s3://` adapters with.
+    #[arg(long, env = "TF_WORKER_S3_SECRET")]
+    pub worker_s3_secret: Option<String>,
+    /// A PersistentVolumeClaim holding the shared model cache, mounted by every worker (give it
+    /// the ReadOnlyMany access mode: the DGD's mounts have no read-only flag of their own).
+    #[arg(long, env = "TF_MODEL_CACHE_PVC")]
+    pub model_cache_pvc: Option<String>,
+    /// Where workers mount the model cache (also their `HF_HOME`).
+    #[arg(long, env = "TF_MODEL_CACHE_MOUNT", default_value = "/opt/models")]
+    pub model_cache_mount: String,
+    /// Seconds an adapter may stay `starting` (not loaded on every replica) before it is
+    /// `failed` with the backend's last message as the reason.
+    #[arg(long, env = "TF_ADAPTER_START_TIMEOUT", default_value_t = 900)]
+    pub adapter_start_timeout: u64,
     /// The vLLM executable `local-vllm` runs as `<bin> serve <model> ...`.
     #[arg(long, env = "TF_VLLM_BIN", default_value = "vllm")]
     pub vllm_bin: PathBuf,
@@ -174,6 +193,12 @@ impl FleetArgs {
                 namespace: self.kube_namespace.clone(),
                 frontend_url: self.kube_frontend_url.clone(),
                 kubeconfig: self.kubeconfig.clone(),
+                cluster: crate::fleet::dynamo_render::ClusterPieces {
+                    hf_token_secret: non_empty(&self.hf_token_secret),
+                    worker_s3_secret: non_empty(&self.worker_s3_secret),
+                    model_cache_pvc: non_empty(&self.model_cache_pvc),
+                    model_cache_mount: self.model_cache_mount.clone(),
+                },
             },
             vllm: crate::fleet::local_vllm::LocalVllmOptions {
                 vllm_bin: self.vllm_bin.clone(),
@@ -182,6 +207,11 @@ impl FleetArgs {
             },
         }
     }
+}
+
+/// An empty value (a chart's unset string) counts as unset.
+fn non_empty(v: &Option<String>) -> Option<String> {
+    v.clone().filter(|s| !s.trim().is_empty())
 }
 
 /// Admission flags; the defaults are [`QuotaOptions::DEFAULT`]'s (one place for them).

@@ -65,6 +65,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let lifecycle_options = crate::lifecycle::LifecycleOptions {
         store: Some(store.clone()),
         backend: sim_backend.or(built),
+        adapter_start_timeout: Duration::from_secs(args.fleet_backend.adapter_start_timeout),
         ..Default::default()
     };
     let demo = if args.demo {

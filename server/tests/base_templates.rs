@@ -53,6 +53,7 @@ max_loras: 4
 max_lora_rank: 16
 extra_args: ["--max-cpu-loras", "8"]
 env_from_secret: ""
+offered: true
 config_json: llama/config.json
 tokenizer_json: llama/tokenizer.json
 "#,
@@ -70,6 +71,7 @@ tokenizer_json: llama/tokenizer.json
         "tiny-qwen.toml",
         r#"base = "tiny-qwen"
 model = "tokenfactory/tiny-qwen"
+offered = true
 replicas = 2
 quantization = "fp8"
 prompt_estimator = "sim-words"
@@ -126,6 +128,12 @@ async fn a_directory_of_templates_is_offered_idempotently(pool: PgPool) {
         tokenfactory::fleet::dynamo_render::graph_name("tiny-llama")
     );
     assert!(llama.offered);
+    let unset: templates::TemplateFile =
+        toml::from_str("base = \"b\"\nmodel = \"m\"\nconfig_json = \"c.json\"").unwrap();
+    assert!(
+        !unset.offered,
+        "a template that does not say offered is not: its GPUs wait for a started adapter"
+    );
     assert_eq!(
         (
             t.gpus_per_replica,

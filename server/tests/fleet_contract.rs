@@ -61,6 +61,7 @@ fn graph_spec(base: &str) -> GraphSpec {
         base: base.into(),
         graph: graph_name(base),
         template: template(2),
+        replicas_max: 2,
     }
 }
 
@@ -284,7 +285,9 @@ async fn kubernetes() -> Subject {
         namespace: Some("models".into()),
         ..KubeOptions::default()
     };
-    let backend = KubeBackend::with_config(fake.config(), &opts).unwrap();
+    let backend = KubeBackend::with_config(fake.config(), &opts)
+        .await
+        .unwrap();
     let seen = fake.clone();
     Subject {
         backend: Arc::new(backend),

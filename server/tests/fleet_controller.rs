@@ -203,6 +203,22 @@ async fn the_graph_leaves_with_its_last_model_unless_the_base_is_offered(pool: P
         .unwrap()
         .is_none());
 
+    // A bare upload (stopped) starts no GPUs.
+    let (config, weights) = valid_adapter("private-base");
+    s.service
+        .upload_bytes(s.tenant, "idle", "private-base", config, weights, &actor())
+        .await
+        .unwrap();
+    for _ in 0..5 {
+        c.lock().await.reconcile_once().await.unwrap();
+    }
+    assert_eq!(s.state("idle").await, "stopped");
+    assert!(fleet
+        .observe_graph("local-sim/private-base")
+        .await
+        .unwrap()
+        .is_none());
+
     s.started("a", "private-base").await;
     s.started("b", "private-base").await;
     eventually(Duration::from_secs(10), "both ready", || async {
@@ -212,19 +228,15 @@ async fn the_graph_leaves_with_its_last_model_unless_the_base_is_offered(pool: P
     .await;
     assert_eq!(fleet.replicas("local-sim/private-base").await.len(), 2);
 
-    // Deleting one model leaves the graph; stopping the other keeps it too (a stopped model is
-    // still on its base); deleting the last one takes the graph down.
+    // Deleting one model leaves the graph (the other is started); stopping the last started one
+    // takes it down: a stopped model holds no GPUs (issue 30).
     s.service
         .command(s.tenant, "a", Command::Delete, &actor())
         .await
         .unwrap();
-    s.service
-        .command(s.tenant, "b", Command::Stop, &actor())
-        .await
-        .unwrap();
-    eventually(Duration::from_secs(10), "a gone, b stopped", || async {
+    eventually(Duration::from_secs(10), "a gone", || async {
         c.lock().await.reconcile_once().await.unwrap();
-        s.state("a").await == "absent" && s.state("b").await == "stopped"
+        s.state("a").await == "absent"
     })
     .await;
     assert!(fleet
@@ -232,6 +244,34 @@ async fn the_graph_leaves_with_its_last_model_unless_the_base_is_offered(pool: P
         .await
         .unwrap()
         .is_some());
+    s.service
+        .command(s.tenant, "b", Command::Stop, &actor())
+        .await
+        .unwrap();
+    eventually(
+        Duration::from_secs(10),
+        "b stopped, the graph torn down",
+        || async {
+            c.lock().await.reconcile_once().await.unwrap();
+            s.state("b").await == "stopped"
+                && fleet
+                    .observe_graph("local-sim/private-base")
+                    .await
+                    .unwrap()
+                    .is_none()
+        },
+    )
+    .await;
+    // Started again: the graph comes back with it; deleted: gone again.
+    s.service
+        .command(s.tenant, "b", Command::Start, &actor())
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(10), "b ready again", || async {
+        c.lock().await.reconcile_once().await.unwrap();
+        s.state("b").await == "ready"
+    })
+    .await;
     s.service
         .command(s.tenant, "b", Command::Delete, &actor())
         .await

@@ -20,6 +20,7 @@
 //! | [`sessions`] | `portal_sessions` |
 //! | [`settings`] | a tenant's settings (`tenants`: display name, body logging) |
 //! | [`lifecycle`] | `base_templates`, `graphs`, managed `adapters`, `lifecycle_history` |
+//! | [`rollout`] | `graphs` rollouts (spec hash and state), a starting adapter's reason |
 //! | [`sleep`] | `graphs` scale-to-zero: activity, wake requests, wakes (with history) |
 //! | [`leader`] | advisory locks (one leader per cluster) |
 //! | [`dashboard`] | the tenant home's month totals and usable models |
@@ -49,6 +50,7 @@ pub mod overview;
 pub mod periods;
 pub mod replicas;
 pub mod reports;
+pub mod rollout;
 pub mod sessions;
 pub mod settings;
 pub mod sleep;

@@ -17,6 +17,8 @@ pub struct GraphSpec {
     /// The graph's name in the backend (`dynamo_render::graph_name(base)` on Kubernetes).
     pub graph: String,
     pub template: ServingTemplate,
+    /// The replica ceiling (`replicas_max`; the template's `replicas` is the floor).
+    pub replicas_max: u32,
 }
 
 /// A started adapter as the controller wants it: loaded on every replica of its base's graph.
@@ -48,6 +50,9 @@ pub struct AdapterObserved {
     /// Replicas (endpoints) that have the adapter loaded, of how many the graph has.
     pub ready_endpoints: u32,
     pub total_endpoints: u32,
+    /// Why it is not ready yet, as the backend says it (a `DynamoModel`'s condition message),
+    /// kept as the adapter's reason for its owner.
+    pub message: Option<String>,
 }
 
 /// Where a graph or adapter is on its way to serving.
@@ -93,6 +98,15 @@ impl FleetError {
 pub trait FleetBackend: Send + Sync + 'static {
     /// `local-sim`, `local-vllm` or `kubernetes`: stored in `base_models.fleet`.
     fn kind(&self) -> &'static str;
+
+    /// A hash of what [`Self::apply_graph`] would make of `graph`: the controller stores it, so a
+    /// template change (a new hash) is rolled out to a running graph and an unchanged one is not
+    /// applied again. Backends that render more than the spec (Kubernetes) hash their render.
+    fn fingerprint(&self, graph: &GraphSpec) -> String {
+        use sha2::Digest;
+        let digest = sha2::Sha256::digest(format!("{graph:?}").as_bytes());
+        format!("{digest:x}")[..16].to_owned()
+    }
 
     /// Creates or updates the graph; returns what the backend observes right after.
     async fn apply_graph(&self, graph: &GraphSpec) -> Result<GraphObserved, FleetError>;

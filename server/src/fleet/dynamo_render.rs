@@ -1,13 +1,78 @@
 //! Dynamo's resources as Token Factory renders them: one `DynamoGraphDeployment` per base model
-//! (a frontend and a vLLM worker service, from the base's serving template) and one `DynamoModel`
-//! per started adapter (`modelType: lora`). Pure functions from desired state to the JSON the
-//! Kubernetes API takes, so the exact bodies are tested without a cluster; the kube backend only
-//! applies them. Field names are those of the operator's CRDs (`nvidia.com/v1alpha1`).
-
+//! (a frontend and a vLLM worker service, from the base's serving template and the cluster's
+//! pieces: the Hugging Face token and workers' S3 secrets, the shared model-cache PVC) and one
+//! `DynamoModel` per started adapter (`modelType: lora`). Pure functions from desired state to the
+//! JSON the Kubernetes API takes, so the exact bodies are tested without a cluster; the kube
+//! backend only applies them.
+//!
+//! Field names, types and enums are those of the operator's CRDs in ai-dynamo/dynamo at commit
+//! `50820f5b16d01bf85205a5fa649e76ff68300c65` (`deploy/operator/api/v1beta1`, and the generated
+//! `config/crd/bases`), where `v1alpha1` and `v1beta1` give the DGD the same shape (a `services`
+//! map), so one renderer serves both and only `apiVersion` follows what the cluster serves.
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
-pub const API_VERSION: &str = "nvidia.com/v1alpha1";
+/// The API version of both kinds that this renders by default (the current one).
+pub const API_VERSION: &str = "nvidia.com/v1beta1";
+/// The annotation holding a hash of the rest of the rendered object: the backend skips the
+/// apply when the stored object already carries the hash it would write.
+pub const SPEC_HASH: &str = "tokenfactory.dev/spec-hash";
+/// Where the replica bounds are written on the worker service (see [`graph_with`]).
+pub const REPLICAS_MIN: &str = "tokenfactory.dev/replicas-min";
+pub const REPLICAS_MAX: &str = "tokenfactory.dev/replicas-max";
+/// The default runtime image of both services: the Dynamo vLLM runtime of the current release.
+pub const DEFAULT_RUNTIME_IMAGE: &str = "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.5.0";
+
+/// The versions of Dynamo's API group this renders for, best first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ApiVersion {
+    #[default]
+    V1beta1,
+    V1alpha1,
+}
+
+impl ApiVersion {
+    /// Preference order when the cluster serves both.
+    pub const PREFERRED: [ApiVersion; 2] = [ApiVersion::V1beta1, ApiVersion::V1alpha1];
+
+    /// `v1beta1` / `v1alpha1`.
+    pub fn version(self) -> &'static str {
+        match self {
+            Self::V1beta1 => "v1beta1",
+            Self::V1alpha1 => "v1alpha1",
+        }
+    }
+
+    /// `nvidia.com/<version>`, the objects' `apiVersion`.
+    pub fn api_version(self) -> String {
+        format!("nvidia.com/{}", self.version())
+    }
+}
+
+/// What the cluster provides every graph (the chart's values, passed as serve flags).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClusterPieces {
+    /// A Secret holding `HF_TOKEN`: every service's `envFromSecret` (Dynamo's convention), so
+    /// gated models download.
+    pub hf_token_secret: Option<String>,
+    /// A Secret holding `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY` (and optionally
+    /// `AWS_REGION`, `AWS_ENDPOINT_URL`): the worker downloads `s3://` adapters with them.
+    pub worker_s3_secret: Option<String>,
+    /// A PersistentVolumeClaim with the model cache, mounted by every worker (Dynamo's
+    /// model-caching pattern: one download job fills it, workers only read).
+    pub model_cache_pvc: Option<String>,
+    /// Where the cache is mounted in the worker (also its `HF_HOME`).
+    pub model_cache_mount: String,
+}
+
+/// Everything a graph is rendered with besides its template.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RenderContext {
+    pub version: ApiVersion,
+    pub cluster: ClusterPieces,
+    /// The replica ceiling (`replicas_max`); `None` or at most the floor: a fixed count.
+    pub replicas_max: Option<u32>,
+}
 /// The field manager of every server-side apply, so a human's `kubectl edit` of another field is
 /// kept and a conflict on ours is visible.
 pub const FIELD_MANAGER: &str = "tokenfactory";
@@ -133,43 +198,132 @@ pub fn frontend_url(template: &str, graph: &str, namespace: &str) -> String {
 /// The default frontend URL template: the frontend Service the operator creates.
 pub const DEFAULT_FRONTEND_URL: &str = "http://{graph}-frontend.{namespace}.svc:8000/v1";
 
-/// The `DynamoGraphDeployment` of `base` (Token Factory's name of the base, labelled on it).
+/// The `DynamoGraphDeployment` of `base` at the default version, without cluster pieces.
 pub fn graph(base: &str, namespace: &str, t: &ServingTemplate) -> Result<Value, RenderError> {
+    graph_with(base, namespace, t, &RenderContext::default())
+}
+
+/// The `DynamoGraphDeployment` of `base` (Token Factory's name of the base, labelled on it).
+///
+/// The worker carries `modelRef: {name: <the model it loads>}`: the operator creates a headless
+/// Service over such workers, and that is the only way a `DynamoModel` (whose `baseModelName` is
+/// the same name) finds its endpoints.
+///
+/// Replica bounds: at this commit the DGD's own `autoscaling` (`minReplicas`/`maxReplicas`) is
+/// deprecated and ignored by the operator, so it is not rendered. The floor is the worker's
+/// `replicas` (what the operator deploys). With a ceiling above the floor the worker enables
+/// `scalingAdapter`: the operator then creates a `DynamoGraphDeploymentScalingAdapter` with the
+/// Scale subresource, which is the one way the operator takes replica changes from an autoscaler
+/// (HPA, KEDA or Planner); the DGDSA itself has no bounds, so both are written as the worker's
+/// `annotations` ([`REPLICAS_MIN`], [`REPLICAS_MAX`]) for the autoscaler the cluster points at it.
+/// We did not render a Planner service: it needs Prometheus and profiling data per model.
+pub fn graph_with(
+    base: &str,
+    namespace: &str,
+    t: &ServingTemplate,
+    cx: &RenderContext,
+) -> Result<Value, RenderError> {
     t.validate()?;
+    let image = if t.image.is_empty() {
+        DEFAULT_RUNTIME_IMAGE
+    } else {
+        t.image.as_str()
+    };
+    let mut env = vec![
+        json!({"name": "DYN_LORA_ENABLED", "value": "true"}),
+        json!({"name": "DYN_SYSTEM_ENABLED", "value": "true"}),
+        json!({"name": "DYN_SYSTEM_PORT", "value": "9090"}),
+    ];
+    let cluster = &cx.cluster;
+    if cluster.model_cache_pvc.is_some() {
+        // vLLM and the hub client read (and, with a writable claim, fill) the cache here.
+        env.push(json!({"name": "HF_HOME", "value": cluster.model_cache_mount}));
+    }
     let mut worker = json!({
         "componentType": "worker",
         "replicas": t.replicas,
+        "modelRef": {"name": t.model},
         "resources": {"limits": {"gpu": t.gpus_per_replica.to_string()}},
         "extraPodSpec": {"mainContainer": {
-            "image": t.image,
+            "image": image,
             "command": ["python3", "-m", "dynamo.vllm"],
             "args": t.engine_args(),
-            "env": [
-                {"name": "DYN_LORA_ENABLED", "value": "true"},
-                {"name": "DYN_SYSTEM_ENABLED", "value": "true"},
-                {"name": "DYN_SYSTEM_PORT", "value": "9090"},
-            ],
+            "env": env,
         }},
     });
     let mut frontend = json!({
         "componentType": "frontend",
         "replicas": 1,
-        "extraPodSpec": {"mainContainer": {"image": t.image}},
+        "extraPodSpec": {"mainContainer": {"image": image}},
     });
-    if let Some(secret) = &t.env_from_secret {
+    // The cluster's token secret wins over a template's: one Secret per service is all the CRD
+    // takes (`envFromSecret` is a single name).
+    if let Some(secret) = cluster
+        .hf_token_secret
+        .as_ref()
+        .or(t.env_from_secret.as_ref())
+    {
         worker["envFromSecret"] = json!(secret);
         frontend["envFromSecret"] = json!(secret);
     }
-    Ok(json!({
-        "apiVersion": API_VERSION,
+    if let Some(secret) = &cluster.worker_s3_secret {
+        let key = |name: &str, optional: bool| {
+            json!({"name": name, "valueFrom": {"secretKeyRef": {
+                "name": secret, "key": name, "optional": optional}}})
+        };
+        worker["envs"] = json!([
+            key("AWS_ACCESS_KEY_ID", false),
+            key("AWS_SECRET_ACCESS_KEY", false),
+            key("AWS_REGION", true),
+            key("AWS_ENDPOINT_URL", true),
+        ]);
+    }
+    if let Some(pvc) = &cluster.model_cache_pvc {
+        // The CRD's volumeMount has no readOnly: the claim's access mode (ReadOnlyMany) makes
+        // the mount read-only, as in Dynamo's model-caching guide.
+        worker["volumeMounts"] = json!([{"name": pvc, "mountPoint": cluster.model_cache_mount}]);
+    }
+    if let Some(max) = cx
+        .replicas_max
+        .filter(|m| *m > t.replicas && t.replicas > 0)
+    {
+        worker["scalingAdapter"] = json!({"enabled": true});
+        worker["annotations"] = json!({
+            REPLICAS_MIN: t.replicas.to_string(),
+            REPLICAS_MAX: max.to_string(),
+        });
+    }
+    let mut spec = json!({
+        "backendFramework": "vllm",
+        "services": {FRONTEND: frontend, WORKER: worker},
+    });
+    if let Some(pvc) = &cluster.model_cache_pvc {
+        spec["pvcs"] = json!([{"name": pvc, "create": false}]);
+    }
+    let mut body = json!({
+        "apiVersion": cx.version.api_version(),
         "kind": "DynamoGraphDeployment",
         "metadata": {
             "name": graph_name(base),
             "namespace": namespace,
             "labels": {MANAGED_BY: FIELD_MANAGER, BASE_LABEL: label_value(base)},
         },
-        "spec": {"services": {FRONTEND: frontend, WORKER: worker}},
-    }))
+        "spec": spec,
+    });
+    stamp(&mut body);
+    Ok(body)
+}
+
+/// Writes [`SPEC_HASH`] on `body`: a hash of everything else in it, so an unchanged render is
+/// recognised on the stored object without comparing fields the API server adds.
+pub fn stamp(body: &mut Value) {
+    let hash = hex_sha256(&body.to_string())[..16].to_owned();
+    body["metadata"]["annotations"] = json!({SPEC_HASH: hash});
+}
+
+/// The hash [`stamp`] wrote on an object, if any.
+pub fn stamped(obj: &Value) -> Option<&str> {
+    obj["metadata"]["annotations"][SPEC_HASH].as_str()
 }
 
 /// The `DynamoModel` of a started adapter: served as `served_name` on the graph of `base`, whose
@@ -181,20 +335,21 @@ pub fn lora_model(
     source_uri: &str,
     namespace: &str,
     graph_uid: &str,
+    version: ApiVersion,
 ) -> Result<Value, RenderError> {
     if !(source_uri.starts_with("s3://") || source_uri.starts_with("hf://")) {
         return Err(RenderError::Source(source_uri.to_string()));
     }
     let graph = graph_name(base);
-    Ok(json!({
-        "apiVersion": API_VERSION,
+    let mut body = json!({
+        "apiVersion": version.api_version(),
         "kind": "DynamoModel",
         "metadata": {
             "name": lora_model_name(&graph, served_name),
             "namespace": namespace,
             "labels": {MANAGED_BY: FIELD_MANAGER, BASE_LABEL: label_value(base)},
             "ownerReferences": [{
-                "apiVersion": API_VERSION,
+                "apiVersion": version.api_version(),
                 "kind": "DynamoGraphDeployment",
                 "name": graph,
                 "uid": graph_uid,
@@ -208,7 +363,9 @@ pub fn lora_model(
             "modelType": "lora",
             "source": {"uri": source_uri},
         },
-    }))
+    });
+    stamp(&mut body);
+    Ok(body)
 }
 
 /// The `DynamoModel` object name of an adapter served as `served_name` on `graph`: unique per
@@ -245,10 +402,16 @@ mod tests {
     fn the_graph_carries_the_template_into_the_crd_fields() {
         let dgd = graph("llama-3.1-8b", "models", &template()).unwrap_or_default();
         assert_eq!(dgd["kind"], "DynamoGraphDeployment");
-        assert_eq!(dgd["apiVersion"], "nvidia.com/v1alpha1");
+        assert_eq!(dgd["apiVersion"], "nvidia.com/v1beta1");
+        assert_eq!(dgd["spec"]["backendFramework"], "vllm");
         assert_eq!(dgd["metadata"]["namespace"], "models");
         let worker = &dgd["spec"]["services"]["worker"];
         assert_eq!(worker["componentType"], "worker");
+        assert_eq!(
+            worker["modelRef"],
+            json!({"name": "meta-llama/Llama-3.1-8B-Instruct"}),
+            "the operator finds the workers of a base only by modelRef"
+        );
         assert_eq!(worker["resources"]["limits"]["gpu"], "2");
         assert_eq!(worker["envFromSecret"], "hf-token");
         let args: Vec<&str> = worker["extraPodSpec"]["mainContainer"]["args"]
@@ -307,8 +470,14 @@ mod tests {
             "s3://adapters/acme/support-bot/v3",
             "models",
             "uid-1",
+            ApiVersion::V1alpha1,
         )
         .unwrap_or_default();
+        assert_eq!(m["apiVersion"], "nvidia.com/v1alpha1");
+        assert_eq!(
+            m["metadata"]["ownerReferences"][0]["apiVersion"],
+            "nvidia.com/v1alpha1"
+        );
         assert_eq!(m["kind"], "DynamoModel");
         assert_eq!(m["spec"]["modelType"], "lora");
         assert_eq!(m["spec"]["modelName"], "acme/support-bot");
@@ -325,8 +494,88 @@ mod tests {
             m["metadata"]["ownerReferences"][0]["name"],
             graph_name("llama")
         );
-        let refused = lora_model("x", "llama", "m", "file:///etc/passwd", "models", "u");
+        let refused = lora_model(
+            "x",
+            "llama",
+            "m",
+            "file:///etc/passwd",
+            "models",
+            "u",
+            ApiVersion::V1beta1,
+        );
         assert!(matches!(refused, Err(RenderError::Source(_))));
+    }
+
+    #[test]
+    fn cluster_pieces_reach_every_worker() {
+        let cx = RenderContext {
+            version: ApiVersion::V1alpha1,
+            cluster: ClusterPieces {
+                hf_token_secret: Some("hf-token-secret".into()),
+                worker_s3_secret: Some("tf-worker-s3".into()),
+                model_cache_pvc: Some("model-cache".into()),
+                model_cache_mount: "/opt/models".into(),
+            },
+            replicas_max: Some(4),
+        };
+        let mut t = template();
+        t.env_from_secret = None;
+        t.image = String::new();
+        let dgd = graph_with("llama", "models", &t, &cx).unwrap_or_default();
+        assert_eq!(dgd["apiVersion"], "nvidia.com/v1alpha1");
+        assert_eq!(
+            dgd["spec"]["pvcs"],
+            json!([{"name": "model-cache", "create": false}])
+        );
+        let worker = &dgd["spec"]["services"]["worker"];
+        assert_eq!(worker["envFromSecret"], "hf-token-secret");
+        assert_eq!(
+            dgd["spec"]["services"]["Frontend"]["envFromSecret"],
+            "hf-token-secret"
+        );
+        assert_eq!(
+            worker["volumeMounts"],
+            json!([{"name": "model-cache", "mountPoint": "/opt/models"}])
+        );
+        assert_eq!(
+            worker["envs"][0]["valueFrom"]["secretKeyRef"],
+            json!({"name": "tf-worker-s3", "key": "AWS_ACCESS_KEY_ID", "optional": false})
+        );
+        assert_eq!(
+            worker["extraPodSpec"]["mainContainer"]["image"],
+            DEFAULT_RUNTIME_IMAGE
+        );
+        let env = &worker["extraPodSpec"]["mainContainer"]["env"];
+        assert!(env
+            .as_array()
+            .is_some_and(|e| e.contains(&json!({"name": "HF_HOME", "value": "/opt/models"}))));
+        // The floor is what the operator deploys; the ceiling goes with the scaling adapter.
+        assert_eq!(worker["replicas"], 1);
+        assert_eq!(worker["scalingAdapter"], json!({"enabled": true}));
+        assert_eq!(worker["annotations"][REPLICAS_MAX], "4");
+        let fixed = graph_with(
+            "llama",
+            "models",
+            &t,
+            &RenderContext {
+                replicas_max: Some(1),
+                ..cx.clone()
+            },
+        )
+        .unwrap_or_default();
+        assert!(fixed["spec"]["services"]["worker"]["scalingAdapter"].is_null());
+    }
+
+    #[test]
+    fn the_spec_hash_changes_with_the_template_only() {
+        let a = graph("llama", "models", &template()).unwrap_or_default();
+        let b = graph("llama", "models", &template()).unwrap_or_default();
+        assert!(stamped(&a).is_some_and(|h| h.len() == 16));
+        assert_eq!(stamped(&a), stamped(&b));
+        let mut t = template();
+        t.max_loras = 4;
+        let c = graph("llama", "models", &t).unwrap_or_default();
+        assert_ne!(stamped(&a), stamped(&c));
     }
 
     #[test]

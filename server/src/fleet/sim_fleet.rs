@@ -364,6 +364,7 @@ impl FleetBackend for SimFleet {
                         phase: Phase::Pending,
                         ready_endpoints: 0,
                         total_endpoints: n,
+                        message: None,
                     });
                 }
             }
@@ -386,6 +387,7 @@ impl FleetBackend for SimFleet {
             phase: Phase::Ready,
             ready_endpoints: n,
             total_endpoints: n,
+            message: None,
         })
     }
 
@@ -445,6 +447,7 @@ impl FleetBackend for SimFleet {
             },
             ready_endpoints: ready,
             total_endpoints: total,
+            message: None,
         }))
     }
 }

@@ -9,7 +9,7 @@
 //! ```yaml
 //! base: llama-3.1-8b-instruct          # the public served name
 //! model: meta-llama/Llama-3.1-8B-Instruct
-//! image: nvcr.io/nvidia/ai-dynamo/vllm-runtime:0.6.0   # Kubernetes only
+//! image: nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.5.0   # Kubernetes only (default: this one)
 //! gpus_per_replica: 1
 //! replicas: 1                          # the floor
 //! replicas_max: 4                      # the ceiling (default: the floor)
@@ -23,7 +23,8 @@
 //! tokenizer_json: llama/tokenizer.json # optional; without it prompts are estimated
 //! allow_dora: false
 //! idle_after_secs: 600                 # optional: sleep when idle
-//! offered: true                        # the bare base is served to every tenant
+//! offered: true                        # the bare base is served to every tenant (default:
+//!                                      # false: its GPUs start with its first started adapter)
 //! prompt_estimator: byte-bound         # the fallback without a tokenizer
 //! ```
 //!
@@ -83,7 +84,9 @@ pub struct TemplateFile {
     pub allow_dora: bool,
     #[serde(default)]
     pub idle_after_secs: Option<u32>,
-    #[serde(default = "yes")]
+    /// Unset: false. A bare base that is offered keeps its graph (and GPUs) up for good; one that
+    /// is not gets a graph only while an adapter on it is started.
+    #[serde(default)]
     pub offered: bool,
     #[serde(default)]
     pub prompt_estimator: Option<String>,
@@ -91,9 +94,6 @@ pub struct TemplateFile {
 
 fn one() -> u32 {
     1
-}
-fn yes() -> bool {
-    true
 }
 fn default_max_loras() -> u32 {
     8

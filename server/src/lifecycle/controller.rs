@@ -16,9 +16,18 @@
 //! its other adapters are not touched.
 //!
 //! Start = the base's graph exists (created if needed), then the adapter is registered on it;
-//! stop = that adapter is deregistered, nothing else; delete = deregistered, its files removed,
-//! its row removed, and the graph torn down when no model is left on it (unless the bare base is
-//! offered).
+//! stop = that adapter is deregistered; delete = deregistered, its files removed, its row
+//! removed. A graph exists only while an adapter on it is started (or on its way on or off the
+//! engines) or its bare base is offered: a bare upload creates none, and the last stop or delete
+//! on a base that is not offered tears its graph down (issue 30).
+//!
+//! Rollouts (issue 30): each graph's spec fingerprint ([`FleetBackend::fingerprint`]) is stored
+//! with its rollout state (`rolling`, `rolled_out`, `failed`); a new template (a new
+//! fingerprint) is applied to the running graph, an unchanged one is only observed. An adapter is
+//! `ready` only while the backend reports it loaded everywhere on a ready graph; otherwise it goes
+//! back to `starting` with the backend's message as its reason, and `starting` for longer than
+//! the start timeout is `failed` with that reason. An adapter whose rank exceeds its base's
+//! (lowered) `max_lora_rank` is stopped with the reason instead of being served.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -26,6 +35,7 @@ use std::time::{Duration, Instant};
 
 use sqlx::{Connection, PgConnection, PgPool};
 use tf_core::db::lifecycle::{self as db, AdapterRow, GraphWrite, SleepFacts, TemplatedBase};
+use tf_core::db::rollout::{self as rollout_db, Rollout};
 use tf_core::db::sleep as sleep_db;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -50,17 +60,22 @@ const FOLLOWER_RETRY: Duration = Duration::from_secs(2);
 /// is seen, and the graph goes back to ready instead of losing replicas under it.
 const SLEEP_GRACE_SECS: f64 = 2.5;
 
-/// Adapter states that keep a model on its base (so its graph stays up).
-const ON_BASE: [&str; 8] = [
-    "stopped",
+/// Adapter states that keep their base's graph up: started, or on the way on or off the engines
+/// (an idle adapter unloaded for now comes back with the next request). A stopped or failed
+/// adapter does not: its GPUs are not held for it.
+const KEEPS_GRAPH: [&str; 6] = [
     "starting",
     "ready",
     "stopping",
-    "failed",
     "unloading",
     "unloaded",
     "reloading",
 ];
+/// Adapter states that are served (or about to be): those are stopped when their rank no longer
+/// fits the base's `max_lora_rank`.
+const SERVED: [&str; 5] = ["starting", "ready", "unloading", "unloaded", "reloading"];
+/// How long an adapter may stay `starting` by default (`--adapter-start-timeout`).
+pub const DEFAULT_START_TIMEOUT: Duration = Duration::from_secs(900);
 /// Adapter states of an idle adapter: on its way off the engines, off them, or on its way back.
 const IDLE: [&str; 3] = ["unloading", "unloaded", "reloading"];
 /// Adapter states in which the engines may have it loaded (a delete or stop deregisters it).
@@ -80,6 +95,17 @@ impl Default for ControllerOptions {
     }
 }
 
+/// Where a base's graph is after this pass's look at it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum GraphNow {
+    /// Ready to take adapters.
+    Ready,
+    /// Asleep or waking on purpose: its adapters keep their state.
+    Resting,
+    /// Not there or not ready: its adapters are not served.
+    NotReady,
+}
+
 /// A failing entity's retry schedule.
 #[derive(Debug, Clone, Copy)]
 struct Backoff {
@@ -95,6 +121,8 @@ pub struct Controller {
     backoff: HashMap<String, Backoff>,
     /// Where deleted adapters' files are removed from; `None`: they are left in place.
     store: Option<AdapterStore>,
+    /// How long an adapter may stay `starting` before it is `failed`.
+    start_timeout: Duration,
 }
 
 impl Controller {
@@ -111,7 +139,15 @@ impl Controller {
             options,
             backoff: HashMap::new(),
             store: None,
+            start_timeout: DEFAULT_START_TIMEOUT,
         }
+    }
+
+    /// How long an adapter may stay `starting` before it is `failed` with the backend's reason.
+    #[must_use]
+    pub fn with_start_timeout(mut self, timeout: Duration) -> Self {
+        self.start_timeout = timeout;
+        self
     }
 
     /// Removes a deleted adapter's stored files from `store` (the one its uploads went to).
@@ -194,9 +230,10 @@ impl Controller {
                 || adapters.iter().any(|a| {
                     a.base_model_id == base.id
                         && a.desired != "deleted"
-                        && ON_BASE.contains(&a.state.as_str())
+                        && KEEPS_GRAPH.contains(&a.state.as_str())
                 })
         };
+        let rollouts = rollout_db::rollouts(&self.pool).await?;
         // An adapter started or reloaded on an asleep base wakes it, like a request.
         let wake = |base: &TemplatedBase| {
             base.sleep.wake_requested
@@ -207,23 +244,23 @@ impl Controller {
                             || (a.state == "unloaded" && sleep_of(a).wake_requested))
                 })
         };
-        let mut ready_graphs = HashSet::new();
+        let mut graphs_now = HashMap::new();
         for base in bases.iter().filter(|b| needed(b)) {
-            if self.ensure_graph(base, wake(base)).await? {
-                ready_graphs.insert(base.id);
-            }
+            let now = self
+                .ensure_graph(base, wake(base), rollouts.get(&base.id))
+                .await?;
+            graphs_now.insert(base.id, now);
         }
         for adapter in &adapters {
             let Some(base) = bases.iter().find(|b| b.id == adapter.base_model_id) else {
                 continue;
             };
-            self.reconcile_adapter(
-                base,
-                adapter,
-                ready_graphs.contains(&base.id),
-                sleep_of(adapter),
-            )
-            .await?;
+            let now = graphs_now
+                .get(&base.id)
+                .copied()
+                .unwrap_or(GraphNow::NotReady);
+            self.reconcile_adapter(base, adapter, now, sleep_of(adapter))
+                .await?;
         }
         for base in bases
             .iter()
@@ -234,30 +271,55 @@ impl Controller {
         Ok(())
     }
 
-    /// Makes the base's graph exist (and sleep or wake per its policy); returns whether it is
-    /// ready to take adapters.
-    async fn ensure_graph(&mut self, base: &TemplatedBase, wake: bool) -> sqlx::Result<bool> {
+    /// Makes the base's graph exist (and sleep or wake per its policy) with its current spec
+    /// rolled out; returns where it is.
+    async fn ensure_graph(
+        &mut self,
+        base: &TemplatedBase,
+        wake: bool,
+        rollout: Option<&Rollout>,
+    ) -> sqlx::Result<GraphNow> {
         let key = format!("graph:{}", base.id);
         if self.waiting(&key) {
-            return Ok(base.graph_state.as_deref() == Some("ready"));
+            return Ok(match base.graph_state.as_deref() {
+                Some("ready") => GraphNow::Ready,
+                Some("asleep" | "waking") => GraphNow::Resting,
+                _ => GraphNow::NotReady,
+            });
         }
+        let resting = |ready: bool| {
+            if ready {
+                GraphNow::Ready
+            } else {
+                GraphNow::Resting
+            }
+        };
         match base.graph_state.as_deref() {
             Some("ready") if base.sleep.idle && !wake => {
                 self.fall_asleep(base).await?;
-                return Ok(false);
+                return Ok(GraphNow::Resting);
             }
-            Some("asleep") => return self.asleep(base, wake).await,
-            Some("waking") => return self.waking(base).await,
+            Some("asleep") => return self.asleep(base, wake).await.map(resting),
+            Some("waking") => return self.waking(base).await.map(resting),
             _ => {}
         }
         let spec = graph_spec(base);
-        let observed = if base.graph_state.as_deref() == Some("ready") {
+        let fingerprint = self.backend.fingerprint(&spec);
+        // A rollout that failed is tried again (with backoff) until the spec changes or succeeds.
+        let unchanged = rollout.is_some_and(|r| {
+            r.spec_hash.as_deref() == Some(fingerprint.as_str())
+                && r.state.as_deref() != Some("failed")
+        });
+        let observed = if base.graph_state.as_deref() == Some("ready") && unchanged {
             match self.backend.observe_graph(&spec.graph).await {
                 Ok(Some(o)) if o.phase == Phase::Ready => Ok(o),
                 Ok(_) => self.backend.apply_graph(&spec).await,
                 Err(e) => Err(e),
             }
         } else {
+            if !unchanged && base.graph_state.is_some() {
+                tracing::info!(graph = %base.graph, "rolling out a new spec");
+            }
             self.backend.apply_graph(&spec).await
         };
         match observed {
@@ -270,13 +332,56 @@ impl Controller {
                     Phase::Failed(r) => ("failed", Some(r.as_str())),
                 };
                 self.write_graph(base, state, reason, &o).await?;
-                Ok(o.phase == Phase::Ready)
+                let (rolled, why) = match &o.phase {
+                    Phase::Ready => ("rolled_out", None),
+                    Phase::Failed(r) => ("failed", Some(r.as_str())),
+                    Phase::Pending | Phase::Asleep => ("rolling", None),
+                };
+                self.record_rollout(base, rollout, &fingerprint, rolled, why)
+                    .await?;
+                Ok(if o.phase == Phase::Ready {
+                    GraphNow::Ready
+                } else {
+                    GraphNow::NotReady
+                })
             }
             Err(e) => {
+                if let FleetError::Rejected(r) = &e {
+                    self.record_rollout(base, rollout, &fingerprint, "failed", Some(r))
+                        .await?;
+                }
                 self.failed(&key, &e);
-                Ok(false)
+                Ok(if base.graph_state.as_deref() == Some("ready") {
+                    // A refused new spec leaves the running graph as it was.
+                    GraphNow::Ready
+                } else {
+                    GraphNow::NotReady
+                })
             }
         }
+    }
+
+    /// Stores the graph's rollout when it changed (nothing is written on an unchanged pass).
+    async fn record_rollout(
+        &self,
+        base: &TemplatedBase,
+        before: Option<&Rollout>,
+        fingerprint: &str,
+        state: &str,
+        reason: Option<&str>,
+    ) -> sqlx::Result<()> {
+        let now = Rollout {
+            spec_hash: Some(fingerprint.to_owned()),
+            state: Some(state.to_owned()),
+            reason: reason.map(str::to_owned),
+        };
+        if before == Some(&now) {
+            return Ok(());
+        }
+        if before.and_then(|r| r.state.as_deref()) != Some(state) {
+            tracing::info!(graph = %base.graph, rollout = state, reason, "graph rollout");
+        }
+        rollout_db::set_rollout(&self.pool, base.id, fingerprint, state, reason).await
     }
 
     /// Idle past its policy: the routes first (new requests are held from now on), the replicas
@@ -438,7 +543,7 @@ impl Controller {
         &mut self,
         base: &TemplatedBase,
         a: &AdapterRow,
-        graph_ready: bool,
+        graph: GraphNow,
         sleep: SleepFacts,
     ) -> sqlx::Result<()> {
         let key = format!("adapter:{}", a.id);
@@ -448,12 +553,27 @@ impl Controller {
         let Some(spec) = adapter_spec(base, a) else {
             return Ok(());
         };
+        let graph_ready = graph == GraphNow::Ready;
+        if a.desired == "running" && SERVED.contains(&a.state.as_str()) {
+            if let Some(reason) = rank_refused(base, a) {
+                tracing::info!(model = %a.name, %reason, "stopping an adapter its base no longer fits");
+                return self.stop_with(a, &reason).await;
+            }
+        }
         let outcome = match (a.desired.as_str(), a.state.as_str()) {
             ("running", "starting") if graph_ready => {
                 match self.backend.apply_adapter(&spec).await {
                     Ok(o) => match o.phase {
                         Phase::Ready => self.transition(a, "ready", None).await.map(|()| Ok(())),
-                        Phase::Pending | Phase::Asleep => Ok(Ok(())),
+                        Phase::Pending | Phase::Asleep => {
+                            let why = o.message.unwrap_or_else(|| {
+                                format!(
+                                    "loaded on {} of {} replicas",
+                                    o.ready_endpoints, o.total_endpoints
+                                )
+                            });
+                            self.still_starting(a, &why).await.map(|()| Ok(()))
+                        }
                         Phase::Failed(r) => self
                             .transition(a, "failed", Some(&r))
                             .await
@@ -465,6 +585,10 @@ impl Controller {
                         .map(|()| Ok(())),
                     Err(e) => Ok(Err(e)),
                 }
+            }
+            ("running", "starting") => {
+                let why = format!("its base's graph {} is not ready yet", base.graph);
+                self.still_starting(a, &why).await.map(|()| Ok(()))
             }
             ("running", "ready")
                 if graph_ready && base.adapter_idle_after_secs.is_some() && sleep.idle =>
@@ -526,16 +650,32 @@ impl Controller {
                     }
                 }
             }
-            ("running", "ready") if graph_ready => {
+            // Ready only while the backend reports it loaded on every endpoint. A graph rolling
+            // out a new spec keeps serving on its old replicas, so a pending graph alone does not
+            // take an adapter out of service; a graph deleted or recreated does (its model object
+            // goes with it, or finds no endpoints).
+            ("running", "ready") if graph != GraphNow::Resting => {
                 match self.backend.observe_adapter(&spec).await {
                     Ok(Some(o)) if o.phase == Phase::Ready => Ok(Ok(())),
-                    // Lost on a replica (restarted): register it again.
-                    Ok(_) => Ok(self.backend.apply_adapter(&spec).await.map(|_| ())),
+                    // Lost on a replica (restarted) or its model object recreated: not ready
+                    // until it is loaded everywhere again.
+                    Ok(o) => {
+                        let why = o.and_then(|o| o.message).unwrap_or_else(|| {
+                            "no longer registered on its graph; loading it again".to_owned()
+                        });
+                        self.transition(a, "starting", Some(&why))
+                            .await
+                            .map(|()| Ok(()))
+                    }
                     Err(e) => Ok(Err(e)),
                 }
             }
             ("stopped", "stopping") => match self.backend.remove_adapter(&spec).await {
-                Ok(()) => self.transition(a, "stopped", None).await.map(|()| Ok(())),
+                // A stop the controller decided keeps its reason (a rank the base no longer fits).
+                Ok(()) => self
+                    .transition(a, "stopped", a.reason.as_deref())
+                    .await
+                    .map(|()| Ok(())),
                 Err(e) => Ok(Err(e)),
             },
             ("deleted", state) if !matches!(state, "uploading" | "validating") => {
@@ -556,6 +696,33 @@ impl Controller {
             Err(e) => self.failed(&key, &e),
         }
         Ok(())
+    }
+
+    /// A starting adapter that is not ready yet: past the start timeout it is `failed` with `why`,
+    /// else `why` is kept as its reason (written only when it changed).
+    async fn still_starting(&self, a: &AdapterRow, why: &str) -> sqlx::Result<()> {
+        let started = time::OffsetDateTime::now_utc() - a.updated_at;
+        if started > self.start_timeout {
+            let reason = format!("not ready within {} s: {why}", self.start_timeout.as_secs());
+            return self.transition(a, "failed", Some(&reason)).await;
+        }
+        if a.reason.as_deref() != Some(why) {
+            rollout_db::set_starting_reason(&self.pool, a.id, why).await?;
+        }
+        Ok(())
+    }
+
+    /// Stops a served adapter on the controller's own decision (its owner's wish becomes
+    /// `stopped`): deregistered on the next pass, the reason kept for its owner.
+    async fn stop_with(&self, a: &AdapterRow, reason: &str) -> sqlx::Result<()> {
+        let mut tx = self.pool.begin().await?;
+        if let Some(row) = db::lock_adapter_by_id(&mut tx, a.id).await? {
+            if row.state == a.state && row.desired == a.desired && row.version == a.version {
+                db::set_adapter(&mut tx, row.id, "stopped", "stopping", Some(reason)).await?;
+                record_adapter(&mut tx, &row, "stopping", Some(reason)).await?;
+            }
+        }
+        tx.commit().await
     }
 
     /// Moves an adapter from the state this pass read to `to`, unless its owner changed it since
@@ -624,6 +791,19 @@ impl Controller {
     }
 }
 
+/// Why `a` may no longer be served on `base`: its rank (from validation) exceeds the base's
+/// current `max_lora_rank` (lowered since it was validated); the engine would refuse it.
+fn rank_refused(base: &TemplatedBase, a: &AdapterRow) -> Option<String> {
+    let rank = a.validation.as_ref()?["rank"].as_i64()?;
+    let max = i64::from(base.template.max_lora_rank);
+    (rank > max).then(|| {
+        format!(
+            "its rank {rank} exceeds the base's max_lora_rank {max}; upload a rank-{max} \
+             adapter or ask the operator to raise the limit"
+        )
+    })
+}
+
 /// Why an asleep graph sleeps, for the admin page.
 fn idle_reason(base: &TemplatedBase) -> String {
     format!(
@@ -659,6 +839,7 @@ pub fn graph_spec(base: &TemplatedBase) -> GraphSpec {
             extra_args: t.extra_args.clone(),
             env_from_secret: t.env_from_secret.clone(),
         },
+        replicas_max: u(t.replicas_max),
     }
 }
 

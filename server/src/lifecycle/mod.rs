@@ -29,6 +29,8 @@ pub struct LifecycleOptions {
     /// The backend the controller drives; `None`: no controller on this replica (static fleets).
     pub backend: Option<std::sync::Arc<dyn crate::fleet::backend::FleetBackend>>,
     pub controller: ControllerOptions,
+    /// How long an adapter may stay `starting` before it is `failed` (`--adapter-start-timeout`).
+    pub adapter_start_timeout: std::time::Duration,
 }
 
 impl Default for LifecycleOptions {
@@ -39,6 +41,7 @@ impl Default for LifecycleOptions {
             limits: UploadLimits::default(),
             backend: None,
             controller: ControllerOptions::default(),
+            adapter_start_timeout: controller::DEFAULT_START_TIMEOUT,
         }
     }
 }

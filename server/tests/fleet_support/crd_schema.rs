@@ -1,34 +1,51 @@
-//! The fields Dynamo's CRDs define (operator `api/v1alpha1`: `DynamoGraphDeployment`,
-//! `DynamoComponentDeploymentSharedSpec`, `dynamoCommon.Resources`, `DynamoModel`), as the
-//! structural schema the fake API server validates applied bodies against with
-//! `fieldValidation=Strict`: an unknown field or a wrong type is refused, as a real API server does.
+//! Dynamo's CRDs as the structural schema the fake API server validates applied bodies against,
+//! written field by field from the public repository ai-dynamo/dynamo at commit
+//! `50820f5b16d01bf85205a5fa649e76ff68300c65`:
+//! `deploy/operator/config/crd/bases/nvidia.com_dynamomodels.yaml` (served as `v1alpha1` and
+//! `v1beta1`, the same schema) and, for the graph, `deploy/operator/api/v1beta1/`
+//! (`dynamographdeployment_types.go`, `dynamocomponentdeployment_types.go`, `common.go`), the
+//! kubebuilder types `nvidia.com_dynamographdeployments.yaml` is generated from; at that commit
+//! `v1alpha1` and `v1beta1` give the DGD the same shape (`spec.services`, a map of at most 25).
+//! Every field we render and all of its parents are spelled out with their types, enums,
+//! minimums and required lists; Kubernetes' own embedded types (pod spec, container, probes) are
+//! listed by field name with the inner values we never render left open. An unknown field is
+//! refused, as a real API server does under `fieldValidation=Strict`.
 
 use serde_json::Value;
 
 pub enum Schema {
     Str,
-    Int,
+    /// An integer, with its minimum when the CRD gives one.
+    Int(Option<i64>),
     Bool,
+    /// `x-kubernetes-int-or-string` (a resource quantity).
+    IntOrStr,
     OneOf(&'static [&'static str]),
     Any,
-    List(Box<Schema>),
-    Map(Box<Schema>),
+    /// A list, with its `maxItems` when the CRD gives one.
+    List(Box<Schema>, Option<usize>),
+    /// `additionalProperties`, with its `maxProperties` when the CRD gives one.
+    Map(Box<Schema>, Option<usize>),
     /// Known fields, and which of them are required.
     Obj(Vec<(&'static str, Schema)>, &'static [&'static str]),
 }
 
 use Schema::*;
 
+const INT: Schema = Int(None);
+
 fn obj(fields: Vec<(&'static str, Schema)>) -> Schema {
     Obj(fields, &[])
 }
 fn list(s: Schema) -> Schema {
-    List(Box::new(s))
+    List(Box::new(s), None)
 }
 fn map(s: Schema) -> Schema {
-    Map(Box::new(s))
+    Map(Box::new(s), None)
 }
 
+/// `metav1.ObjectMeta` as an apply body may carry it (the CRD says only `type: object`; the API
+/// server's own validation refuses the rest).
 fn metadata() -> Schema {
     Obj(
         vec![
@@ -56,13 +73,40 @@ fn metadata() -> Schema {
     )
 }
 
+/// `corev1.EnvVar` (`spec.envs`, a service's `envs`, a container's `env`).
 fn env() -> Schema {
+    let key_ref = || {
+        Obj(
+            vec![("key", Str), ("name", Str), ("optional", Bool)],
+            &["key"],
+        )
+    };
     Obj(
-        vec![("name", Str), ("value", Str), ("valueFrom", Any)],
+        vec![
+            ("name", Str),
+            ("value", Str),
+            (
+                "valueFrom",
+                obj(vec![
+                    ("configMapKeyRef", key_ref()),
+                    ("secretKeyRef", key_ref()),
+                    (
+                        "fieldRef",
+                        Obj(
+                            vec![("apiVersion", Str), ("fieldPath", Str)],
+                            &["fieldPath"],
+                        ),
+                    ),
+                    ("fileKeyRef", Any),
+                    ("resourceFieldRef", Any),
+                ]),
+            ),
+        ],
         &["name"],
     )
 }
 
+/// `corev1.Container` (`extraPodSpec.mainContainer`).
 fn container() -> Schema {
     obj(vec![
         ("name", Str),
@@ -71,18 +115,79 @@ fn container() -> Schema {
         ("args", list(Str)),
         ("env", list(env())),
         ("envFrom", Any),
+        ("imagePullPolicy", Str),
+        ("lifecycle", Any),
+        ("livenessProbe", Any),
+        ("ports", Any),
+        ("readinessProbe", Any),
+        ("resizePolicy", Any),
         ("resources", Any),
+        ("restartPolicy", Str),
+        ("securityContext", Any),
+        ("startupProbe", Any),
+        ("stdin", Bool),
+        ("stdinOnce", Bool),
+        ("terminationMessagePath", Str),
+        ("terminationMessagePolicy", Str),
+        ("tty", Bool),
+        ("volumeDevices", Any),
         ("volumeMounts", Any),
         ("workingDir", Str),
-        ("ports", Any),
-        ("imagePullPolicy", Str),
-        ("securityContext", Any),
-        ("livenessProbe", Any),
-        ("readinessProbe", Any),
-        ("startupProbe", Any),
     ])
 }
 
+/// `ExtraPodSpec`: `corev1.PodSpec` inline, plus `mainContainer`.
+fn extra_pod_spec() -> Schema {
+    let mut fields: Vec<(&'static str, Schema)> = [
+        "activeDeadlineSeconds",
+        "affinity",
+        "automountServiceAccountToken",
+        "containers",
+        "dnsConfig",
+        "dnsPolicy",
+        "enableServiceLinks",
+        "ephemeralContainers",
+        "hostAliases",
+        "hostIPC",
+        "hostNetwork",
+        "hostPID",
+        "hostUsers",
+        "hostname",
+        "imagePullSecrets",
+        "initContainers",
+        "nodeName",
+        "nodeSelector",
+        "os",
+        "overhead",
+        "preemptionPolicy",
+        "priority",
+        "priorityClassName",
+        "readinessGates",
+        "resourceClaims",
+        "resources",
+        "restartPolicy",
+        "runtimeClassName",
+        "schedulerName",
+        "schedulingGates",
+        "securityContext",
+        "serviceAccount",
+        "serviceAccountName",
+        "setHostnameAsFQDN",
+        "shareProcessNamespace",
+        "subdomain",
+        "terminationGracePeriodSeconds",
+        "tolerations",
+        "topologySpreadConstraints",
+        "volumes",
+    ]
+    .into_iter()
+    .map(|f| (f, Any))
+    .collect();
+    fields.push(("mainContainer", container()));
+    obj(fields)
+}
+
+/// `ResourceItem` (`resources.requests`, `resources.limits`): every quantity a string.
 fn resource_item() -> Schema {
     obj(vec![
         ("cpu", Str),
@@ -93,16 +198,17 @@ fn resource_item() -> Schema {
     ])
 }
 
+/// `DynamoComponentDeploymentSharedSpec`: one entry of `spec.services`.
 fn service() -> Schema {
     obj(vec![
         ("annotations", map(Str)),
         ("labels", map(Str)),
         ("serviceName", Str),
-        (
-            "componentType",
-            OneOf(&["frontend", "worker", "planner", "prefill", "decode", "main"]),
-        ),
+        // A plain string in the CRD (no enum): frontend, worker, planner, epp, ...
+        ("componentType", Str),
+        ("subComponentType", Str),
         ("dynamoNamespace", Str),
+        ("globalDynamoNamespace", Bool),
         (
             "resources",
             obj(vec![
@@ -111,37 +217,79 @@ fn service() -> Schema {
                 ("claims", Any),
             ]),
         ),
-        ("autoscaling", Any),
-        ("envs", list(env())),
-        ("envFromSecret", Str),
-        ("pvc", Any),
-        ("compilationCache", Any),
-        ("ingress", Any),
-        ("sharedMemory", Any),
-        ("extraPodMetadata", Any),
         (
-            "extraPodSpec",
+            "autoscaling",
             obj(vec![
-                ("mainContainer", container()),
-                ("volumes", Any),
-                ("tolerations", Any),
-                ("nodeSelector", map(Str)),
-                ("affinity", Any),
-                ("serviceAccountName", Str),
-                ("imagePullSecrets", Any),
-                ("initContainers", Any),
-                ("containers", Any),
-                ("securityContext", Any),
-                ("terminationGracePeriodSeconds", Int),
+                ("enabled", Bool),
+                ("minReplicas", INT),
+                ("maxReplicas", INT),
+                ("behavior", Any),
+                ("metrics", Any),
             ]),
         ),
+        ("envs", list(env())),
+        ("envFromSecret", Str),
+        (
+            "volumeMounts",
+            list(Obj(
+                vec![
+                    ("name", Str),
+                    ("mountPoint", Str),
+                    ("useAsCompilationCache", Bool),
+                ],
+                &["name"],
+            )),
+        ),
+        (
+            "ingress",
+            obj(vec![
+                ("enabled", Bool),
+                ("host", Str),
+                ("useVirtualService", Bool),
+                ("virtualServiceGateway", Str),
+                ("hostPrefix", Str),
+                ("annotations", map(Str)),
+                ("labels", map(Str)),
+                ("tls", obj(vec![("secretName", Str)])),
+                ("hostSuffix", Str),
+                ("ingressControllerClassName", Str),
+            ]),
+        ),
+        (
+            "modelRef",
+            Obj(vec![("name", Str), ("revision", Str)], &["name"]),
+        ),
+        (
+            "sharedMemory",
+            obj(vec![("disabled", Bool), ("size", IntOrStr)]),
+        ),
+        (
+            "extraPodMetadata",
+            obj(vec![("annotations", map(Str)), ("labels", map(Str))]),
+        ),
+        ("extraPodSpec", extra_pod_spec()),
         ("livenessProbe", Any),
         ("readinessProbe", Any),
-        ("replicas", Int),
-        ("multinode", Obj(vec![("nodeCount", Int)], &["nodeCount"])),
+        ("replicas", Int(Some(0))),
+        (
+            "multinode",
+            Obj(vec![("nodeCount", Int(Some(2)))], &["nodeCount"]),
+        ),
+        ("scalingAdapter", obj(vec![("enabled", Bool)])),
+        ("eppConfig", Any),
+        (
+            "checkpoint",
+            obj(vec![
+                ("enabled", Bool),
+                ("mode", OneOf(&["Auto", "Manual"])),
+                ("checkpointRef", Str),
+                ("identity", Any),
+            ]),
+        ),
     ])
 }
 
+/// `DynamoGraphDeployment` (both served versions: the same schema at this commit).
 pub fn graph_deployment() -> Schema {
     Obj(
         vec![
@@ -151,11 +299,41 @@ pub fn graph_deployment() -> Schema {
             (
                 "spec",
                 obj(vec![
-                    ("dynamoGraph", Str),
-                    ("pvcs", Any),
-                    ("services", map(service())),
+                    (
+                        "pvcs",
+                        List(
+                            Box::new(Obj(
+                                vec![
+                                    ("create", Bool),
+                                    ("name", Str),
+                                    ("size", IntOrStr),
+                                    ("storageClass", Str),
+                                    ("volumeAccessMode", Str),
+                                ],
+                                &["name"],
+                            )),
+                            Some(100),
+                        ),
+                    ),
+                    ("services", Map(Box::new(service()), Some(25))),
                     ("envs", list(env())),
                     ("backendFramework", OneOf(&["sglang", "vllm", "trtllm"])),
+                    (
+                        "restart",
+                        Obj(
+                            vec![
+                                ("id", Str),
+                                (
+                                    "strategy",
+                                    obj(vec![
+                                        ("type", OneOf(&["Sequential", "Parallel"])),
+                                        ("order", list(Str)),
+                                    ]),
+                                ),
+                            ],
+                            &["id"],
+                        ),
+                    ),
                 ]),
             ),
         ],
@@ -163,6 +341,7 @@ pub fn graph_deployment() -> Schema {
     )
 }
 
+/// `DynamoModel` (`v1alpha1` and `v1beta1`: the same schema).
 pub fn model() -> Schema {
     Obj(
         vec![
@@ -178,7 +357,7 @@ pub fn model() -> Schema {
                         ("modelType", OneOf(&["base", "lora", "adapter"])),
                         ("source", Obj(vec![("uri", Str)], &["uri"])),
                     ],
-                    &["modelName", "baseModelName"],
+                    &["baseModelName", "modelName"],
                 ),
             ),
         ],
@@ -190,15 +369,29 @@ pub fn model() -> Schema {
 pub fn check(schema: &Schema, v: &Value, path: &str, out: &mut Vec<String>) {
     match (schema, v) {
         (Any, _) | (Str, Value::String(_)) | (Bool, Value::Bool(_)) => {}
-        (Int, Value::Number(n)) if n.is_i64() || n.is_u64() => {}
+        (IntOrStr, Value::String(_)) => {}
+        (IntOrStr, Value::Number(n)) if n.is_i64() || n.is_u64() => {}
+        (Int(min), Value::Number(n)) if n.is_i64() || n.is_u64() => {
+            if let (Some(min), Some(x)) = (min, n.as_i64()) {
+                if x < *min {
+                    out.push(format!("{path}: must be at least {min}, got {x}"));
+                }
+            }
+        }
         (OneOf(allowed), Value::String(s)) if allowed.contains(&s.as_str()) => {}
         (OneOf(allowed), _) => out.push(format!("{path}: must be one of {allowed:?}, got {v}")),
-        (List(item), Value::Array(items)) => {
+        (List(item, max), Value::Array(items)) => {
+            if max.is_some_and(|m| items.len() > m) {
+                out.push(format!("{path}: more than {max:?} items"));
+            }
             for (i, x) in items.iter().enumerate() {
                 check(item, x, &format!("{path}[{i}]"), out);
             }
         }
-        (Map(item), Value::Object(m)) => {
+        (Map(item, max), Value::Object(m)) => {
+            if max.is_some_and(|n| m.len() > n) {
+                out.push(format!("{path}: more than {max:?} properties"));
+            }
             for (k, x) in m {
                 check(item, x, &format!("{path}.{k}"), out);
             }

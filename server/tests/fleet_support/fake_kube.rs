@@ -1,10 +1,21 @@
 //! A fake Kubernetes API server over plain HTTP on loopback, for Dynamo's two resources only. It
-//! checks every request the way the real one would refuse it (path with group, version,
-//! namespace and plural; `fieldManager`, `force` and `fieldValidation` on applies; content types;
-//! bodies against the CRDs' fields; owner references naming a live graph; resourceVersion
-//! preconditions), keeps the objects with server-side-apply-like merging, finalizers and owner
-//! garbage collection, and plays the operator: scripted status transitions read by read.
-//! Whatever it refuses is also recorded as a violation, which tests assert empty.
+//! answers discovery (`/apis/nvidia.com` and each served version's resource list) for the
+//! versions a test makes it serve, checks every request the way the real one would refuse it
+//! (path with group, a served version, namespace and plural; `fieldManager`, `force` and
+//! `fieldValidation` on applies; content types; bodies against the CRDs' schema
+//! ([`crd_schema`]) and the body's `apiVersion` against the path's; owner references naming a
+//! live graph; resourceVersion preconditions), keeps the objects with server-side-apply-like
+//! merging, finalizers and owner garbage collection, and plays the operator:
+//! - a graph goes `pending`, then `successful` with its workers' replicas ready, on its first
+//!   reads after a create; after a new spec it is `pending` while the old replicas still serve
+//!   (a rolling update), then `successful` on the new ones;
+//! - a `DynamoModel` finds endpoints only on the worker services of successful graphs whose
+//!   `modelRef.name` equals its `baseModelName` (as Dynamo's controller does, through the
+//!   headless Service it creates for those workers): `totalEndpoints` is their replicas, the
+//!   adapter loads on them on the next read, and the conditions `ServicesFound` and
+//!   `EndpointsReady` say so with messages.
+//! Applies (PATCH requests) are counted so a test can assert that nothing is written while
+//! nothing changed. Whatever it refuses is also recorded as a violation, which tests assert empty.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -43,8 +54,10 @@ struct State {
     serial: u64,
     /// Whether applied objects get the operator's default status script.
     operator: bool,
-    /// Endpoints the operator finds for a base (DynamoModel `totalEndpoints`).
-    endpoints: u32,
+    /// The versions of `nvidia.com` served, best first.
+    versions: Vec<String>,
+    /// Per model: the endpoints it was last found on, and whether the adapter is loaded there.
+    loads: HashMap<String, (u32, bool)>,
     /// Whether models carry the operator's finalizer (deletion waits for `operator_unloaded`).
     model_finalizer: bool,
 }
@@ -57,12 +70,16 @@ pub struct FakeKube {
 }
 
 impl FakeKube {
-    /// Serves until the test ends; the operator plays its default script (graphs pending then
-    /// successful, models 0/2 then 2/2 endpoints).
+    /// Serves `v1beta1` and `v1alpha1` until the test ends; the operator plays its part.
     pub async fn start(namespace: &str) -> Self {
+        Self::serving(namespace, &["v1beta1", "v1alpha1"]).await
+    }
+
+    /// Serves only `versions` of Dynamo's group (an older operator: `["v1alpha1"]`).
+    pub async fn serving(namespace: &str, versions: &[&str]) -> Self {
         let state = Arc::new(Mutex::new(State {
             operator: true,
-            endpoints: 2,
+            versions: versions.iter().map(|v| (*v).to_owned()).collect(),
             ..State::default()
         }));
         let fake = Self {
@@ -98,6 +115,21 @@ impl FakeKube {
         self.state.lock().unwrap().requests.clear();
     }
 
+    /// Server-side applies (PATCH with an apply patch) received on `plural` so far.
+    pub fn applies(&self, plural: &str) -> usize {
+        self.state
+            .lock()
+            .unwrap()
+            .requests
+            .iter()
+            .filter(|r| {
+                r.method == "PATCH"
+                    && r.content_type == "application/apply-patch+yaml"
+                    && r.path.contains(&format!("/{plural}/"))
+            })
+            .count()
+    }
+
     pub fn violations(&self) -> Vec<String> {
         self.state.lock().unwrap().violations.clone()
     }
@@ -119,10 +151,6 @@ impl FakeKube {
     /// Turns the operator's default script off: objects keep the status the test scripts.
     pub fn manual_operator(&self) {
         self.state.lock().unwrap().operator = false;
-    }
-
-    pub fn set_endpoints(&self, n: u32) {
-        self.state.lock().unwrap().endpoints = n;
     }
 
     pub fn with_model_finalizer(&self) {
@@ -188,8 +216,18 @@ impl FakeKube {
             content_type: content_type.clone(),
             body: parsed.clone(),
         });
-        let prefix = format!("/apis/nvidia.com/v1alpha1/namespaces/{}/", self.namespace);
-        let Some(rest) = uri.path().strip_prefix(&prefix) else {
+        if method == Method::GET {
+            if let Some(found) = st.discovery(uri.path()) {
+                return found;
+            }
+        }
+        let served = st.versions.clone();
+        let Some((version, rest)) = served.iter().find_map(|v| {
+            let prefix = format!("/apis/nvidia.com/{v}/namespaces/{}/", self.namespace);
+            uri.path()
+                .strip_prefix(&prefix)
+                .map(|rest| (v.clone(), rest.to_owned()))
+        }) else {
             return st.refuse(404, "NotFound", format!("no such path {}", uri.path()));
         };
         let (plural, name) = match rest.split_once('/') {
@@ -211,7 +249,7 @@ impl FakeKube {
             (Method::GET, Some(name)) => st.get(&plural, &name),
             (Method::GET, None) => st.list(&plural, query.get("labelSelector")),
             (Method::PATCH, Some(name)) if content_type == "application/apply-patch+yaml" => {
-                st.apply(&self.namespace, &plural, &name, &query, parsed)
+                st.apply(&self.namespace, &version, &plural, &name, &query, parsed)
             }
             (Method::PATCH, Some(name)) if content_type == "application/merge-patch+json" => {
                 st.merge(&plural, &name, parsed)
@@ -230,6 +268,123 @@ impl FakeKube {
 }
 
 impl State {
+    /// The discovery documents: the group, and each served version's resources.
+    fn discovery(&self, path: &str) -> Option<Response> {
+        if path == "/apis/nvidia.com" {
+            let versions: Vec<Value> = self
+                .versions
+                .iter()
+                .map(|v| json!({"groupVersion": format!("nvidia.com/{v}"), "version": v}))
+                .collect();
+            let body = json!({"kind": "APIGroup", "apiVersion": "v1", "name": "nvidia.com",
+                "versions": versions, "preferredVersion": versions.first()});
+            return Some(json_response(200, body));
+        }
+        let version = path.strip_prefix("/apis/nvidia.com/")?;
+        if version.contains('/') {
+            return None;
+        }
+        if !self.versions.iter().any(|v| v == version) {
+            return Some(status(404, "NotFound", format!("no version {version}")));
+        }
+        let resource = |name: &str, kind: &str| {
+            json!({"name": name, "namespaced": true, "kind": kind,
+                "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"]})
+        };
+        Some(json_response(
+            200,
+            json!({"kind": "APIResourceList", "apiVersion": "v1",
+                "groupVersion": format!("nvidia.com/{version}"), "resources": [
+                    resource(GRAPHS, "DynamoGraphDeployment"),
+                    resource(&format!("{GRAPHS}/status"), "DynamoGraphDeployment"),
+                    resource(MODELS, "DynamoModel"),
+                    resource(&format!("{MODELS}/status"), "DynamoModel")]}),
+        ))
+    }
+
+    /// What Dynamo's model controller reports of a model now: endpoints are the replicas of the
+    /// successful graphs' worker services whose `modelRef.name` is its `baseModelName`; a LoRA is
+    /// loaded on them from the read after they were found.
+    fn simulate_model(&mut self, name: &str) -> Option<Value> {
+        let model = self.objects.get(&(MODELS.to_owned(), name.to_owned()))?;
+        let base = model["spec"]["baseModelName"]
+            .as_str()
+            .unwrap_or("")
+            .to_owned();
+        let mut total = 0;
+        for ((p, _), g) in &self.objects {
+            if p != GRAPHS || g["metadata"]["deletionTimestamp"].is_string() {
+                continue;
+            }
+            // The headless Service's endpoints: the ready pods of each matching worker service.
+            for (svc_name, svc) in g["spec"]["services"].as_object().into_iter().flatten() {
+                if svc["componentType"] == "worker" && svc["modelRef"]["name"] == base.as_str() {
+                    total += g["status"]["services"][svc_name]["readyReplicas"]
+                        .as_u64()
+                        .unwrap_or(0) as u32;
+                }
+            }
+        }
+        let (was, loaded) = self.loads.get(name).copied().unwrap_or((0, false));
+        // Loaded where it was: endpoints that go away take nothing from the others; new ones
+        // load it on the next read.
+        let ready = if total > 0 && was >= total && loaded {
+            total
+        } else {
+            0
+        };
+        self.loads.insert(name.to_owned(), (total, total > 0));
+        let cond = |kind: &str, ok: bool, reason: &str, message: String| {
+            json!({"type": kind, "status": if ok { "True" } else { "False" }, "reason": reason,
+                "message": message, "lastTransitionTime": "2026-12-03T07:00:00Z"})
+        };
+        let conditions = if total == 0 {
+            vec![
+                cond(
+                    "ServicesFound",
+                    false,
+                    "NoServicesFound",
+                    format!("no endpoint slices found for base model {base}"),
+                ),
+                cond(
+                    "EndpointsReady",
+                    false,
+                    "NoEndpoints",
+                    "no endpoints found".to_owned(),
+                ),
+            ]
+        } else {
+            vec![
+                cond(
+                    "ServicesFound",
+                    true,
+                    "ServicesFound",
+                    format!("found {total} endpoints"),
+                ),
+                if ready == total {
+                    cond(
+                        "EndpointsReady",
+                        true,
+                        "EndpointsDiscovered",
+                        format!("{ready}/{total} endpoints ready"),
+                    )
+                } else {
+                    cond(
+                        "EndpointsReady",
+                        false,
+                        "NotReady",
+                        format!("{ready}/{total} endpoints ready"),
+                    )
+                },
+            ]
+        };
+        let endpoints: Vec<Value> = (0..total)
+            .map(|i| json!({"address": format!("http://10.0.0.{i}:9090"), "podName": format!("worker-{i}"), "ready": i < ready}))
+            .collect();
+        Some(json!({"readyEndpoints": ready, "totalEndpoints": total,
+            "endpoints": endpoints, "conditions": conditions}))
+    }
+
     fn refuse(&mut self, code: u16, reason: &str, message: String) -> Response {
         self.violations.push(message.clone());
         status(code, reason, message)
@@ -237,6 +392,13 @@ impl State {
 
     fn get(&mut self, plural: &str, name: &str) -> Response {
         let key = (plural.to_owned(), name.to_owned());
+        if plural == MODELS && self.operator && !self.scripts.contains_key(&key) {
+            if let Some(now) = self.simulate_model(name) {
+                if let Some(obj) = self.objects.get_mut(&key) {
+                    obj["status"] = now;
+                }
+            }
+        }
         let Some(obj) = self.objects.get_mut(&key) else {
             return status(404, "NotFound", format!("{plural} \"{name}\" not found"));
         };
@@ -273,13 +435,14 @@ impl State {
             .collect();
         json_response(
             200,
-            json!({"apiVersion": "nvidia.com/v1alpha1", "kind": "List", "metadata": {"resourceVersion": self.serial.to_string()}, "items": items}),
+            json!({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": self.serial.to_string()}, "items": items}),
         )
     }
 
     fn apply(
         &mut self,
         namespace: &str,
+        version: &str,
         plural: &str,
         name: &str,
         query: &BTreeMap<String, String>,
@@ -301,7 +464,7 @@ impl State {
             ("DynamoModel", crd_schema::model())
         };
         crd_schema::check(&schema, &body, "", &mut problems);
-        if body["apiVersion"] != "nvidia.com/v1alpha1" || body["kind"] != kind {
+        if body["apiVersion"] != format!("nvidia.com/{version}").as_str() || body["kind"] != kind {
             problems.push(format!(
                 "apiVersion/kind {} {} on {plural}",
                 body["apiVersion"], body["kind"]
@@ -372,6 +535,7 @@ impl State {
                 }
                 obj["spec"] = body["spec"].clone();
                 obj["metadata"]["labels"] = body["metadata"]["labels"].clone();
+                obj["metadata"]["annotations"] = body["metadata"]["annotations"].clone();
                 obj["metadata"]["finalizers"] = json!(finalizers);
                 if body["metadata"]["ownerReferences"].is_array() {
                     obj["metadata"]["ownerReferences"] =
@@ -394,8 +558,8 @@ impl State {
                     f.push(json!(OPERATOR_FINALIZER));
                     obj["metadata"]["finalizers"] = json!(f);
                 }
-                if self.operator {
-                    let script = self.default_script(plural, &obj);
+                if self.operator && plural == GRAPHS {
+                    let script = self.default_script(&obj);
                     obj["status"] = script[0].clone();
                     self.scripts
                         .insert(key.clone(), script.into_iter().skip(1).collect());
@@ -404,10 +568,29 @@ impl State {
                 obj
             }
         };
+        // The model controller reacts to a model at once (it finds its endpoints).
+        if plural == MODELS && self.operator && !self.scripts.contains_key(&key) {
+            if let Some(now) = self.simulate_model(name) {
+                obj["status"] = now.clone();
+                if let Some(stored) = self.objects.get_mut(&key) {
+                    stored["status"] = now;
+                }
+            }
+        }
         // A graph's new spec (scaled to zero and back, a new template): the operator rolls it
         // out as it did the first one.
         if respecced && plural == GRAPHS && self.operator {
-            let script = self.default_script(plural, &obj);
+            let mut script = self.default_script(&obj);
+            // A rolling update: the replicas ready before keep serving until the new ones are.
+            let serving = obj["status"]["services"]["worker"]["readyReplicas"].as_u64();
+            let wanted = obj["spec"]["services"]["worker"]["replicas"].as_u64();
+            if let (Some(serving), Some(wanted)) = (serving, wanted) {
+                if serving > 0 && wanted > 0 {
+                    script[0] = json!({"state": "pending", "services": {"worker": {
+                        "componentKind": "Deployment", "componentName": "worker",
+                        "replicas": serving, "updatedReplicas": 0, "readyReplicas": serving}}});
+                }
+            }
             obj["status"] = script[0].clone();
             if let Some(stored) = self.objects.get_mut(&key) {
                 stored["status"] = script[0].clone();
@@ -418,28 +601,18 @@ impl State {
         json_response(200, obj)
     }
 
-    /// What the operator reports after a create: graphs pending, then successful; models found
-    /// on every endpoint but loaded nowhere, then everywhere.
-    fn default_script(&self, plural: &str, obj: &Value) -> Vec<Value> {
-        if plural == GRAPHS {
-            let replicas = obj["spec"]["services"]["worker"]["replicas"]
-                .as_u64()
-                .unwrap_or(1);
-            vec![
-                json!({"state": "pending"}),
-                json!({"state": "successful", "services": {"worker": {"replicas": replicas, "readyReplicas": replicas}}}),
-            ]
-        } else {
-            let n = self.endpoints;
-            vec![
-                json!({"readyEndpoints": 0, "totalEndpoints": n, "conditions": [
-                    {"type": "ServicesFound", "status": "True", "reason": "ServicesFound"},
-                    {"type": "EndpointsReady", "status": "False", "reason": "NoReadyEndpoints"}]}),
-                json!({"readyEndpoints": n, "totalEndpoints": n, "conditions": [
-                    {"type": "ServicesFound", "status": "True", "reason": "ServicesFound"},
-                    {"type": "EndpointsReady", "status": "True", "reason": "EndpointsDiscovered"}]}),
-            ]
-        }
+    /// What the operator reports of a graph after a create or a new spec: pending, then
+    /// successful with every worker replica ready.
+    fn default_script(&self, obj: &Value) -> Vec<Value> {
+        let replicas = obj["spec"]["services"]["worker"]["replicas"]
+            .as_u64()
+            .unwrap_or(1);
+        vec![
+            json!({"state": "pending"}),
+            json!({"state": "successful", "services": {"worker": {
+                "componentKind": "Deployment", "componentName": "worker",
+                "replicas": replicas, "updatedReplicas": replicas, "readyReplicas": replicas}}}),
+        ]
     }
 
     fn merge(&mut self, plural: &str, name: &str, patch: Value) -> Response {
@@ -506,6 +679,9 @@ impl State {
         let uid = obj["metadata"]["uid"].clone();
         self.objects.remove(&key);
         self.scripts.remove(&key);
+        if plural == MODELS {
+            self.loads.remove(name);
+        }
         let owned: Vec<(String, String)> = self
             .objects
             .iter()

@@ -45,6 +45,9 @@ pub struct GraphItem {
     pub wake_failures: i64,
     /// Seconds idle before the graph sleeps; `None`: always on.
     pub idle_after_secs: Option<i32>,
+    /// Its last template change: `rolling`, `rolled_out` or `failed`, with the reason it failed.
+    pub rollout: Option<String>,
+    pub rollout_reason: Option<String>,
 }
 
 /// A tenant's managed adapter.
@@ -82,9 +85,14 @@ pub async fn admin_fleet() -> Result<FleetView, PortalError> {
     admin::required(&portal).await?;
     let pool = &portal.deps.pool;
     let failed = |e| internal("reading the fleet", e);
-    let bases = lifecycle::templated_bases(pool)
-        .await
-        .map_err(failed)?
+    let templated = lifecycle::templated_bases(pool).await.map_err(failed)?;
+    let rollouts = tf_core::db::rollout::rollouts(pool).await.map_err(failed)?;
+    // A graph's rollout, by its name (the rollouts are kept per base).
+    let rollout_of: std::collections::HashMap<String, tf_core::db::rollout::Rollout> = templated
+        .iter()
+        .filter_map(|b| rollouts.get(&b.id).map(|r| (b.graph.clone(), r.clone())))
+        .collect();
+    let bases = templated
         .into_iter()
         .map(|b| BaseItem {
             name: b.name,
@@ -107,16 +115,21 @@ pub async fn admin_fleet() -> Result<FleetView, PortalError> {
         .await
         .map_err(failed)?
         .into_iter()
-        .map(|g| GraphItem {
-            base: g.base,
-            name: g.name,
-            state: g.state,
-            reason: g.reason,
-            replicas_ready: g.replicas_ready,
-            replicas_desired: g.replicas_desired,
-            wakes: g.wakes,
-            wake_failures: g.wake_failures,
-            idle_after_secs: g.idle_after_secs,
+        .map(|g| {
+            let rollout = rollout_of.get(&g.name).cloned();
+            GraphItem {
+                base: g.base,
+                rollout: rollout.as_ref().and_then(|r| r.state.clone()),
+                rollout_reason: rollout.and_then(|r| r.reason),
+                name: g.name,
+                state: g.state,
+                reason: g.reason,
+                replicas_ready: g.replicas_ready,
+                replicas_desired: g.replicas_desired,
+                wakes: g.wakes,
+                wake_failures: g.wake_failures,
+                idle_after_secs: g.idle_after_secs,
+            }
         })
         .collect();
     let reloads = tf_core::db::sleep::reload_counts(pool)

@@ -52,6 +52,13 @@ fn graph_row(g: GraphItem) -> AnyView {
     } else {
         g.wakes.to_string()
     };
+    // The last template change: rolling, rolled out, or failed with its reason.
+    let rollout = match (g.rollout.as_deref(), g.rollout_reason) {
+        (Some("rolled_out"), _) => "rolled out".to_owned(),
+        (Some("failed"), Some(why)) => format!("failed: {why}"),
+        (Some(state), _) => state.to_owned(),
+        (None, _) => "–".to_owned(),
+    };
     view! {
         <tr>
             <td>{g.base}</td>
@@ -60,6 +67,7 @@ fn graph_row(g: GraphItem) -> AnyView {
             <td class="num">{format!("{} / {}", g.replicas_ready, g.replicas_desired)}</td>
             <td>{policy(g.idle_after_secs)}</td>
             <td class="num">{wakes}</td>
+            <td class="rollout">{rollout}</td>
             <td>{g.reason.unwrap_or_default()}</td>
         </tr>
     }
@@ -266,7 +274,7 @@ fn body(v: FleetView, csrf: String) -> AnyView {
                 <thead><tr>
                     <th>"Base"</th><th>"Graph"</th><th>"State"</th>
                     <th class="num">"Replicas ready / desired"</th><th>"Sleeps"</th>
-                    <th class="num">"Wakes"</th><th>"Reason"</th>
+                    <th class="num">"Wakes"</th><th>"Rollout"</th><th>"Reason"</th>
                 </tr></thead>
                 <tbody>{v.graphs.into_iter().map(graph_row).collect_view()}</tbody>
             </table>

@@ -9,21 +9,25 @@ use kube::api::{
 use serde_json::{json, Value};
 
 use crate::fleet::backend::FleetError;
-use crate::fleet::dynamo_render::FIELD_MANAGER;
+use crate::fleet::dynamo_render::{ApiVersion, FIELD_MANAGER};
 
-/// `nvidia.com/v1alpha1` `dynamographdeployments`.
-pub fn graph_resource() -> ApiResource {
-    resource("DynamoGraphDeployment", "dynamographdeployments")
+/// The plural of graphs and models in Dynamo's API group.
+pub const GRAPHS: &str = "dynamographdeployments";
+pub const MODELS: &str = "dynamomodels";
+
+/// `nvidia.com/<version>` `dynamographdeployments`.
+pub fn graph_resource(version: ApiVersion) -> ApiResource {
+    resource(version, "DynamoGraphDeployment", GRAPHS)
 }
 
-/// `nvidia.com/v1alpha1` `dynamomodels`.
-pub fn model_resource() -> ApiResource {
-    resource("DynamoModel", "dynamomodels")
+/// `nvidia.com/<version>` `dynamomodels`.
+pub fn model_resource(version: ApiVersion) -> ApiResource {
+    resource(version, "DynamoModel", MODELS)
 }
 
-fn resource(kind: &str, plural: &str) -> ApiResource {
+fn resource(version: ApiVersion, kind: &str, plural: &str) -> ApiResource {
     ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("nvidia.com", "v1alpha1", kind),
+        &GroupVersionKind::gvk("nvidia.com", version.version(), kind),
         plural,
     )
 }

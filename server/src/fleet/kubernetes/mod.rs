@@ -9,9 +9,15 @@
 //! models (the operator unloads each from its workers first) and released it.
 //!
 //! Every call is one or a few API requests and keeps no state, so any replica that leads the
-//! controller can drive it.
+//! controller can drive it. An apply first reads the object: when it already carries the hash of
+//! what would be written ([`dynamo_render::SPEC_HASH`]), nothing is written, so a pending graph
+//! or a loading model costs one read per pass, never an apply storm.
+//!
+//! The API version is discovered once at start-up ([`discovery`]): `v1beta1` when served, else
+//! `v1alpha1`; the bodies and paths follow it.
 
 mod client;
+pub mod discovery;
 pub mod status;
 
 use std::path::PathBuf;
@@ -23,7 +29,9 @@ use self::client::Resource;
 use super::backend::{
     AdapterObserved, AdapterSpec, FleetBackend, FleetError, GraphObserved, GraphSpec,
 };
-use super::dynamo_render::{self, BASE_LABEL, FIELD_MANAGER, MANAGED_BY};
+use super::dynamo_render::{
+    self, ApiVersion, ClusterPieces, RenderContext, BASE_LABEL, FIELD_MANAGER, MANAGED_BY,
+};
 
 /// Our finalizer on every graph: released once the graph's models are gone.
 pub const FINALIZER: &str = "tokenfactory.dev/cleanup";
@@ -37,6 +45,8 @@ pub struct KubeOptions {
     pub frontend_url: String,
     /// A kubeconfig file; `None`: `KUBECONFIG`, `~/.kube/config`, then the in-cluster config.
     pub kubeconfig: Option<PathBuf>,
+    /// Secrets and the model cache every graph gets.
+    pub cluster: ClusterPieces,
 }
 
 impl Default for KubeOptions {
@@ -45,6 +55,7 @@ impl Default for KubeOptions {
             namespace: None,
             frontend_url: dynamo_render::DEFAULT_FRONTEND_URL.to_owned(),
             kubeconfig: None,
+            cluster: ClusterPieces::default(),
         }
     }
 }
@@ -54,11 +65,13 @@ pub struct KubeBackend {
     models: Resource,
     namespace: String,
     frontend_url: String,
+    version: ApiVersion,
+    cluster: ClusterPieces,
 }
 
 impl KubeBackend {
-    /// Connects with the kubeconfig (or in-cluster) configuration. Nothing is requested yet: a
-    /// cluster that is down shows up as `Unavailable` on the first call, not as a start failure.
+    /// Connects with the kubeconfig (or in-cluster) configuration and discovers the API version
+    /// the cluster serves: a cluster without Dynamo's CRDs stops start-up, naming them.
     pub async fn connect(opts: &KubeOptions) -> anyhow::Result<Self> {
         let config = match &opts.kubeconfig {
             Some(path) => {
@@ -67,11 +80,24 @@ impl KubeBackend {
             }
             None => kube::Config::infer().await?,
         };
-        Self::with_config(config, opts)
+        Self::with_config(config, opts).await
     }
 
-    /// A backend on an explicit configuration (tests: `Config::new` on a fake API server).
-    pub fn with_config(config: kube::Config, opts: &KubeOptions) -> anyhow::Result<Self> {
+    /// A backend on an explicit configuration (tests: `Config::new` on a fake API server), at
+    /// the version the server serves.
+    pub async fn with_config(config: kube::Config, opts: &KubeOptions) -> anyhow::Result<Self> {
+        let client = kube::Client::try_from(config.clone())?;
+        let version = discovery::served_version(&client).await?;
+        tracing::info!(version = version.version(), "Dynamo API version discovered");
+        Self::with_version(config, opts, version)
+    }
+
+    /// A backend at a known version, asking nothing (tests of an unreachable cluster).
+    pub fn with_version(
+        config: kube::Config,
+        opts: &KubeOptions,
+        version: ApiVersion,
+    ) -> anyhow::Result<Self> {
         let namespace = opts
             .namespace
             .clone()
@@ -81,13 +107,38 @@ impl KubeBackend {
             graphs: Resource::new(
                 client.clone(),
                 &namespace,
-                &client::graph_resource(),
+                &client::graph_resource(version),
                 "DynamoGraphDeployment",
             ),
-            models: Resource::new(client, &namespace, &client::model_resource(), "DynamoModel"),
+            models: Resource::new(
+                client,
+                &namespace,
+                &client::model_resource(version),
+                "DynamoModel",
+            ),
             namespace,
             frontend_url: opts.frontend_url.clone(),
+            version,
+            cluster: opts.cluster.clone(),
         })
+    }
+
+    /// The version this backend renders and requests.
+    pub fn version(&self) -> ApiVersion {
+        self.version
+    }
+
+    /// The graph's body as applied (with our finalizer).
+    fn render_graph(&self, spec: &GraphSpec) -> Result<Value, FleetError> {
+        let cx = RenderContext {
+            version: self.version,
+            cluster: self.cluster.clone(),
+            replicas_max: Some(spec.replicas_max),
+        };
+        let mut body = dynamo_render::graph_with(&spec.base, &self.namespace, &spec.template, &cx)
+            .map_err(rejected)?;
+        body["metadata"]["finalizers"] = json!([FINALIZER]);
+        Ok(body)
     }
 
     fn observed_graph(&self, obj: &Value) -> GraphObserved {
@@ -130,6 +181,22 @@ fn check_graph_name(graph: &str, base: &str) -> Result<(), FleetError> {
     }
 }
 
+/// Whether the stored `obj` already is what applying `body` would make it: the same spec hash,
+/// our finalizers on it, and not being deleted (a deleted object is re-created by an apply).
+fn current(obj: &Value, body: &Value) -> bool {
+    let finalizers = |o: &Value| -> Vec<Value> {
+        o["metadata"]["finalizers"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    };
+    let have = finalizers(obj);
+    !status::terminating(obj)
+        && dynamo_render::stamped(obj).is_some()
+        && dynamo_render::stamped(obj) == dynamo_render::stamped(body)
+        && finalizers(body).iter().all(|f| have.contains(f))
+}
+
 fn rejected(e: impl std::fmt::Display) -> FleetError {
     FleetError::Rejected(e.to_string())
 }
@@ -140,19 +207,34 @@ impl FleetBackend for KubeBackend {
         "kubernetes"
     }
 
+    fn fingerprint(&self, spec: &GraphSpec) -> String {
+        match self.render_graph(spec) {
+            Ok(body) => dynamo_render::stamped(&body).unwrap_or_default().to_owned(),
+            // Unrenderable: a stable value, so the rejection is recorded once per template.
+            Err(e) => format!("unrenderable: {e}"),
+        }
+    }
+
     async fn apply_graph(&self, spec: &GraphSpec) -> Result<GraphObserved, FleetError> {
         check_graph_name(&spec.graph, &spec.base)?;
-        let mut body =
-            dynamo_render::graph(&spec.base, &self.namespace, &spec.template).map_err(rejected)?;
-        body["metadata"]["finalizers"] = json!([FINALIZER]);
-        let obj = self.graphs.apply(&spec.graph, &body).await?;
+        let body = self.render_graph(spec)?;
+        if let Some(obj) = self.graphs.get(&spec.graph).await? {
+            if current(&obj, &body) {
+                return Ok(self.observed_graph(&obj));
+            }
+        }
+        let mut obj = self.graphs.apply(&spec.graph, &body).await?;
         if status::terminating(&obj) {
-            // Deleted outside Token Factory: finish that delete; the next pass creates it anew.
+            // Deleted outside Token Factory: finish that delete (models first; `Unavailable`
+            // while the operator still unloads them), then create it anew.
             self.clean_up(&obj).await?;
-            return Err(FleetError::Unavailable(format!(
-                "graph {} was being deleted; it is created again on the next pass",
-                spec.graph
-            )));
+            obj = self.graphs.apply(&spec.graph, &body).await?;
+            if status::terminating(&obj) {
+                return Err(FleetError::Unavailable(format!(
+                    "graph {} is still being deleted; it is created again on a later pass",
+                    spec.graph
+                )));
+            }
         }
         Ok(self.observed_graph(&obj))
     }
@@ -199,9 +281,15 @@ impl FleetBackend for KubeBackend {
             &a.source_uri,
             &self.namespace,
             uid,
+            self.version,
         )
         .map_err(rejected)?;
         let name = dynamo_render::lora_model_name(&a.graph, &a.lora_name);
+        if let Some(obj) = self.models.get(&name).await? {
+            if current(&obj, &body) {
+                return Ok(status::adapter(&obj));
+            }
+        }
         let obj = self.models.apply(&name, &body).await?;
         Ok(status::adapter(&obj))
     }

@@ -51,12 +51,46 @@ pub fn adapter(obj: &Value) -> AdapterObserved {
         },
         ready_endpoints: ready,
         total_endpoints: total,
+        message: model_message(obj, ready, total),
     }
 }
 
-/// The model id the graph's worker loads (`--model`), which a LoRA `DynamoModel` names as its
-/// `baseModelName` so the operator finds the worker pods by its hash.
+/// Why a model is not (yet) ready, for its owner: the message of the operator's first condition
+/// that is not true (`ServicesFound` before `EndpointsReady`), else the endpoint counts.
+fn model_message(obj: &Value, ready: u32, total: u32) -> Option<String> {
+    let conditions = obj["status"]["conditions"].as_array();
+    let failing = conditions
+        .into_iter()
+        .flatten()
+        .find(|c| c["status"] != "True" && matches!(c["type"].as_str(), Some("ServicesFound")));
+    let failing = failing.or_else(|| {
+        conditions
+            .into_iter()
+            .flatten()
+            .find(|c| c["status"] != "True")
+    });
+    if let Some(c) = failing {
+        let reason = c["reason"].as_str().unwrap_or("NotReady");
+        return Some(match c["message"].as_str() {
+            Some(m) if !m.is_empty() => format!("{reason}: {m}"),
+            _ => reason.to_owned(),
+        });
+    }
+    if total > 0 && ready == total {
+        None
+    } else if obj["status"].is_null() {
+        Some("waiting for the operator".to_owned())
+    } else {
+        Some(format!("loaded on {ready} of {total} endpoints"))
+    }
+}
+
+/// The model id the graph's worker serves (its `modelRef.name`, else `--model`), which a LoRA
+/// `DynamoModel` names as its `baseModelName` so the operator finds the worker pods.
 pub fn worker_model(obj: &Value) -> Option<String> {
+    if let Some(name) = obj["spec"]["services"][WORKER]["modelRef"]["name"].as_str() {
+        return Some(name.to_owned());
+    }
     let args =
         obj["spec"]["services"][WORKER]["extraPodSpec"]["mainContainer"]["args"].as_array()?;
     let at = args.iter().position(|a| a == "--model")?;

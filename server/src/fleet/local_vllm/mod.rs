@@ -229,6 +229,7 @@ impl LocalVllm {
             phase,
             ready_endpoints: count(ready),
             total_endpoints: count(replicas.len()),
+            message: None,
         }
     }
 }
