@@ -70,10 +70,10 @@ pub(crate) mod metering;
 pub mod quota;
 // Edges.
 pub mod api;
+pub mod body_bounds;
 pub mod gateway;
 pub mod health;
 pub mod http_server;
-pub mod body_bounds;
 pub(crate) mod notify;
 pub mod portal;
 pub mod replica_report;

@@ -14,9 +14,7 @@ mod common;
 
 use std::collections::BTreeSet;
 
-use common::helm::{
-    chart_dir, check_values, default_values, find, render, render_values, render_with, yaml,
-};
+use common::helm::{check_values, default_values, find, render, render_values, render_with};
 use serde_json::{json, Value};
 use tokenfactory::fleet::dynamo_render::{self, ServingTemplate};
 
@@ -235,7 +233,6 @@ fn the_base_configmap_loads_as_base_templates() {
     assert!(loaded.iter().all(|t| !t.offered));
     assert!(loaded.iter().all(|t| t.row.replicas_max == 2));
 }
-
 
 /// `values` with the value at the JSON pointer `at` replaced (or removed with `None`).
 fn with(mut values: Value, at: &str, value: Option<Value>) -> Value {
