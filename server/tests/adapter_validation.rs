@@ -3,6 +3,10 @@
 //! fault, through the same service the API and the portal use. The management API's pickle
 //! refusal by file name, and size limits, are checked over HTTP.
 
+#![allow(
+    clippy::disallowed_methods,
+    reason = "the concurrent uploads run until the test has their answers"
+)]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may fail loudly
 
 mod common;

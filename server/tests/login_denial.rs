@@ -7,7 +7,12 @@
     clippy::disallowed_methods,
     reason = "test load generators run until the test ends"
 )]
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may fail loudly
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::print_stdout
+)] // tests may fail loudly
 
 mod common;
 

@@ -74,6 +74,11 @@ async fn post_raw(addr: SocketAddr, path: &str, key: &str, body: String) -> reqw
         .unwrap()
 }
 
+/// Micro-units as the decimal dollars `--spend-limit` takes (`100` µ is `0.000100`).
+fn dollars(micros: i64) -> String {
+    format!("{}.{:06}", micros / 1_000_000, micros % 1_000_000)
+}
+
 /// Billed spend at one micro per token: every stored event's tokens.
 async fn tokens_billed(pool: &PgPool) -> i64 {
     sqlx::query_scalar(
@@ -250,7 +255,7 @@ async fn float_string_and_omitted_limits_hold_a_spend_limit_on_two_replicas(pool
     let limit = spent_before + 1500;
     admin_limits(
         &pool,
-        &["--tenant", "acme", "--spend-limit", &limit.to_string()],
+        &["--tenant", "acme", "--spend-limit", &dollars(limit)],
     )
     .await;
     let statuses = hammer([a.addr, b.addr], &acme.key, 8, 40).await;
@@ -364,7 +369,7 @@ async fn a_spend_limit_set_while_traffic_flows_holds_on_every_replica_within_a_s
     let limit = tokens_billed(&pool).await + 100;
     admin_limits(
         &pool,
-        &["--tenant", "acme", "--spend-limit", &limit.to_string()],
+        &["--tenant", "acme", "--spend-limit", &dollars(limit)],
     )
     .await;
     for replica in [&a, &b] {

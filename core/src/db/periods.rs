@@ -269,7 +269,7 @@ mod tests {
                         let want = Segment { run: r.run, from: r.from.max(period.0), until: r.until.min(period.1) };
                         prop_assert!(segs.contains(&want));
                     }
-                    prop_assert!(!(other && !chosen.is_empty()), "another tenant's run accepted");
+                    prop_assert!(!other || chosen.is_empty(), "another tenant's run accepted");
                 }
                 Err(run) => {
                     // Refused only for a reason.

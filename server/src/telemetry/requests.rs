@@ -15,6 +15,9 @@ use std::sync::{Arc, Mutex, RwLock};
 use super::histogram::{self, Histogram};
 use crate::usage::{UsageEvent, UsageStatus};
 
+/// A histogram family: its name, its help and where a model's series keeps it.
+type HistogramFamily = (&'static str, &'static str, fn(&ModelSeries) -> &Histogram);
+
 /// The `endpoint` label's values, by index.
 pub const ENDPOINTS: [&str; 3] = ["chat_completions", "completions", "models"];
 /// The `code` label's values: `none` for a success, else the gateway error's `metric_label()`.
@@ -221,8 +224,9 @@ impl RequestMetrics {
             s.ttft.observe_ms(ms(ttft));
             // Time per output token after the first (OpenTelemetry's inter-token latency).
             let after = tok(e.completion_tokens).saturating_sub(1);
-            if after > 0 {
-                let micros = ms(e.duration_ms).saturating_sub(ms(ttft)) * 1000 / after;
+            if let Some(micros) =
+                (ms(e.duration_ms).saturating_sub(ms(ttft)) * 1000).checked_div(after)
+            {
                 s.tpot.observe_micros(micros);
             }
             if e.status == UsageStatus::UpstreamError {
@@ -288,7 +292,7 @@ impl RequestMetrics {
                 );
             }
         }
-        let hists: [(&str, &str, fn(&ModelSeries) -> &Histogram); 3] = [
+        let hists: [HistogramFamily; 3] = [
             ("gen_ai_server_request_duration_seconds", "Time from arrival to the last byte of the answer, per base model (refusals excluded).", |s| &s.duration),
             ("gen_ai_server_time_to_first_token_seconds", "Time from arrival to the first generated token of a stream, per base model.", |s| &s.ttft),
             ("gen_ai_server_time_per_output_token_seconds", "Inter-token latency: time per output token after the first, per streamed request and base model.", |s| &s.tpot),

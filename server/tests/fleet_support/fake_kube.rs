@@ -14,6 +14,7 @@
 //!   headless Service it creates for those workers): `totalEndpoints` is their replicas, the
 //!   adapter loads on them on the next read, and the conditions `ServicesFound` and
 //!   `EndpointsReady` say so with messages.
+//!
 //! Applies (PATCH requests) are counted so a test can assert that nothing is written while
 //! nothing changed. Whatever it refuses is also recorded as a violation, which tests assert empty.
 
