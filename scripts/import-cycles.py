@@ -231,9 +231,9 @@ def cycles(edges, mods, src):
 LAYERS = [
     ("domain", ["secret", "fd_limit", "endpoint", "base_tokenizer", "engine_policy", "usage"]),
     ("stores", ["redis_conn", "usage_store", "journal"]),
-    ("logic", ["quota", "bodies", "metering", "adapter_check", "fleet", "lifecycle", "billing"]),
+    ("logic", ["telemetry", "quota", "bodies", "metering", "adapter_check", "fleet", "lifecycle", "billing"]),
     ("edges", ["gateway", "api", "http_server", "body_bounds", "portal", "notify", "replica_report", "health"]),
-    ("assembly", ["app", "demo", "sim", "cli", "admin", "serve"]),
+    ("assembly", ["metrics_scrape", "app", "demo", "sim", "cli", "admin", "serve"]),
 ]
 LAYERED = "server/src"
 # Upward imports tolerated (importing module, imported module): none.

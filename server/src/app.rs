@@ -261,7 +261,7 @@ pub async fn build(pool: PgPool, options: AppOptions) -> anyhow::Result<App> {
         lifecycle.clone(),
     )
     .await?;
-    let metrics_router = crate::telemetry::router(crate::telemetry::MetricsSources {
+    let metrics_router = crate::metrics_scrape::router(crate::metrics_scrape::MetricsSources {
         requests: request_metrics,
         http: http_metrics.clone(),
         fleet: fleet_metrics.clone(),

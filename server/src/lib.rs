@@ -83,6 +83,7 @@ pub mod app;
 pub mod billing;
 pub mod cli;
 pub mod demo;
+pub mod metrics_scrape;
 pub mod serve;
 pub mod sim;
 pub mod telemetry;
