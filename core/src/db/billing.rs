@@ -328,18 +328,7 @@ pub async fn build_draft(
 ) -> sqlx::Result<Draft> {
     let mut tx = db.begin().await?;
     // One builder per tenant at a time (two would race on the draft).
-    sqlx::query!("SELECT id FROM tenants WHERE id = $1 FOR UPDATE", tenant)
-        .fetch_optional(&mut *tx)
-        .await?;
-    let issued = sqlx::query_scalar!(
-        "SELECT i.id FROM invoices i
-         WHERE i.tenant_id = $1 AND i.period_start = $2 AND i.kind = 'invoice' AND i.status = 'issued'
-           AND NOT EXISTS (SELECT 1 FROM invoices n WHERE n.kind = 'credit_note' AND n.corrects = i.id)",
-        tenant,
-        month,
-    )
-    .fetch_optional(&mut *tx)
-    .await?;
+    let issued = periods::lock_month(&mut tx, tenant, month).await?;
     if let Some(id) = issued {
         return Ok(Draft::AlreadyIssued(id));
     }

@@ -167,6 +167,27 @@ pub enum Close {
     OutsideMonth,
 }
 
+/// Takes `tenant`'s row lock (every builder, closer and issuer of its invoices takes it first, so
+/// they run one at a time) and returns the month's issued invoice that no credit note corrects.
+pub async fn lock_month(
+    db: &mut sqlx::PgConnection,
+    tenant: Uuid,
+    month: Date,
+) -> sqlx::Result<Option<Uuid>> {
+    sqlx::query!("SELECT id FROM tenants WHERE id = $1 FOR UPDATE", tenant)
+        .fetch_optional(&mut *db)
+        .await?;
+    sqlx::query_scalar!(
+        "SELECT i.id FROM invoices i
+         WHERE i.tenant_id = $1 AND i.period_start = $2 AND i.kind = 'invoice' AND i.status = 'issued'
+           AND NOT EXISTS (SELECT 1 FROM invoices n WHERE n.kind = 'credit_note' AND n.corrects = i.id)",
+        tenant,
+        month,
+    )
+    .fetch_optional(&mut *db)
+    .await
+}
+
 /// Ends `tenant`'s period for the month starting `month` at `at`: the month's invoice covers
 /// events started before it, the next month's those from it on.
 pub async fn close(
@@ -177,18 +198,7 @@ pub async fn close(
     by: &str,
 ) -> sqlx::Result<Close> {
     // The tenant's row, as a draft build takes it: a build sees the close whole or not at all.
-    sqlx::query!("SELECT id FROM tenants WHERE id = $1 FOR UPDATE", tenant)
-        .fetch_optional(&mut *db)
-        .await?;
-    let issued = sqlx::query_scalar!(
-        "SELECT i.id FROM invoices i
-         WHERE i.tenant_id = $1 AND i.period_start = $2 AND i.kind = 'invoice' AND i.status = 'issued'
-           AND NOT EXISTS (SELECT 1 FROM invoices n WHERE n.kind = 'credit_note' AND n.corrects = i.id)",
-        tenant,
-        month,
-    )
-    .fetch_optional(&mut *db)
-    .await?;
+    let issued = lock_month(db, tenant, month).await?;
     if let Some(id) = issued {
         return Ok(Close::Issued(id));
     }
