@@ -155,6 +155,46 @@ async fn serve_sim() -> SocketAddr {
     addr
 }
 
+/// The ceiling the gateway is measured against: a bare HTTP/1 pass-through in a few dozen lines
+/// of hyper (no auth, no resolution, no admission, no metering), one upstream connection per
+/// client connection, bodies relayed as they come. What the gateway costs beyond this is what its
+/// features cost.
+async fn serve_passthrough(upstream: SocketAddr) -> SocketAddr {
+    use hyper::server::conn::http1;
+    use hyper_util::rt::TokioIo;
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let (client, _) = l.accept().await.unwrap();
+            client.set_nodelay(true).unwrap();
+            tokio::spawn(async move {
+                let up = tokio::net::TcpStream::connect(upstream).await.unwrap();
+                up.set_nodelay(true).unwrap();
+                let (send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(up))
+                    .await
+                    .unwrap();
+                tokio::spawn(conn);
+                let send = Arc::new(tokio::sync::Mutex::new(send));
+                let service = hyper::service::service_fn(
+                    move |req: hyper::Request<hyper::body::Incoming>| {
+                        let send = send.clone();
+                        async move {
+                            let mut send = send.lock().await;
+                            send.ready().await?;
+                            send.send_request(req).await
+                        }
+                    },
+                );
+                let _ = http1::Builder::new()
+                    .serve_connection(TokioIo::new(client), service)
+                    .await;
+            });
+        }
+    });
+    addr
+}
+
 /// The gateway's address, a key of a tenant without body logging, one of a tenant with it, and
 /// the capture counters.
 struct Gw {
@@ -330,15 +370,22 @@ fn main() {
         }
 
         println!("gateway benchmark: {conns} connections, {secs} s per phase");
-        // Each load runs as two halves, alternating direct and gateway.
+        let bare = serve_passthrough(sim).await;
+        let bare_url = format!("http://{bare}/v1/chat/completions");
+        run_phase(bare_url.clone(), None, small.clone(), false, 4, Duration::from_millis(300)).await;
+        // Each load runs as two halves, alternating direct, the bare pass-through and gateway.
         let half = dur / 2;
         let d = run_phase(direct_url.clone(), None, small.clone(), false, conns, half).await;
+        let b = run_phase(bare_url.clone(), None, small.clone(), false, conns, half).await;
         let g = run_phase(gw_url.clone(), Some(key.clone()), small.clone(), false, conns, half).await;
-        let d = d.merge(run_phase(direct_url.clone(), None, small.clone(), false, conns, half).await);
         let g = g.merge(run_phase(gw_url.clone(), Some(key.clone()), small.clone(), false, conns, half).await);
-        println!("non-streaming  direct  {:>9.0} req/s  p50 {:>6.2} ms  p99 {:>6.2} ms", d.rps(), d.pct(0.5), d.pct(0.99));
-        println!("non-streaming  gateway {:>9.0} req/s  p50 {:>6.2} ms  p99 {:>6.2} ms", g.rps(), g.pct(0.5), g.pct(0.99));
-        println!("  throughput ratio gateway/direct: {:.2} (target >= 0.35)", g.rps() / d.rps());
+        let b = b.merge(run_phase(bare_url.clone(), None, small.clone(), false, conns, half).await);
+        let d = d.merge(run_phase(direct_url.clone(), None, small.clone(), false, conns, half).await);
+        println!("non-streaming  direct  {:>9.0} req/s  p50 {:>6.2} ms  p99 {:>6.2} ms  {:>6.1} us CPU/req", d.rps(), d.pct(0.5), d.pct(0.99), d.cpu_per_chunk_us());
+        println!("non-streaming  bare    {:>9.0} req/s  p50 {:>6.2} ms  p99 {:>6.2} ms  {:>6.1} us CPU/req", b.rps(), b.pct(0.5), b.pct(0.99), b.cpu_per_chunk_us());
+        println!("non-streaming  gateway {:>9.0} req/s  p50 {:>6.2} ms  p99 {:>6.2} ms  {:>6.1} us CPU/req", g.rps(), g.pct(0.5), g.pct(0.99), g.cpu_per_chunk_us());
+        println!("  throughput ratio gateway/direct: {:.2}; bare/direct: {:.2}; gateway/bare: {:.2} (target >= 0.95)", g.rps() / d.rps(), b.rps() / d.rps(), g.rps() / b.rps());
+        println!("  CPU per request above the bare pass-through: {:.1} us (target <= 15)", g.cpu_per_chunk_us() - b.cpu_per_chunk_us());
 
         let d1 = run_phase(direct_url.clone(), None, small.clone(), false, 1, dur / 2).await;
         let g1 = run_phase(gw_url.clone(), Some(key.clone()), small.clone(), false, 1, dur / 2).await;
@@ -346,11 +393,15 @@ fn main() {
         println!("  added latency by the gateway: p50 {:.3} ms, p99 {:.3} ms (target p99 <= 1 ms)", g1.pct(0.5) - d1.pct(0.5), g1.pct(0.99) - d1.pct(0.99));
 
         let ds = run_phase(direct_url.clone(), None, streaming.clone(), true, conns, half).await;
+        let bs = run_phase(bare_url.clone(), None, streaming.clone(), true, conns, half).await;
         let gs = run_phase(gw_url.clone(), Some(key.clone()), streaming.clone(), true, conns, half).await;
-        let ds = ds.merge(run_phase(direct_url, None, streaming.clone(), true, conns, half).await);
         let gs = gs.merge(run_phase(gw_url, Some(key), streaming.clone(), true, conns, half).await);
+        let bs = bs.merge(run_phase(bare_url, None, streaming.clone(), true, conns, half).await);
+        let ds = ds.merge(run_phase(direct_url, None, streaming.clone(), true, conns, half).await);
         println!("streaming 64   direct  {:>9.0} chunks/s  {:.2} us CPU/chunk (load generator + engine)", ds.chunks as f64 / ds.elapsed.as_secs_f64(), ds.cpu_per_chunk_us());
+        println!("streaming 64   bare    {:>9.0} chunks/s  {:.2} us CPU/chunk (load generator + engine + bare pass-through)", bs.chunks as f64 / bs.elapsed.as_secs_f64(), bs.cpu_per_chunk_us());
         println!("streaming 64   gateway {:>9.0} chunks/s  {:.2} us CPU/chunk (load generator + engine + gateway)", gs.chunks as f64 / gs.elapsed.as_secs_f64(), gs.cpu_per_chunk_us());
+        println!("  CPU per streamed chunk, gateway/bare relay: {:.2} (target <= 1.2 for the relay part: {:.2} vs {:.2} us above direct)", (gs.cpu_per_chunk_us() - ds.cpu_per_chunk_us()) / (bs.cpu_per_chunk_us() - ds.cpu_per_chunk_us()).max(0.01), gs.cpu_per_chunk_us() - ds.cpu_per_chunk_us(), bs.cpu_per_chunk_us() - ds.cpu_per_chunk_us());
         println!("  streaming throughput ratio: {:.2}; gateway CPU per streamed chunk: {:.2} us (target <= 5)", gs.chunks as f64 / gs.elapsed.as_secs_f64() / (ds.chunks as f64 / ds.elapsed.as_secs_f64()), gs.cpu_per_chunk_us() - ds.cpu_per_chunk_us());
 
         body_capture_phases(&setup, conns, dur, &small, &streaming).await;

@@ -162,8 +162,10 @@ pub struct FleetArgs {
     /// `AWS_ENDPOINT_URL`) that Dynamo workers download `s3://` adapters with.
     #[arg(long, env = "TF_WORKER_S3_SECRET")]
     pub worker_s3_secret: Option<String>,
-    /// A PersistentVolumeClaim holding the shared model cache, mounted by every worker (give it
-    /// the ReadOnlyMany access mode: the DGD's mounts have no read-only flag of their own).
+    /// A PersistentVolumeClaim holding the shared model cache, mounted by every worker as its
+    /// `HF_HOME`: ReadWriteMany lets the first worker of a base fill it for the rest; a
+    /// ReadOnlyMany claim filled beforehand makes the mounts read-only (the DGD's mounts have no
+    /// read-only flag of their own).
     #[arg(long, env = "TF_MODEL_CACHE_PVC")]
     pub model_cache_pvc: Option<String>,
     /// Where workers mount the model cache (also their `HF_HOME`).

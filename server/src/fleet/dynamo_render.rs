@@ -160,6 +160,14 @@ impl ServingTemplate {
         args.extend(self.extra_args.iter().cloned());
         args
     }
+
+    /// [`Self::engine_args`] serving the model as `base`: Token Factory's name of the base is
+    /// what the gateway sends upstream as `model`, whatever path the weights come from.
+    pub fn engine_args_serving(&self, base: &str) -> Vec<String> {
+        let mut args = self.engine_args();
+        args.extend(["--served-model-name".to_owned(), base.to_owned()]);
+        args
+    }
 }
 
 /// A Kubernetes name for a base's graph: DNS-1123, short enough that the operator's derived names
@@ -207,7 +215,9 @@ pub fn graph(base: &str, namespace: &str, t: &ServingTemplate) -> Result<Value, 
 ///
 /// The worker carries `modelRef: {name: <the model it loads>}`: the operator creates a headless
 /// Service over such workers, and that is the only way a `DynamoModel` (whose `baseModelName` is
-/// the same name) finds its endpoints.
+/// the same name) finds its endpoints. It serves the base under Token Factory's name of it
+/// (`--served-model-name`), the name the gateway sends as `model`: without it the frontend would
+/// list only the model path and answer every request for the base 404.
 ///
 /// Replica bounds: at this commit the DGD's own `autoscaling` (`minReplicas`/`maxReplicas`) is
 /// deprecated and ignored by the operator, so it is not rendered. The floor is the worker's
@@ -247,7 +257,7 @@ pub fn graph_with(
         "extraPodSpec": {"mainContainer": {
             "image": image,
             "command": ["python3", "-m", "dynamo.vllm"],
-            "args": t.engine_args(),
+            "args": t.engine_args_serving(base),
             "env": env,
         }},
     });
@@ -279,8 +289,9 @@ pub fn graph_with(
         ]);
     }
     if let Some(pvc) = &cluster.model_cache_pvc {
-        // The CRD's volumeMount has no readOnly: the claim's access mode (ReadOnlyMany) makes
-        // the mount read-only, as in Dynamo's model-caching guide.
+        // The CRD's volumeMount has no readOnly: the claim's access mode decides. The chart's
+        // claim is ReadWriteMany so the first worker fills HF_HOME and the rest reuse it; a
+        // ReadOnlyMany claim filled beforehand makes every mount read-only.
         worker["volumeMounts"] = json!([{"name": pvc, "mountPoint": cluster.model_cache_mount}]);
     }
     if let Some(max) = cx

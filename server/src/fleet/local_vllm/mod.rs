@@ -245,7 +245,12 @@ fn serve_args(spec: &GraphSpec, port: u16) -> Vec<String> {
         port.to_string(),
     ];
     // `engine_args` starts with `--model <model>`, given above as `serve`'s positional argument.
-    args.extend(spec.template.engine_args().into_iter().skip(2));
+    args.extend(
+        spec.template
+            .engine_args_serving(&spec.base)
+            .into_iter()
+            .skip(2),
+    );
     args
 }
 

@@ -1,0 +1,313 @@
+//! Failure policy with real processes: the gateway is a child process the test kills. Each test
+//! checks the usage table against the engine simulator's ground-truth ledger.
+
+#![allow(
+    clippy::disallowed_methods,
+    reason = "test scaffolding (fake engines, load generators) runs until the test ends; nothing waits for it at shutdown"
+)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may fail loudly
+
+use crate::common;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::chaos::ChaosProxy;
+use common::client::{self, Outcome};
+use common::process::Gateway;
+use common::{eventually, TestApp};
+use serde_json::json;
+use sqlx::PgPool;
+use tokenfactory::usage::UsageStatus;
+use tokenfactory::usage_store;
+
+fn stream_body(max_tokens: u32, interval_ms: u64) -> serde_json::Value {
+    json!({"model": "sim-base", "messages": [{"role": "user", "content": "fault tolerant metering"}],
+           "max_tokens": max_tokens, "stream": true, "sim": {"token_interval_ms": interval_ms}})
+}
+
+/// Waits (bounded) until the usage table has at least `n` rows; returns them all.
+async fn wait_for_events(pool: &PgPool, n: usize) -> Vec<tokenfactory::usage::UsageEvent> {
+    eventually(
+        Duration::from_secs(30),
+        &format!("{n} usage events"),
+        || async {
+            let events = usage_store::query(pool, None, None, None).await.unwrap();
+            if events.len() >= n {
+                Ok(events)
+            } else {
+                Err(format!("{} events", events.len()))
+            }
+        },
+    )
+    .await
+}
+
+/// `n` clients each streaming `body` once; resolves once every response head has arrived (each
+/// stream is in flight), with the clients still reading.
+async fn in_flight(
+    gw: &Gateway,
+    n: usize,
+    body: serde_json::Value,
+) -> Vec<tokio::task::JoinHandle<Outcome>> {
+    let (url, key) = (gw.url("/v1/chat/completions"), gw.key.clone());
+    let http = reqwest::Client::new();
+    let heads = Arc::new(AtomicUsize::new(0));
+    let clients: Vec<_> = (0..n)
+        .map(|_| {
+            let (http, url, key, body, heads) = (
+                http.clone(),
+                url.clone(),
+                key.clone(),
+                body.clone(),
+                heads.clone(),
+            );
+            tokio::spawn(async move {
+                client::send_counting_heads(&http, &url, &key, &body, None, &heads).await
+            })
+        })
+        .collect();
+    eventually(
+        Duration::from_secs(10),
+        &format!("{n} streams in flight"),
+        || async { heads.load(Ordering::SeqCst) == n },
+    )
+    .await;
+    clients
+}
+
+/// Runs `clients` loops sending `body` until `stop`.
+fn load(
+    gw: &Gateway,
+    clients: usize,
+    body: serde_json::Value,
+    stop: Instant,
+) -> tokio::task::JoinHandle<Vec<Outcome>> {
+    let url = gw.url("/v1/chat/completions");
+    let key = gw.key.clone();
+    tokio::spawn(async move {
+        let http = reqwest::Client::new();
+        let tasks: Vec<_> = (0..clients)
+            .map(|_| {
+                let (http, url, key, body) = (http.clone(), url.clone(), key.clone(), body.clone());
+                tokio::spawn(async move {
+                    let mut out = Vec::new();
+                    while Instant::now() < stop {
+                        let o = client::send(&http, &url, &key, &body, None).await;
+                        let failed = o.request_id.is_none();
+                        out.push(o);
+                        if failed {
+                            break;
+                        }
+                    }
+                    out
+                })
+            })
+            .collect();
+        let mut all = Vec::new();
+        for t in tasks {
+            all.extend(t.await.unwrap());
+        }
+        all
+    })
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn sigkill_loses_no_answered_request_and_invents_none(pool: PgPool) {
+    let dir = tempfile::tempdir().unwrap();
+    let deployment = TestApp::builder(pool.clone())
+        .durability("process")
+        .drain_seconds(5)
+        .process(dir.path())
+        .await;
+    let sim = &deployment.sim;
+    let gw = deployment.start().await;
+    let outcomes = load(
+        &gw,
+        32,
+        stream_body(6, 2),
+        Instant::now() + Duration::from_secs(30),
+    );
+    // Killed under load: once the engine has served enough requests to prove something, with
+    // every client's next stream in flight.
+    eventually(
+        Duration::from_secs(25),
+        "200 requests served before the kill",
+        || async { sim.ledger().len() >= 200 },
+    )
+    .await;
+    gw.kill().await;
+    let outcomes = outcomes.await.unwrap();
+    let answered: Vec<_> = outcomes
+        .iter()
+        .filter(|o| o.completed)
+        .filter_map(|o| o.request_id.clone())
+        .collect();
+    assert!(
+        answered.len() > 50,
+        "load too small to prove anything: {}",
+        answered.len()
+    );
+
+    let gw = deployment.start().await; // replays the journal
+    let events = wait_for_events(&pool, answered.len()).await;
+    let by_id: HashMap<String, _> = events
+        .iter()
+        .map(|e| (e.request_id.to_string(), e))
+        .collect();
+    let ledger: HashMap<String, _> = sim
+        .ledger()
+        .into_iter()
+        .filter_map(|l| Some((l.request_id.clone()?, l)))
+        .collect();
+    for id in &answered {
+        let e = by_id
+            .get(id)
+            .unwrap_or_else(|| panic!("answered request {id} has no event"));
+        assert_eq!(e.completion_tokens, i64::from(ledger[id].completion_tokens));
+    }
+    for e in &events {
+        assert!(
+            ledger.contains_key(&e.request_id.to_string()),
+            "event {} was never served",
+            e.request_id
+        );
+    }
+    println!(
+        "sigkill: {} answered, {} events after restart",
+        answered.len(),
+        events.len()
+    );
+    gw.terminate();
+    assert_eq!(gw.wait().await, Some(0));
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn sigterm_drains_in_flight_streams_and_bills_them(pool: PgPool) {
+    let dir = tempfile::tempdir().unwrap();
+    let deployment = TestApp::builder(pool.clone())
+        .durability("machine")
+        .drain_seconds(20)
+        .process(dir.path())
+        .await;
+    let sim = &deployment.sim;
+    let gw = deployment.start().await;
+    let clients = in_flight(&gw, 16, stream_body(60, 10)).await;
+    gw.terminate();
+    let mut ids = Vec::new();
+    for c in clients {
+        let o = c.await.unwrap();
+        assert!(o.completed, "in-flight stream was not drained");
+        ids.push(o.request_id.unwrap());
+    }
+    assert_eq!(gw.wait().await, Some(0), "clean exit");
+    // The final flush shipped everything before exit.
+    let events = usage_store::query(&pool, None, None, None).await.unwrap();
+    assert_eq!(events.len(), 16);
+    // The events are exactly those of the 16 drained requests.
+    let mut billed: Vec<String> = events.iter().map(|e| e.request_id.to_string()).collect();
+    billed.sort();
+    ids.sort();
+    assert_eq!(billed, ids, "the drained requests are the ones billed");
+    let ledger = sim.ledger();
+    for e in events {
+        let truth = ledger
+            .iter()
+            .find(|l| l.request_id.as_deref() == Some(&e.request_id.to_string()))
+            .unwrap();
+        assert_eq!(e.status, UsageStatus::Ok);
+        assert_eq!(e.completion_tokens, 60);
+        assert_eq!(e.completion_tokens, i64::from(truth.completion_tokens));
+    }
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn sigterm_deadline_cuts_and_bills_the_streams_still_running(pool: PgPool) {
+    let dir = tempfile::tempdir().unwrap();
+    let deployment = TestApp::builder(pool.clone())
+        .durability("process")
+        .drain_seconds(1)
+        .process(dir.path())
+        .await;
+    let sim = &deployment.sim;
+    let gw = deployment.start().await;
+    let clients = in_flight(&gw, 8, stream_body(1000, 10)).await;
+    gw.terminate();
+    for c in clients {
+        assert!(!c.await.unwrap().completed);
+    }
+    assert_eq!(gw.wait().await, Some(0));
+    let events = usage_store::query(&pool, None, None, None).await.unwrap();
+    assert_eq!(events.len(), 8);
+    let ledger = sim.ledger();
+    for e in events {
+        let truth = ledger
+            .iter()
+            .find(|l| l.request_id.as_deref() == Some(&e.request_id.to_string()))
+            .unwrap();
+        assert_eq!(e.status, UsageStatus::Interrupted);
+        assert!(
+            e.completion_tokens > 0 && e.completion_tokens <= i64::from(truth.completion_tokens)
+        );
+    }
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn postgres_outage_keeps_serving_and_every_event_arrives_once(pool: PgPool) {
+    let proxy = ChaosProxy::start("127.0.0.1:5432").await;
+    let dir = tempfile::tempdir().unwrap();
+    let deployment = TestApp::builder(pool.clone())
+        .database_via(proxy.addr)
+        .durability("process")
+        .drain_seconds(5)
+        .process(dir.path())
+        .await;
+    let sim = &deployment.sim;
+    let gw = deployment.start().await;
+    let http = reqwest::Client::new();
+    let url = gw.url("/v1/chat/completions");
+    // Warm the key cache, then cut PostgreSQL.
+    assert!(
+        client::send(&http, &url, &gw.key, &stream_body(2, 0), None)
+            .await
+            .completed
+    );
+    wait_for_events(&pool, 1).await;
+    proxy.cut();
+    let mut ids = Vec::new();
+    for _ in 0..100 {
+        let o = client::send(&http, &url, &gw.key, &stream_body(3, 0), None).await;
+        assert!(o.completed, "serving continues while PostgreSQL is down");
+        ids.push(o.request_id.unwrap());
+    }
+    assert!(
+        gw.metric("tf_journal_backlog_bytes").await > 0.0
+            || gw.metric("tf_journal_ship_failures_total").await > 0.0
+    );
+    assert_eq!(
+        usage_store::query(&pool, None, None, None)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    proxy.restore();
+    let events = wait_for_events(&pool, 101).await;
+    assert_eq!(events.len(), 101, "every event arrives once");
+    let ledger = sim.ledger();
+    for id in ids {
+        let e = events
+            .iter()
+            .find(|e| e.request_id.to_string() == id)
+            .unwrap();
+        let truth = ledger
+            .iter()
+            .find(|l| l.request_id.as_deref() == Some(id.as_str()))
+            .unwrap();
+        assert_eq!(e.completion_tokens, i64::from(truth.completion_tokens));
+    }
+    gw.terminate();
+    assert_eq!(gw.wait().await, Some(0));
+}

@@ -1,0 +1,61 @@
+//! Every integration test of the server, in one test binary: one link of the server and its
+//! dependencies instead of one per file (each test binary is ~470 MB in a debug build, and linking
+//! dozens of them dominated CI's time and disk). nextest still runs each test in its own process.
+
+mod common;
+mod fleet_support;
+
+mod adapter_fuzz;
+mod adapter_idle;
+mod adapter_store;
+mod adapter_validation;
+mod admin_portal;
+mod base_templates;
+mod billing;
+mod billing_periods;
+mod bodies;
+mod chaos_ledger;
+mod cluster_cotenant;
+mod dockerfile;
+mod dynamo;
+mod economics;
+mod fairness;
+mod fleet_contract;
+mod fleet_contract_sim;
+mod fleet_controller;
+mod fleet_kubernetes;
+mod gateway;
+mod hang_up;
+mod hardening;
+mod health;
+mod helm_chart;
+mod invoices_portal;
+mod isolation;
+mod journal;
+mod journal_faults;
+mod lifecycle;
+mod lifecycle_cotenant;
+mod limits_outage;
+mod limits_portal;
+mod login_denial;
+mod models_portal;
+mod observability;
+mod operators;
+mod portal;
+mod portal_keys;
+mod protocol;
+mod quota;
+mod quota_backends;
+mod quota_bounds;
+mod quota_window;
+mod rating_plan;
+mod reconciliation;
+mod roles;
+mod scale_to_zero;
+mod settings_portal;
+mod sink_contract;
+mod slow_bodies;
+mod spend_order;
+mod upstream_conn;
+mod usage_portal;
+mod whole_from_stream;
