@@ -432,7 +432,8 @@ mod tests {
         assert_eq!(
             args.join(" "),
             "--model meta-llama/Llama-3.1-8B-Instruct --tensor-parallel-size 2 --enable-lora \
-             --max-loras 8 --max-lora-rank 64 --quantization fp8 --enforce-eager"
+             --max-loras 8 --max-lora-rank 64 --quantization fp8 --enforce-eager \
+             --served-model-name llama-3.1-8b"
         );
         assert_eq!(
             dgd["spec"]["services"]["Frontend"]["componentType"],
