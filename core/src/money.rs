@@ -28,7 +28,7 @@ pub struct Rates {
 /// Computed in i128 so no product overflows; saturates at `i64::MAX`.
 ///
 /// INVARIANT: the SQL rater (`billing_rate_batch` in migration 20261206100000_billing.sql)
-/// computes the same per line (test: server/tests/billing.rs,
+/// computes the same per line (test: server/tests/integration/billing.rs,
 /// random_events_and_price_histories_rate_and_invoice_exactly).
 pub fn line_micros(q: Quantities, r: Rates) -> i64 {
     let sum = i128::from(q.fresh.max(0)) * i128::from(r.fresh_per_m.max(0))

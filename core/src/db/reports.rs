@@ -5,7 +5,7 @@
 //!
 //! The rollup's cost and each log row's are the one cost function's (SQL `charge_micros`, the
 //! rule of [`crate::money::line_micros`] under the price book, as `db::spend` and the invoices
-//! count). The test `server/tests/usage_portal.rs` checks both against the events.
+//! count). The test `server/tests/integration/usage_portal.rs` checks both against the events.
 
 use sqlx::PgPool;
 use time::{Date, OffsetDateTime};

@@ -252,7 +252,7 @@ impl UpstreamBody {
     /// Tells the engine the client left (it stops generating) while the body stays readable to
     /// its end, so what the engine produced before it stopped is still counted.
     /// INVARIANT: the engine sees end-of-file when the client leaves, and what it wrote before
-    /// is still read and billed (server/tests/hang_up.rs, upstream_conn.rs).
+    /// is still read and billed (server/tests/integration/hang_up.rs, upstream_conn.rs).
     pub fn half_close(&mut self) {
         self.reusable = false;
         if let Some(tcp) = self.tcp.as_mut() {

@@ -234,7 +234,7 @@ impl AdapterStore {
                     return Err(StoreError::TooLarge { file, limit });
                 }
                 // INVARIANT: an upload buffers at most one part being filled plus
-                // PARTS_IN_FLIGHT parts being sent (tests/adapter_store.rs, parts bounded).
+                // PARTS_IN_FLIGHT parts being sent (server/tests/integration/adapter_store.rs, parts bounded).
                 writer.wait_for_capacity(PARTS_IN_FLIGHT).await?;
                 writer.put(chunk);
             }
