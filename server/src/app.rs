@@ -176,6 +176,7 @@ pub async fn build(pool: PgPool, options: AppOptions) -> anyhow::Result<App> {
         fleet_metrics: fleet_metrics.clone(),
         metrics: request_metrics.clone(),
         bodies: bodies.clone(),
+        inflight: options.journal.as_ref().map(|j| j.inflight.clone()),
     });
 
     let activity = routes.activity().clone();

@@ -176,7 +176,10 @@ async fn handle(
         max_tokens: Some(req.max_tokens(endpoint).unwrap_or(default_cap)),
         sequences: req.sequences(),
     };
-    let estimate = || req.admission_prompt_tokens(endpoint, &route.policy);
+    // Computed at most once, for admission and the in-flight record.
+    let prompt_estimate = std::sync::OnceLock::new();
+    let estimate =
+        || *prompt_estimate.get_or_init(|| req.admission_prompt_tokens(endpoint, &route.policy));
     let admitted = match gw.quota.admit(admit, estimate).await {
         Ok(admitted) => admitted,
         Err(refusal) => {
@@ -203,7 +206,10 @@ async fn handle(
         tracker: gw.tracker.clone(),
         holds: Some(route.activity.begin(route.adapter_activity.as_ref())),
         first_token: None,
+        inflight: None,
     };
+    // The in-flight record's prompt (the number admission used, if it asked for one).
+    let inflight_prompt = gw.inflight.is_some().then(estimate);
     let cold = route.asleep;
     let (route, ctx) = if cold {
         let (route, mut ctx) = hold(&gw, principal.tenant_id, &req.model, route, ctx).await?;
@@ -217,6 +223,13 @@ async fn handle(
     };
     let upstream_body =
         req.upstream_body(endpoint, true, &route, principal.tenant_id, default_cap)?;
+    let mut ctx = ctx;
+    // Written as it is forwarded (not before: a request refused or held without the engine
+    // seeing it is never billed from the log).
+    ctx.inflight = gw
+        .inflight
+        .as_ref()
+        .map(|log| log.start(&ctx.event, inflight_prompt.unwrap_or(0)));
 
     let x = Exchange {
         upstream: route.upstream.clone(),

@@ -39,6 +39,9 @@ pub struct GatewayInner {
     pub metrics: Arc<crate::telemetry::requests::RequestMetrics>,
     /// Opted-in tenants' bodies go here (bounded queue; never waits).
     pub bodies: Arc<crate::bodies::capture::BodyCapture>,
+    /// The journal's in-flight log (`None` without a journal): every forwarded request is
+    /// written there, so a crash bills what was in flight.
+    pub inflight: Option<Arc<crate::journal::inflight::InflightLog>>,
 }
 
 impl Gateway {

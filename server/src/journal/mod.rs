@@ -10,6 +10,7 @@
 //! process that owns the directory.
 
 pub mod durability;
+pub mod inflight;
 pub mod metrics;
 pub mod record;
 pub mod segment;

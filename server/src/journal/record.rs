@@ -11,16 +11,53 @@ const MAX_PAYLOAD: usize = 64 * 1024;
 
 /// Encodes an event as a record.
 pub fn encode(event: &UsageEvent) -> serde_json::Result<Vec<u8>> {
-    let payload = serde_json::to_vec(event)?;
+    Ok(frame(&serde_json::to_vec(event)?))
+}
+
+/// Frames a payload: length, checksum, payload (the journal's and the in-flight log's records).
+pub fn frame(payload: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(HEADER + payload.len());
     out.extend_from_slice(
         &u32::try_from(payload.len())
             .unwrap_or(u32::MAX)
             .to_le_bytes(),
     );
-    out.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
-    out.extend_from_slice(&payload);
-    Ok(out)
+    out.extend_from_slice(&crc32fast::hash(payload).to_le_bytes());
+    out.extend_from_slice(payload);
+    out
+}
+
+/// What the bytes at the start of a buffer hold, framing only.
+#[derive(Debug, PartialEq)]
+pub enum Frame<'a> {
+    /// A whole record with a valid checksum, `len` bytes in all.
+    Whole {
+        payload: &'a [u8],
+        len: usize,
+    },
+    Incomplete,
+    Corrupt,
+}
+
+pub fn unframe(buf: &[u8]) -> Frame<'_> {
+    if buf.len() < HEADER {
+        return Frame::Incomplete;
+    }
+    let len = u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
+    let crc = u32::from_le_bytes([buf[4], buf[5], buf[6], buf[7]]);
+    if len == 0 || len > MAX_PAYLOAD {
+        return Frame::Corrupt;
+    }
+    let Some(payload) = buf.get(HEADER..HEADER + len) else {
+        return Frame::Incomplete;
+    };
+    if crc32fast::hash(payload) != crc {
+        return Frame::Corrupt;
+    }
+    Frame::Whole {
+        payload,
+        len: HEADER + len,
+    }
 }
 
 /// What decoding the bytes at the start of a buffer found.
@@ -35,26 +72,16 @@ pub enum Decoded {
 }
 
 pub fn decode(buf: &[u8]) -> Decoded {
-    if buf.len() < HEADER {
-        return Decoded::Incomplete;
-    }
-    let len = u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
-    let crc = u32::from_le_bytes([buf[4], buf[5], buf[6], buf[7]]);
-    if len == 0 || len > MAX_PAYLOAD {
-        return Decoded::Corrupt;
-    }
-    let Some(payload) = buf.get(HEADER..HEADER + len) else {
-        return Decoded::Incomplete;
-    };
-    if crc32fast::hash(payload) != crc {
-        return Decoded::Corrupt;
-    }
-    match serde_json::from_slice(payload) {
-        Ok(event) => Decoded::Record {
-            event: Box::new(event),
-            len: HEADER + len,
+    match unframe(buf) {
+        Frame::Whole { payload, len } => match serde_json::from_slice(payload) {
+            Ok(event) => Decoded::Record {
+                event: Box::new(event),
+                len,
+            },
+            Err(_) => Decoded::Corrupt,
         },
-        Err(_) => Decoded::Corrupt,
+        Frame::Incomplete => Decoded::Incomplete,
+        Frame::Corrupt => Decoded::Corrupt,
     }
 }
 

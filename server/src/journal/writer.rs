@@ -12,6 +12,7 @@ use std::time::Duration;
 use sqlx::PgPool;
 
 use super::durability::Durability;
+use super::inflight::InflightLog;
 use super::metrics::JournalMetrics;
 use super::{record, segment};
 use crate::usage::{SinkFuture, SpendBarrier, UsageEvent, UsageSink};
@@ -41,6 +42,8 @@ pub struct Journal {
     pub metrics: Arc<JournalMetrics>,
     pub dir: PathBuf,
     pub durability: Durability,
+    /// Requests forwarded and not yet journaled (`inflight`): what a crash would otherwise forget.
+    pub inflight: Arc<InflightLog>,
     /// Held for the process' lifetime: two processes must never append to one directory.
     _lock: File,
 }
@@ -167,11 +170,12 @@ impl Journal {
             durability,
             metrics: metrics.clone(),
         });
+        let (inflight, recovered) = InflightLog::open(dir)?;
         let runner = committer.clone();
         let thread = std::thread::Builder::new()
             .name("tf-journal-fsync".into())
             .spawn(move || runner.run())?;
-        Ok(Self {
+        let journal = Self {
             active: Mutex::new(Active {
                 seq,
                 file,
@@ -182,8 +186,37 @@ impl Journal {
             metrics,
             dir: dir.to_owned(),
             durability,
+            inflight: Arc::new(inflight),
             _lock: lock,
-        })
+        };
+        journal.journal_recovered(&recovered)?;
+        Ok(journal)
+    }
+
+    /// Journals, durably, the `interrupted` events of requests a previous process forwarded and
+    /// never finished, then forgets them. INVARIANT: each is billed once: a crash before the
+    /// forget journals it again under the same request id, which PostgreSQL absorbs (test:
+    /// journal_faults::a_sigkill_bills_what_was_in_flight_once).
+    fn journal_recovered(&self, events: &[UsageEvent]) -> io::Result<()> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        for event in events {
+            self.write(&record::encode(event).map_err(io::Error::other)?)?;
+        }
+        self.active
+            .lock()
+            .map_err(|_| io::Error::other("journal poisoned"))?
+            .file
+            .sync_data()?;
+        self.metrics
+            .journaled
+            .fetch_add(events.len() as u64, Ordering::Relaxed);
+        tracing::warn!(
+            events = events.len(),
+            "journaled requests a previous process left in flight, as interrupted"
+        );
+        self.inflight.forget_recovered()
     }
 
     /// Appends one event; returns once it is as durable as the journal's level promises.

@@ -34,6 +34,9 @@ pub struct MeterContext {
     /// meter (a streamed answer's first content chunk); `None` for almost every request (the
     /// gateway sets it on requests held for a wake: the cold time to first token).
     pub first_token: Option<Box<dyn FnOnce(std::time::Duration) + Send>>,
+    /// The request's in-flight record (the journal's `inflight` log): progress is written while
+    /// it streams; dropped after the event is recorded, it writes the request's end.
+    pub inflight: Option<crate::journal::inflight::Ticket>,
 }
 
 impl MeterContext {
@@ -49,6 +52,7 @@ impl MeterContext {
         ttft_ms: Option<i32>,
     ) -> UsageEvent {
         let admitted = self.admitted;
+        let inflight = self.inflight;
         let mut event = self.event;
         let (prompt, cached, completion, provenance) = match usage {
             Some(u) => (
@@ -87,8 +91,16 @@ impl MeterContext {
                 })
                 .await;
         }
-        if let Err(e) = self.sink.record(&event).await {
-            tracing::error!(request_id = %event.request_id, error = %e, "usage event not recorded");
+        match self.sink.record(&event).await {
+            // The end is written once the event is in the journal.
+            Ok(()) => drop(inflight),
+            Err(e) => {
+                tracing::error!(request_id = %event.request_id, error = %e, "usage event not recorded");
+                // Left in flight: the next start bills it from its last progress.
+                if let Some(ticket) = inflight {
+                    ticket.keep_open();
+                }
+            }
         }
         event
     }

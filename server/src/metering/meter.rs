@@ -169,6 +169,23 @@ impl StreamMeter {
     pub fn usage_final(&self) -> bool {
         self.usage_final && self.last_usage.is_some()
     }
+    /// What was relayed so far, for the in-flight record: the engine's running counts when it
+    /// sends them, else the generated chunks.
+    pub fn progress(&self) -> crate::journal::inflight::Progress {
+        match self.last_usage() {
+            Some(u) => crate::journal::inflight::Progress {
+                prompt: Some(u.prompt_tokens),
+                cached: Some(u.cached_tokens()),
+                completion: u.completion_tokens,
+            },
+            None => crate::journal::inflight::Progress {
+                prompt: None,
+                cached: None,
+                completion: self.generated_chunks,
+            },
+        }
+    }
+
     /// Chunks that carried generated output (the estimate when no usage was seen).
     pub fn generated_chunks(&self) -> u64 {
         self.generated_chunks

@@ -138,6 +138,11 @@ impl<B: EngineBody> MeteredStream<B> {
                 }
             }
         }
+        if let State::Reading { ctx, .. } = &mut self.state {
+            if let Some(ticket) = &mut ctx.inflight {
+                ticket.progress(|| self.meter.progress());
+            }
+        }
         for o in self.scratch.drain(..) {
             match o {
                 Outgoing::Send(b) => self.ready.push_back(b),

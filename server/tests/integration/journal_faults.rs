@@ -311,3 +311,94 @@ async fn postgres_outage_keeps_serving_and_every_event_arrives_once(pool: PgPool
     gw.terminate();
     assert_eq!(gw.wait().await, Some(0));
 }
+
+/// Issue 34: a SIGKILL used to forget every request in flight (the journal recorded a request only
+/// when it ended). Now each forwarded request has an in-flight record with its progress (at most
+/// once a second), and the next start bills each one that never ended once, as `interrupted`, at
+/// its last progress: within one progress interval of what the client received, never more than
+/// the engine produced, and never twice across further restarts.
+#[sqlx::test(migrations = "../migrations")]
+async fn a_sigkill_bills_what_was_in_flight_once(pool: PgPool) {
+    const STREAMS: usize = 8;
+    let dir = tempfile::tempdir().unwrap();
+    let deployment = TestApp::builder(pool.clone())
+        .durability("process")
+        .process(dir.path())
+        .await;
+    let sim = &deployment.sim;
+    let gw = deployment.start().await;
+    // Long streams (1,000 tokens, one per 10 ms), each client counting the tokens it received.
+    let http = reqwest::Client::new();
+    let relayed: Vec<Arc<AtomicUsize>> = (0..STREAMS).map(|_| Arc::default()).collect();
+    let mut ids = Vec::new();
+    for count in &relayed {
+        let r = http
+            .post(gw.url("/v1/chat/completions"))
+            .bearer_auth(&gw.key)
+            .json(&stream_body(1000, 10))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        ids.push(r.headers()["x-request-id"].to_str().unwrap().to_owned());
+        let count = count.clone();
+        tokio::spawn(async move {
+            use futures::StreamExt;
+            let mut body = r.bytes_stream();
+            while let Some(Ok(chunk)) = body.next().await {
+                let text = String::from_utf8_lossy(&chunk);
+                count.fetch_add(text.matches("\"content\":\"").count(), Ordering::SeqCst);
+            }
+        });
+    }
+    // Past the first progress record of every stream (written at 1 s).
+    eventually(Duration::from_secs(20), "1.5 s of tokens on every stream", || async {
+        relayed.iter().all(|c| c.load(Ordering::SeqCst) >= 150)
+    })
+    .await;
+    gw.kill().await;
+    let received: Vec<i64> = relayed
+        .iter()
+        .map(|c| c.load(Ordering::SeqCst) as i64)
+        .collect();
+
+    let gw = deployment.start().await; // recovers the in-flight records
+    let events = wait_for_events(&pool, STREAMS).await;
+    assert_eq!(events.len(), STREAMS, "one event per request in flight");
+    let ledger = sim.ledger();
+    for (id, got) in ids.iter().zip(&received) {
+        let e = events
+            .iter()
+            .find(|e| e.request_id.to_string() == *id)
+            .unwrap_or_else(|| panic!("request {id} in flight at the kill has no event"));
+        assert_eq!(e.status, UsageStatus::Interrupted);
+        let produced = ledger
+            .iter()
+            .find(|l| l.request_id.as_deref() == Some(id.as_str()))
+            .map(|l| i64::from(l.completion_tokens));
+        // Progress is written at most once a second (100 tokens at this pace): billed within one
+        // interval below what the client received (+ slack for a loaded machine), never above
+        // what it received or the engine produced.
+        assert!(
+            e.completion_tokens <= *got && *got - e.completion_tokens <= 150,
+            "request {id}: billed {} of {got} received",
+            e.completion_tokens
+        );
+        if let Some(produced) = produced {
+            assert!(e.completion_tokens <= produced);
+        }
+        assert!(e.prompt_tokens > 0, "the engine had the prompt");
+    }
+    // Recovered requests are forgotten once journaled: another crash and restart finds only the
+    // new process' generation (nothing to bill twice), and the table keeps one row per request.
+    gw.kill().await;
+    let gw = deployment.start().await;
+    let generations = std::fs::read_dir(dir.path().join("journal").join("inflight"))
+        .unwrap()
+        .count();
+    assert_eq!(generations, 1, "old in-flight generations are removed");
+    let again = usage_store::query(&pool, None, None, None).await.unwrap();
+    assert_eq!(again.len(), STREAMS);
+    gw.terminate();
+    assert_eq!(gw.wait().await, Some(0));
+}

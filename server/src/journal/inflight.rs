@@ -1,0 +1,472 @@
+//! Crash-safe in-flight records (issue 34): a request is written here when it is forwarded, a
+//! stream's progress at most once a second, and its end once its usage event is journaled. A
+//! SIGKILL keeps what was written in the page cache, so on the next start every request that
+//! started and never ended becomes one `interrupted` event billed at its last progress, instead of
+//! revenue silently lost. Nothing here is fsynced: the page cache survives a process crash, and
+//! after a power loss the worst case is a request billed at an older progress or not at all,
+//! never twice (the recovered event has the request's own id, which PostgreSQL's primary key
+//! absorbs if the real event was also journaled).
+//!
+//! The log is a series of generation files `inflight/{seq:016}.log` of journal-framed records
+//! (length, CRC-32, JSON). A generation past [`GENERATION_BYTES`] is closed for new starts, and
+//! its file is deleted once every request started in it has ended, so the log stays small
+//! without ever rewriting a record that a crash could tear.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use super::record;
+use crate::usage::{Provenance, UsageEvent, UsageStatus};
+
+/// A generation is closed for new starts past this size.
+const GENERATION_BYTES: u64 = 8 * 1024 * 1024;
+/// Progress is written at most this often per request.
+pub const PROGRESS_EVERY: Duration = Duration::from_secs(1);
+const SUFFIX: &str = ".log";
+
+/// One record of the log.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "k")]
+enum Entry {
+    /// Forwarded: the event's identity (tokens zero) and the gateway's prompt estimate.
+    #[serde(rename = "s")]
+    Start { event: Box<UsageEvent>, prompt: u64 },
+    /// Tokens relayed so far; `prompt`/`cached` once the engine reported them.
+    #[serde(rename = "p")]
+    Progress {
+        id: Uuid,
+        prompt: Option<u64>,
+        cached: Option<u64>,
+        completion: u64,
+    },
+    /// Its usage event is in the journal (or it was dropped unrecorded on purpose).
+    #[serde(rename = "e")]
+    End { id: Uuid },
+}
+
+/// Counts per request as of the last progress.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Progress {
+    /// The engine's prompt count, once reported.
+    pub prompt: Option<u64>,
+    pub cached: Option<u64>,
+    /// Completion tokens relayed to the client so far.
+    pub completion: u64,
+}
+
+/// A generation file and how many requests started in it have not ended.
+struct Generation {
+    seq: u64,
+    path: PathBuf,
+    open: AtomicU64,
+}
+
+struct Current {
+    file: File,
+    len: u64,
+    generation: Arc<Generation>,
+}
+
+/// The in-flight log of one process (the journal directory's lock holder).
+pub struct InflightLog {
+    dir: PathBuf,
+    current: Mutex<Current>,
+}
+
+impl InflightLog {
+    /// Opens the log in `dir/inflight`, returning the events of requests that a previous process
+    /// started and never ended. The caller makes them durable (journal append) and then calls
+    /// [`Self::forget_recovered`]; until then the old files stay, so a crash in between recovers
+    /// them again (absorbed by the request id).
+    pub fn open(journal_dir: &Path) -> io::Result<(Self, Vec<UsageEvent>)> {
+        let dir = journal_dir.join("inflight");
+        fs::create_dir_all(&dir)?;
+        let seqs = list(&dir)?;
+        let mut recovered = Recovery::default();
+        for seq in &seqs {
+            recovered.read(&path(&dir, *seq))?;
+        }
+        let next = seqs.last().map_or(0, |s| s.saturating_add(1));
+        let current = open_generation(&dir, next)?;
+        Ok((
+            Self {
+                dir,
+                current: Mutex::new(current),
+            },
+            recovered.events(),
+        ))
+    }
+
+    /// Deletes the generations of previous processes (their requests are recovered).
+    pub fn forget_recovered(&self) -> io::Result<()> {
+        let current = self.lock()?.generation.seq;
+        for seq in list(&self.dir)? {
+            if seq < current {
+                fs::remove_file(path(&self.dir, seq))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Records a forwarded request; the ticket writes its progress and end.
+    pub fn start(self: &Arc<Self>, event: &UsageEvent, prompt_estimate: u64) -> Ticket {
+        let entry = Entry::Start {
+            event: Box::new(event.clone()),
+            prompt: prompt_estimate,
+        };
+        let generation = match self.write(&entry, true) {
+            Ok(g) => Some(g),
+            Err(e) => {
+                tracing::warn!(error = %e, request_id = %event.request_id, "in-flight record not written");
+                None
+            }
+        };
+        Ticket {
+            log: self.clone(),
+            id: event.request_id,
+            generation,
+            last: Instant::now(),
+        }
+    }
+
+    fn lock(&self) -> io::Result<std::sync::MutexGuard<'_, Current>> {
+        self.current
+            .lock()
+            .map_err(|_| io::Error::other("in-flight log poisoned"))
+    }
+
+    /// One `write` of a whole record; a start is counted in the generation it lands in.
+    fn write(&self, entry: &Entry, start: bool) -> io::Result<Arc<Generation>> {
+        let payload = serde_json::to_vec(entry).map_err(io::Error::other)?;
+        let bytes = record::frame(&payload);
+        let mut current = self.lock()?;
+        if start && current.len >= GENERATION_BYTES {
+            let next = current.generation.seq.saturating_add(1);
+            let fresh = open_generation(&self.dir, next)?;
+            let old = std::mem::replace(&mut *current, fresh);
+            retire(&old.generation);
+        }
+        current.file.write_all(&bytes)?;
+        current.len += bytes.len() as u64;
+        if start {
+            current.generation.open.fetch_add(1, Ordering::AcqRel);
+        }
+        Ok(current.generation.clone())
+    }
+
+    fn end(&self, id: Uuid, generation: &Arc<Generation>) {
+        if let Err(e) = self.write(&Entry::End { id }, false) {
+            tracing::warn!(error = %e, request_id = %id, "in-flight end not written");
+        }
+        if generation.open.fetch_sub(1, Ordering::AcqRel) == 1 {
+            let current = self.lock().map(|c| c.generation.seq).unwrap_or(u64::MAX);
+            if generation.seq < current {
+                retire(generation);
+            }
+        }
+    }
+}
+
+/// Deletes a closed generation once nothing started in it is open. A request that starts in it
+/// while it is being closed keeps it (the count is read after the swap).
+fn retire(generation: &Generation) {
+    if generation.open.load(Ordering::Acquire) == 0 {
+        if let Err(e) = fs::remove_file(&generation.path) {
+            if e.kind() != io::ErrorKind::NotFound {
+                tracing::warn!(error = %e, file = %generation.path.display(), "in-flight generation not removed");
+            }
+        }
+    }
+}
+
+/// A request's place in the log: progress while it runs, and its end.
+pub struct Ticket {
+    log: Arc<InflightLog>,
+    id: Uuid,
+    /// `None`: the start was not written, so nothing more is.
+    generation: Option<Arc<Generation>>,
+    last: Instant,
+}
+
+impl Ticket {
+    /// Writes the request's progress if [`PROGRESS_EVERY`] has passed since the start or the
+    /// last progress (a page-cache write; never fsynced).
+    pub fn progress(&mut self, p: impl FnOnce() -> Progress) {
+        if self.generation.is_none() || self.last.elapsed() < PROGRESS_EVERY {
+            return;
+        }
+        self.last = Instant::now();
+        let p = p();
+        let entry = Entry::Progress {
+            id: self.id,
+            prompt: p.prompt,
+            cached: p.cached,
+            completion: p.completion,
+        };
+        if let Err(e) = self.log.write(&entry, false) {
+            tracing::warn!(error = %e, request_id = %self.id, "in-flight progress not written");
+        }
+    }
+}
+
+impl Ticket {
+    /// Leaves the request in flight for good: its event could not be recorded, so the next start
+    /// recovers it from the log (its generation file is kept until then).
+    pub fn keep_open(mut self) {
+        self.generation = None;
+    }
+}
+
+impl Drop for Ticket {
+    /// The request's event was journaled (or deliberately not recorded): it is no longer in
+    /// flight.
+    fn drop(&mut self) {
+        if let Some(generation) = self.generation.take() {
+            self.log.end(self.id, &generation);
+        }
+    }
+}
+
+fn path(dir: &Path, seq: u64) -> PathBuf {
+    dir.join(format!("{seq:016}{SUFFIX}"))
+}
+
+fn list(dir: &Path) -> io::Result<Vec<u64>> {
+    let mut seqs: Vec<u64> = fs::read_dir(dir)?
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str()?.strip_suffix(SUFFIX)?.parse().ok())
+        .collect();
+    seqs.sort_unstable();
+    Ok(seqs)
+}
+
+fn open_generation(dir: &Path, seq: u64) -> io::Result<Current> {
+    let path = path(dir, seq);
+    let file = OpenOptions::new().create(true).append(true).open(&path)?;
+    let len = file.metadata()?.len();
+    Ok(Current {
+        file,
+        len,
+        generation: Arc::new(Generation {
+            seq,
+            path,
+            open: AtomicU64::new(0),
+        }),
+    })
+}
+
+/// What the previous processes' files say, in write order.
+#[derive(Default)]
+struct Recovery {
+    started: std::collections::HashMap<Uuid, (UsageEvent, u64, Progress)>,
+    /// Start order, so recovered events come out in the order requests began.
+    order: Vec<Uuid>,
+}
+
+impl Recovery {
+    fn read(&mut self, file: &Path) -> io::Result<()> {
+        let bytes = fs::read(file)?;
+        let mut at = 0;
+        while let Some(rest) = bytes.get(at..) {
+            let (payload, len) = match record::unframe(rest) {
+                record::Frame::Whole { payload, len } => (payload, len),
+                // A torn tail ends what can be read of this file (a crash mid-write).
+                record::Frame::Incomplete | record::Frame::Corrupt => break,
+            };
+            at += len;
+            match serde_json::from_slice::<Entry>(payload) {
+                Ok(Entry::Start { event, prompt }) => {
+                    self.order.push(event.request_id);
+                    self.started
+                        .insert(event.request_id, (*event, prompt, Progress::default()));
+                }
+                Ok(Entry::Progress {
+                    id,
+                    prompt,
+                    cached,
+                    completion,
+                }) => {
+                    if let Some((_, _, p)) = self.started.get_mut(&id) {
+                        *p = Progress {
+                            prompt,
+                            cached,
+                            completion,
+                        };
+                    }
+                }
+                Ok(Entry::End { id }) => {
+                    self.started.remove(&id);
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, file = %file.display(), "unreadable in-flight record skipped")
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// One `interrupted` event per request that started and never ended, billed at its last
+    /// progress: the engine's prompt count if it arrived, else the gateway's estimate (the
+    /// engine had the prompt: it was forwarded); completion tokens relayed.
+    fn events(mut self) -> Vec<UsageEvent> {
+        let mut out = Vec::new();
+        for id in self.order {
+            let Some((mut event, estimate, p)) = self.started.remove(&id) else {
+                continue;
+            };
+            let prompt = p.prompt.unwrap_or(estimate);
+            event.prompt_tokens = i64::try_from(prompt).unwrap_or(i64::MAX);
+            event.cached_tokens = i64::try_from(p.cached.unwrap_or(0).min(prompt)).unwrap_or(0);
+            event.completion_tokens = i64::try_from(p.completion).unwrap_or(i64::MAX);
+            event.provenance = if p.prompt.is_some() {
+                Provenance::Partial
+            } else {
+                Provenance::Estimated
+            };
+            event.status = UsageStatus::Interrupted;
+            out.push(event);
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::journal::record::tests::event;
+
+    fn started(n: u8) -> UsageEvent {
+        let mut e = event(n);
+        e.prompt_tokens = 0;
+        e.completion_tokens = 0;
+        e
+    }
+
+    #[test]
+    fn a_request_that_never_ended_is_recovered_once_at_its_last_progress() {
+        let dir = tempfile::tempdir().unwrap();
+        let (done, cut, quiet) = (started(1), started(2), started(3));
+        {
+            let (log, none) = InflightLog::open(dir.path()).unwrap();
+            assert!(none.is_empty());
+            let log = Arc::new(log);
+            drop(log.start(&done, 11));
+            let mut t = log.start(&cut, 12);
+            t.last = Instant::now() - PROGRESS_EVERY;
+            t.progress(|| Progress {
+                prompt: Some(40),
+                cached: Some(8),
+                completion: 17,
+            });
+            // Within the second: not written.
+            t.progress(|| Progress {
+                prompt: Some(40),
+                cached: Some(8),
+                completion: 99,
+            });
+            let q = log.start(&quiet, 13);
+            // A crash: neither ticket ends.
+            std::mem::forget(t);
+            std::mem::forget(q);
+        }
+        let (log, recovered) = InflightLog::open(dir.path()).unwrap();
+        let got: Vec<_> = recovered
+            .iter()
+            .map(|e| {
+                (
+                    e.request_id,
+                    e.prompt_tokens,
+                    e.cached_tokens,
+                    e.completion_tokens,
+                    e.provenance,
+                    e.status,
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (
+                    cut.request_id,
+                    40,
+                    8,
+                    17,
+                    Provenance::Partial,
+                    UsageStatus::Interrupted
+                ),
+                (
+                    quiet.request_id,
+                    13,
+                    0,
+                    0,
+                    Provenance::Estimated,
+                    UsageStatus::Interrupted
+                ),
+            ]
+        );
+        // Until forgotten, a restart recovers them again (the request id absorbs the repeat);
+        // once forgotten, never.
+        drop(log);
+        let (log, again) = InflightLog::open(dir.path()).unwrap();
+        assert_eq!(again.len(), 2);
+        log.forget_recovered().unwrap();
+        drop(log);
+        let (_, none) = InflightLog::open(dir.path()).unwrap();
+        assert!(none.is_empty());
+    }
+
+    #[test]
+    fn a_torn_tail_loses_only_the_torn_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = started(1);
+        {
+            let (log, _) = InflightLog::open(dir.path()).unwrap();
+            let log = Arc::new(log);
+            std::mem::forget(log.start(&a, 5));
+            std::mem::forget(log.start(&started(2), 6));
+        }
+        let file = path(&dir.path().join("inflight"), 0);
+        let len = fs::metadata(&file).unwrap().len();
+        OpenOptions::new()
+            .write(true)
+            .open(&file)
+            .unwrap()
+            .set_len(len - 3)
+            .unwrap();
+        let (_, recovered) = InflightLog::open(dir.path()).unwrap();
+        assert_eq!(
+            recovered.iter().map(|e| e.request_id).collect::<Vec<_>>(),
+            vec![a.request_id]
+        );
+    }
+
+    #[test]
+    fn a_closed_generation_is_deleted_when_its_last_request_ends() {
+        let dir = tempfile::tempdir().unwrap();
+        let (log, _) = InflightLog::open(dir.path()).unwrap();
+        let log = Arc::new(log);
+        let long = log.start(&started(1), 1);
+        // Fill generation 0 past its size with requests that end at once.
+        let mut filler = started(2);
+        filler.served_name = "x".repeat(4096);
+        while log.lock().unwrap().len < GENERATION_BYTES {
+            drop(log.start(&filler, 1));
+        }
+        drop(log.start(&started(3), 1));
+        let files = || list(&dir.path().join("inflight")).unwrap();
+        assert_eq!(
+            files(),
+            vec![0, 1],
+            "generation 0 stays while a request in it runs"
+        );
+        drop(long);
+        assert_eq!(files(), vec![1]);
+    }
+}
