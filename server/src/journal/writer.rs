@@ -199,7 +199,7 @@ impl Journal {
     /// journal_faults::a_sigkill_bills_what_was_in_flight_once).
     fn journal_recovered(&self, events: &[UsageEvent]) -> io::Result<()> {
         if events.is_empty() {
-            return Ok(());
+            return self.inflight.forget_recovered();
         }
         for event in events {
             self.write(&record::encode(event).map_err(io::Error::other)?)?;
