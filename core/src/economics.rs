@@ -13,13 +13,27 @@
 //!   time is not counted;
 //! - the *floor* is the template's minimum replicas recorded with each change; replicas above it
 //!   are *scaled up*;
-//! - *tokens served* are prompt + completion tokens (cached prompt tokens included), the same
-//!   measure as the peak tokens per second;
-//! - the *idle floor cost* is the floor's cost times the share of the floor's capacity left
-//!   unused, traffic filling the floor first: a day with no traffic idles the whole floor.
+//! - *tokens served* are prompt + completion tokens (cached prompt tokens included): what the
+//!   real cost and the price per million are per;
+//! - the *load* is what the tokens took of the capacity, weighted by kind (issue 36): a fresh
+//!   prompt token and a completion token weigh 1 (the peak tokens per second is measured in
+//!   prompt + completion tokens of uncached requests), a cached prompt token weighs 0.1 (a prefix
+//!   cache hit skips the prefill's compute; what is left is the attention reading its cached
+//!   keys and values and the memory they hold, taken as a tenth). The duty cycle is load over
+//!   capacity, so a cached token no longer counts as one served at full cost;
+//! - the *idle floor cost* is the floor's cost times the share of the floor's capacity the load
+//!   left unused, traffic filling the floor first: a day with no traffic idles the whole floor.
 
 use serde::Serialize;
 use time::OffsetDateTime;
+
+pub mod advisor;
+pub mod attribution;
+
+/// Capacity weights per token kind, in thousandths (see the module's note on load).
+pub const FRESH_PROMPT_WEIGHT_MILLI: i64 = 1_000;
+pub const CACHED_PROMPT_WEIGHT_MILLI: i64 = 100;
+pub const COMPLETION_WEIGHT_MILLI: i64 = 1_000;
 
 /// Milliseconds in an hour: cost numerators are micro-units x this.
 const MS_PER_HOUR: i128 = 3_600_000;
@@ -69,9 +83,19 @@ pub struct Served {
 }
 
 impl Served {
-    /// What the duty cycle counts: prompt + completion.
+    /// Tokens served: prompt + completion.
     pub fn tokens(&self) -> i64 {
         self.prompt_tokens.saturating_add(self.completion_tokens)
+    }
+
+    /// The load on the capacity in tokens x 1,000, each kind at its weight: what the duty cycle
+    /// counts.
+    pub fn load_milli(&self) -> i128 {
+        let cached = i128::from(self.cached_tokens.clamp(0, self.prompt_tokens.max(0)));
+        let fresh = i128::from(self.prompt_tokens.max(0)) - cached;
+        fresh * i128::from(FRESH_PROMPT_WEIGHT_MILLI)
+            + cached * i128::from(CACHED_PROMPT_WEIGHT_MILLI)
+            + i128::from(self.completion_tokens.max(0)) * i128::from(COMPLETION_WEIGHT_MILLI)
     }
 }
 
@@ -86,6 +110,8 @@ pub struct Figures {
     pub prompt_tokens: i64,
     pub cached_tokens: i64,
     pub completion_tokens: i64,
+    /// The weighted load in tokens (see the module's note), rounded once.
+    pub load_tokens: i64,
     pub gpu_cost_micros: i64,
     pub floor_cost_micros: i64,
     pub idle_floor_cost_micros: i64,
@@ -166,7 +192,8 @@ pub fn figures(f: &Fleet, served: Served, revenue_micros: i64) -> Figures {
     let per_capacity = |n: i128| (f.capacity_milli > 0).then(|| div_half_up(n, f.capacity_milli));
     let per_token =
         |n: i128, d: i128| (tokens > 0).then(|| div_half_up(n, d.saturating_mul(tokens)));
-    let unused_floor = (f.floor_capacity_milli - tokens.saturating_mul(1000)).max(0);
+    let load = served.load_milli();
+    let unused_floor = (f.floor_capacity_milli - load).max(0);
     Figures {
         floor_replica_seconds: div_half_up(f.floor_ms, 1000),
         scaled_replica_seconds: div_half_up(f.scaled_ms, 1000),
@@ -175,6 +202,7 @@ pub fn figures(f: &Fleet, served: Served, revenue_micros: i64) -> Figures {
         prompt_tokens: served.prompt_tokens,
         cached_tokens: served.cached_tokens,
         completion_tokens: served.completion_tokens,
+        load_tokens: div_half_up(load, 1000),
         gpu_cost_micros,
         floor_cost_micros: div_half_up(f.floor_cost_num, MS_PER_HOUR),
         idle_floor_cost_micros: if f.floor_capacity_milli > 0 {
@@ -192,7 +220,7 @@ pub fn figures(f: &Fleet, served: Served, revenue_micros: i64) -> Figures {
                 3_600i128.saturating_mul(f.capacity_milli),
             )
         }),
-        duty_cycle_bp: per_capacity(tokens.saturating_mul(BP * 1000)),
+        duty_cycle_bp: per_capacity(load.saturating_mul(BP)),
         real_cost_per_million_micros: per_token(f.cost_num.saturating_mul(MILLION), MS_PER_HOUR),
         revenue_micros,
         price_per_million_micros: per_token(i128::from(revenue_micros).saturating_mul(MILLION), 1),
@@ -324,16 +352,17 @@ mod tests {
         assert_eq!(g.gpu_cost_micros, 96_000_000);
         // 96 / 86.4 = 1.1111..: $1.111111 per million at full load.
         assert_eq!(g.full_load_cost_per_million_micros, Some(1_111_111));
-        // 43.2M of 86.4M: 50 %.
-        assert_eq!(g.duty_cycle_bp, Some(5_000));
+        // Load: 29M fresh + 1M cached x 0.1 + 13.2M completion = 42.3M of 86.4M: 48.958 %.
+        assert_eq!(g.load_tokens, 42_300_000);
+        assert_eq!(g.duty_cycle_bp, Some(4_896));
         assert_eq!(g.real_cost_per_million_micros, Some(2_222_222));
         // 120 / 43.2 = 2.7777..: rounded up.
         assert_eq!(g.price_per_million_micros, Some(2_777_778));
         assert_eq!(g.margin_micros, 24_000_000);
         assert_eq!(g.margin_bp, Some(2_000));
-        // Half the floor's capacity unused: half its cost idle.
+        // 44.1M of the floor's 86.4M unused: 96 x 44.1 / 86.4 = $49 idle.
         assert_eq!(g.floor_cost_micros, 96_000_000);
-        assert_eq!(g.idle_floor_cost_micros, 48_000_000);
+        assert_eq!(g.idle_floor_cost_micros, 49_000_000);
     }
 
     #[test]

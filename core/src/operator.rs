@@ -588,6 +588,61 @@ pub async fn set_idle_policy(
     Ok(())
 }
 
+/// Sets a base's floor and graph idle policy together (what `admin economics advise --apply`
+/// chose), in one transaction with two audit rows: `fleet.floor` (the floor before and after)
+/// and `fleet.idle_policy` (the same detail as [`set_idle_policy`]). The floor is 1 to the
+/// template's ceiling.
+pub async fn set_serving_policy(
+    pool: &PgPool,
+    actor: &Actor<'_>,
+    base: &str,
+    floor: i32,
+    idle_after_secs: Option<i32>,
+) -> Result<(), AccountError> {
+    if idle_after_secs.is_some_and(|s| !(1..=MAX_IDLE_AFTER_SECS).contains(&s)) {
+        return Err(AccountError::Invalid(
+            "an idle policy is 1 s to 30 days".into(),
+        ));
+    }
+    let mut tx = pool.begin().await?;
+    let Some((was, ceiling)) = db::sleep::lock_floor(&mut *tx, base).await? else {
+        return Err(AccountError::NotFound(format!(
+            "templated base model {base}"
+        )));
+    };
+    if !(1..=ceiling).contains(&floor) {
+        return Err(AccountError::Invalid(format!(
+            "a floor is 1 to the base's ceiling ({ceiling} replicas)"
+        )));
+    }
+    db::sleep::set_floor(&mut *tx, base, floor).await?;
+    db::sleep::set_idle_after(&mut *tx, base, idle_after_secs).await?;
+    record(
+        &mut tx,
+        actor,
+        None,
+        "fleet.floor",
+        base,
+        json!({ "floor": floor, "was": was, "ceiling": ceiling }),
+    )
+    .await?;
+    record(
+        &mut tx,
+        actor,
+        None,
+        "fleet.idle_policy",
+        base,
+        json!({
+            "scope": "graph",
+            "policy": if idle_after_secs.is_some() { "idle-after" } else { "always-on" },
+            "idle_after_secs": idle_after_secs,
+        }),
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::{parse_idle_after, parse_limit};

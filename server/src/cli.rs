@@ -731,8 +731,9 @@ pub struct EconomicsArgs {
     /// The UTC day, `YYYY-MM-DD` (today: up to now); required without a subcommand.
     #[arg(long)]
     pub day: Option<String>,
-    /// `text` (a block per base) or `json` (one document, integers only).
-    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    /// `text` (a block per base) or `json` (one document, integers only); also after a
+    /// subcommand.
+    #[arg(long, value_enum, global = true, default_value_t = OutputFormat::Text)]
     pub format: OutputFormat,
     #[command(subcommand)]
     pub action: Option<EconomicsAction>,
@@ -745,6 +746,52 @@ pub enum EconomicsAction {
     /// `vllm:generation_tokens_total` on its `/metrics`) and append a cost version with the
     /// measured peak tokens per second per replica (same GPU cost, marked measured).
     MeasurePeak(MeasurePeakArgs),
+    /// Replay a base's last days of requests against every floor (1 to its ceiling) and idle
+    /// policy (5 min, 15 min, 1 h, 4 h, always on): GPU cost, cold starts, requests that waited,
+    /// duty cycle, margin; recommend the cheapest within the cold-start budget (default: at most
+    /// 1 % of requests wait), and with `--apply` set it (audited).
+    Advise(AdviseArgs),
+    /// Who a base's GPU cost on a UTC day is for: its used part split by the tenants' and
+    /// adapters' load, its idle floor by the idle time each one's requests were waited for
+    /// (exact integer micros, largest remainder); and each tenant's gross margin.
+    Attribution(AttributionArgs),
+}
+
+/// Flags of `admin economics attribution`.
+#[derive(Debug, Clone, Args)]
+pub struct AttributionArgs {
+    /// The base model.
+    #[arg(long)]
+    pub base: String,
+    /// The UTC day, `YYYY-MM-DD` (today: up to now).
+    #[arg(long)]
+    pub day: String,
+}
+
+/// Flags of `admin economics advise`.
+#[derive(Debug, Clone, Args)]
+pub struct AdviseArgs {
+    /// The base model (a templated one).
+    #[arg(long)]
+    pub base: String,
+    /// Whole UTC days replayed, ending at today's midnight.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u16).range(1..=366))]
+    pub days: u16,
+    /// At most this share of requests may wait for a cold start, as a fraction (`0.01` = 1 %,
+    /// parsed exactly, at most six decimals).
+    #[arg(long, conflicts_with = "max_cold_starts_per_day")]
+    pub max_cold_share: Option<String>,
+    /// At most this many cold starts (wakes) per day, on average over the days.
+    #[arg(long)]
+    pub max_cold_starts_per_day: Option<i64>,
+    /// The cold start assumed, in seconds, when the graph's history holds no wake in the days
+    /// (else the median measured wake is used).
+    #[arg(long, default_value_t = 120)]
+    pub cold_start_secs: i64,
+    /// Set the recommended floor and idle policy (`fleet.floor` and `fleet.idle_policy` audit
+    /// rows, actor `cli`).
+    #[arg(long)]
+    pub apply: bool,
 }
 
 /// Flags of `admin economics measure-peak`.

@@ -34,6 +34,8 @@
 //! the URL and says what to do, never a panic.
 
 pub mod accounts;
+pub mod advisor;
+pub mod attribution;
 pub mod audit;
 pub mod billing;
 pub mod bodies;

@@ -268,3 +268,33 @@ pub async fn reload_counts(
         .map(|r| (r.id, (r.reloads, r.reload_failures)))
         .collect())
 }
+
+/// A templated base's floor and ceiling now, its template row locked until the transaction
+/// ends (so a floor is checked against the ceiling it is written under); `None`: no templated
+/// base has that name.
+pub async fn lock_floor(db: impl PgExecutor<'_>, base: &str) -> sqlx::Result<Option<(i32, i32)>> {
+    let r = sqlx::query!(
+        "SELECT t.replicas_min, t.replicas_max
+           FROM base_templates t JOIN base_models b ON b.id = t.base_model_id
+          WHERE b.name = $1 FOR UPDATE OF t",
+        base,
+    )
+    .fetch_optional(db)
+    .await?;
+    Ok(r.map(|r| (r.replicas_min, r.replicas_max)))
+}
+
+/// Sets a base's floor (its template's `replicas_min`: the replicas while the graph is awake);
+/// the controller rolls it out like any template change. Reached through
+/// `operator::set_serving_policy`, audited; the caller checks it against the ceiling.
+pub async fn set_floor(db: impl PgExecutor<'_>, base: &str, floor: i32) -> sqlx::Result<bool> {
+    let done = sqlx::query!(
+        "UPDATE base_templates t SET replicas_min = $2, updated_at = now()
+         FROM base_models b WHERE b.id = t.base_model_id AND b.name = $1",
+        base,
+        floor,
+    )
+    .execute(db)
+    .await?;
+    Ok(done.rows_affected() > 0)
+}

@@ -72,8 +72,13 @@ fn text(day: &str, rows: &[BaseDay]) -> String {
                 f.floor_replica_seconds, f.scaled_replica_seconds, f.uncosted_replica_seconds
             ),
             format!(
-                "  tokens: capacity {}, prompt {}, cached {}, completion {}",
-                f.capacity_tokens, f.prompt_tokens, f.cached_tokens, f.completion_tokens
+                "  tokens: capacity {}, prompt {}, cached {}, completion {}; load {} (weights: \
+                 fresh prompt 1, cached prompt 0.1, completion 1)",
+                f.capacity_tokens,
+                f.prompt_tokens,
+                f.cached_tokens,
+                f.completion_tokens,
+                f.load_tokens
             ),
             format!("  duty cycle (bp): {}", opt(f.duty_cycle_bp)),
             format!(

@@ -5,6 +5,8 @@
 //! operator actions on tenants, keys and limits go through `tf_core::operator`, the code path
 //! the admin pages use, which writes their audit rows (actor `cli`) in the same transaction.
 
+pub mod advise;
+pub mod attribution;
 pub mod billing;
 pub mod economics;
 pub mod fleet;
@@ -243,6 +245,15 @@ pub async fn run_on(pool: &PgPool, cmd: AdminCommand, out: &mut impl Write) -> a
         AdminCommand::Economics(args) => match &args.action {
             Some(crate::cli::EconomicsAction::MeasurePeak(m)) => {
                 say(out, measure_peak::run(pool, m).await?.trim_end())?;
+            }
+            Some(crate::cli::EconomicsAction::Attribution(a)) => {
+                let report =
+                    attribution::run(pool, a, args.format, OffsetDateTime::now_utc()).await?;
+                say(out, report.trim_end())?;
+            }
+            Some(crate::cli::EconomicsAction::Advise(a)) => {
+                let report = advise::run(pool, a, args.format, OffsetDateTime::now_utc()).await?;
+                say(out, report.trim_end())?;
             }
             None => {
                 let report = economics::run(pool, &args, OffsetDateTime::now_utc()).await?;

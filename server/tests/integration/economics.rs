@@ -314,8 +314,10 @@ async fn every_figure_of_a_known_day_is_checked_by_hand(pool: PgPool) {
     assert_eq!(f.gpu_cost_micros, 136_000_000);
     // $136 / 122.4M tokens = $1.11111 per million.
     assert_eq!(f.full_load_cost_per_million_micros, Some(1_111_111));
-    // 49.6M / 122.4M = 40.5229 %.
-    assert_eq!(f.duty_cycle_bp, Some(4_052));
+    // The load weighs a cached prompt token 0.1 (issue 36): 29M fresh + 6M x 0.1 cached +
+    // 14.6M completion = 44.2M; 44.2M / 122.4M = 36.1111 %.
+    assert_eq!(f.load_tokens, 44_200_000);
+    assert_eq!(f.duty_cycle_bp, Some(3_611));
     // $136 / 49.6M tokens = $2.741935 per million.
     assert_eq!(f.real_cost_per_million_micros, Some(2_741_935));
     // Rated by the price book, line by line: the 09:30 request, 24M fresh x $3 + 6M cached x $1
@@ -327,10 +329,10 @@ async fn every_figure_of_a_known_day_is_checked_by_hand(pool: PgPool) {
     assert_eq!(f.margin_micros, 151_400_000 - 136_000_000);
     // 15.4 / 151.4 = 10.1717 %.
     assert_eq!(f.margin_bp, Some(1_017));
-    // Floor: 22 replica-hours x 2 GPUs x $2 = $88 for 79.2M tokens of capacity; traffic fills
-    // 49.6M of it, so 29.6 / 79.2 of $88 = $32.888889 idles.
+    // Floor: 22 replica-hours x 2 GPUs x $2 = $88 for 79.2M tokens of capacity; the load fills
+    // 44.2M of it, so 35 / 79.2 of $88 = $38.888889 idles.
     assert_eq!(f.floor_cost_micros, 88_000_000);
-    assert_eq!(f.idle_floor_cost_micros, 32_888_889);
+    assert_eq!(f.idle_floor_cost_micros, 38_888_889);
 
     // The CLI prints the same figures.
     let json: Value = serde_json::from_str(
@@ -343,13 +345,13 @@ async fn every_figure_of_a_known_day_is_checked_by_hand(pool: PgPool) {
     .unwrap();
     let alpha = &json["bases"][0];
     assert_eq!(alpha["base"], "alpha");
-    assert_eq!(alpha["figures"]["duty_cycle_bp"], 4_052);
+    assert_eq!(alpha["figures"]["duty_cycle_bp"], 3_611);
     assert_eq!(alpha["figures"]["margin_micros"], 15_400_000);
-    assert_eq!(alpha["figures"]["idle_floor_cost_micros"], 32_888_889);
+    assert_eq!(alpha["figures"]["idle_floor_cost_micros"], 38_888_889);
     assert_eq!(alpha["cost"]["gpus_per_replica"], 2);
     let text = common::portal::admin(&pool, &["economics", "--day", "2026-11-10"]).await;
     assert!(text.contains("alpha on 2026-11-10"), "{text}");
-    assert!(text.contains("duty cycle (bp): 4052"), "{text}");
+    assert!(text.contains("duty cycle (bp): 3611"), "{text}");
 }
 
 #[sqlx::test(migrations = "../migrations")]
@@ -491,10 +493,11 @@ async fn the_page_sets_costs_with_csrf_and_computes_the_what_if(pool: PgPool) {
     let html = b.html("/admin/economics?day=2026-11-10").await;
     assert!(html.contains(r#"href="/admin/economics""#), "nav entry");
     assert!(html.contains(r#"data-base="alpha""#), "{html}");
+    // The duty cycle and idle floor weigh cached prompt tokens 0.1 (issue 36; see above).
     for shown in [
-        "40.52 %",
+        "36.11 %",
         "10.17 %",
-        "$32.888889",
+        "$38.888889",
         "$1.111111",
         "$2.741935",
         "22.00 h",
