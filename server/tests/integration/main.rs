@@ -19,6 +19,7 @@ mod cluster_cotenant;
 mod dockerfile;
 mod dynamo;
 mod economics;
+mod economics_advisor;
 mod fairness;
 mod fleet_contract;
 mod fleet_contract_sim;

@@ -7,7 +7,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may fail loudly
 
-mod common;
+use crate::common;
 
 use serde_json::Value;
 use sqlx::PgPool;
