@@ -213,7 +213,9 @@ impl TypedMeter {
                 self.error |= kind == "response.failed";
             }
             (Dialect::Responses, "error") | (Dialect::Anthropic, "error") => self.error = true,
-            (Dialect::Anthropic, "message_start" | "message_delta") => {
+            // Dynamo's frontend also puts its running usage on every `content_block_delta`
+            // (and the engine's prompt count, where its `message_start` had an estimate).
+            (Dialect::Anthropic, "message_start" | "message_delta" | "content_block_delta") => {
                 let u = if kind == "message_start" {
                     holder
                         .and_then(|h| h.usage.as_ref())
@@ -382,6 +384,17 @@ mod tests {
         let u = m.usage().unwrap();
         assert_eq!((u.prompt_tokens, u.completion_tokens), (10, 3));
         assert!(!m.usage_final() && !m.completed());
+        // Dynamo 1.6: `message_start` estimates the prompt (7), each delta carries the engine's
+        // running usage (input 11): a cut stream bills the engine's figures.
+        let m = feed(
+            Dialect::Anthropic,
+            &[
+                r#"{"type":"message_start","message":{"model":"m","usage":{"input_tokens":7}}}"#,
+                r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"x"},"usage":{"input_tokens":11,"output_tokens":1,"cache_creation_input_tokens":0,"total_tokens":12}}"#,
+            ],
+        );
+        let u = m.usage().unwrap();
+        assert_eq!((u.prompt_tokens, u.completion_tokens), (11, 1));
     }
 
     #[test]
