@@ -11,6 +11,7 @@ pub mod accounts;
 pub mod billing_ops;
 pub mod db;
 pub mod economics;
+pub mod endpoint;
 pub mod keys;
 pub mod money;
 pub mod operator;

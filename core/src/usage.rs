@@ -6,6 +6,8 @@ use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
+use crate::endpoint::Endpoint;
+
 /// How an event's counts were obtained.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, sqlx::Type)]
 #[sqlx(type_name = "text", rename_all = "snake_case")]
@@ -71,6 +73,13 @@ pub struct UsageEvent {
     pub prompt_tokens: i64,
     pub cached_tokens: i64,
     pub completion_tokens: i64,
+    /// Of `completion_tokens`, the reasoning (thinking) tokens the engine reported: billed as
+    /// output, shown as their own figure. 0 when the engine did not say (older journal records).
+    #[serde(default)]
+    pub reasoning_tokens: i64,
+    /// Which endpoint served it (older journal records lack it: chat, see [`Endpoint`]).
+    #[serde(default)]
+    pub endpoint: Endpoint,
     pub provenance: Provenance,
     pub status: UsageStatus,
     pub stream: bool,

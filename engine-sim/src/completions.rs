@@ -16,11 +16,13 @@ use crate::faults::Knobs;
 use crate::ledger::{LedgerEntry, LedgerGuard};
 use crate::openai::{ApiError, CompletionRequest, Usage};
 use crate::reply::{token_text, Reply};
+use crate::typed_reply::{Typed, TypedReply};
 use crate::{stream, tokenizer};
+use serde_json::Value;
 
 /// `POST /v1/chat/completions`.
 pub async fn chat(State(sim): State<Arc<Engine>>, headers: HeaderMap, body: Bytes) -> Response {
-    handle(sim, true, &headers, &body).await
+    handle(sim, Wire::Chat, &headers, &body).await
 }
 
 /// `POST /v1/completions`.
@@ -29,10 +31,33 @@ pub async fn completions(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    handle(sim, false, &headers, &body).await
+    handle(sim, Wire::Text, &headers, &body).await
 }
 
-async fn handle(engine: Arc<Engine>, chat: bool, headers: &HeaderMap, body: &[u8]) -> Response {
+/// `POST /v1/responses` (OpenAI Responses; nothing is stored: `store` is ignored).
+pub async fn responses(
+    State(sim): State<Arc<Engine>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    handle(sim, Wire::Typed(Typed::Responses), &headers, &body).await
+}
+
+/// `POST /v1/messages` (Anthropic Messages).
+pub async fn messages(State(sim): State<Arc<Engine>>, headers: HeaderMap, body: Bytes) -> Response {
+    handle(sim, Wire::Typed(Typed::Anthropic), &headers, &body).await
+}
+
+/// Which wire format a generation endpoint speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wire {
+    Chat,
+    Text,
+    Typed(Typed),
+}
+
+async fn handle(engine: Arc<Engine>, wire: Wire, headers: &HeaderMap, body: &[u8]) -> Response {
+    let chat = wire == Wire::Chat;
     let global = engine.faults();
     let entry = LedgerEntry {
         request_id: headers
@@ -46,6 +71,7 @@ async fn handle(engine: Arc<Engine>, chat: bool, headers: &HeaderMap, body: &[u8
         prompt_tokens: 0,
         cached_tokens: 0,
         completion_tokens: 0,
+        reasoning_tokens: 0,
         cancelled: false,
         died: false,
         status: 0,
@@ -65,7 +91,24 @@ async fn handle(engine: Arc<Engine>, chat: bool, headers: &HeaderMap, body: &[u8
     guard.entry.model.clone_from(&request.model);
     guard.entry.cache_salt.clone_from(&request.cache_salt);
     guard.entry.stream = request.stream.unwrap_or(false);
-    let prompt = if chat {
+    let prompt = if let Wire::Typed(typed) = wire {
+        let messages = match typed {
+            Typed::Responses => {
+                tokenizer::as_chat::responses(request.instructions.as_ref(), request.input.as_ref())
+            }
+            Typed::Anthropic => {
+                tokenizer::as_chat::anthropic(request.system.as_ref(), request.messages.as_ref())
+            }
+        };
+        let valid = match typed {
+            Typed::Responses => request
+                .input
+                .as_ref()
+                .is_some_and(|i| i.is_string() || i.is_array()),
+            Typed::Anthropic => request.messages.as_ref().is_some_and(Value::is_array),
+        };
+        valid.then(|| tokenizer::chat_prompt_ids(&messages))
+    } else if chat {
         request
             .messages
             .as_ref()
@@ -91,10 +134,10 @@ async fn handle(engine: Arc<Engine>, chat: bool, headers: &HeaderMap, body: &[u8
         return fail(&mut guard, error);
     }
     let Some(prompt_ids) = prompt else {
-        let what = if chat {
-            "`messages` must be an array"
-        } else {
-            "`prompt` must be a string or an array"
+        let what = match wire {
+            Wire::Chat | Wire::Typed(Typed::Anthropic) => "`messages` must be an array",
+            Wire::Typed(Typed::Responses) => "`input` must be a string or an array",
+            Wire::Text => "`prompt` must be a string or an array",
         };
         return fail(&mut guard, ApiError::bad_request(what, knobs.flat_errors));
     };
@@ -106,11 +149,13 @@ async fn handle(engine: Arc<Engine>, chat: bool, headers: &HeaderMap, body: &[u8
     };
     guard.entry.adapter = adapter;
 
-    let limit = if chat {
-        request.max_completion_tokens.or(request.max_tokens)
-    } else {
-        request.max_tokens
+    let limit = match wire {
+        Wire::Chat => request.max_completion_tokens.or(request.max_tokens),
+        Wire::Text | Wire::Typed(Typed::Anthropic) => request.max_tokens,
+        Wire::Typed(Typed::Responses) => request.max_output_tokens,
     };
+    // With `reasoning` set, the first half of the output counts as reasoning tokens.
+    let reasoning = request.reasoning.as_ref().is_some_and(|r| !r.is_null());
     let options = request.stream_options.unwrap_or_default();
     let reply = Reply {
         id: format!(
@@ -125,12 +170,45 @@ async fn handle(engine: Arc<Engine>, chat: bool, headers: &HeaderMap, body: &[u8
         continuous_usage: options.include_usage && options.continuous_usage_stats,
         usage_on_last_chunk: knobs.usage_on_last_chunk,
     };
-    let job = Job::new(engine, guard, prompt_ids, limit, &knobs);
+    let mut job = Job::new(engine, guard, prompt_ids, limit, &knobs);
+    job.reasoning = reasoning;
+    if let Wire::Typed(typed) = wire {
+        let typed = TypedReply::new(typed, reply.model, reply.created);
+        return if job.guard.entry.stream {
+            stream::typed_response(job, typed)
+        } else {
+            whole_typed(job, typed).await
+        };
+    }
     if job.guard.entry.stream {
         stream::response(job, reply)
     } else {
         whole(job, reply).await
     }
+}
+
+/// Generates the whole answer of a typed endpoint, then answers it.
+async fn whole_typed(mut job: Job, reply: TypedReply) -> Response {
+    job.prefill().await;
+    let mut text = String::with_capacity(job.target as usize * 5);
+    while job.produced() < job.target {
+        if job.dies_now() {
+            job.guard.entry.died = true;
+            job.guard.finish(0);
+            return broken_connection();
+        }
+        job.wait_next().await;
+        token_text(job.produced(), &mut text);
+        job.commit();
+    }
+    let body = reply.whole(&text, job.finish_reason, job.counts());
+    job.guard.finish(200);
+    let mut response = (StatusCode::OK, body).into_response();
+    response.headers_mut().insert(
+        axum::http::header::CONTENT_TYPE,
+        axum::http::HeaderValue::from_static("application/json"),
+    );
+    response
 }
 
 /// Generates the whole completion, then answers it (or breaks the connection on a death).

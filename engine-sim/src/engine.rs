@@ -98,6 +98,9 @@ pub struct Job {
     interval: Option<Duration>,
     ttft: Duration,
     last_token: Option<Instant>,
+    /// The request asked for reasoning: the first half of its output counts as reasoning
+    /// tokens (the ledger's `reasoning_tokens`).
+    pub reasoning: bool,
 }
 
 impl Job {
@@ -130,6 +133,7 @@ impl Job {
             interval,
             ttft,
             last_token: None,
+            reasoning: false,
         }
     }
 
@@ -181,11 +185,25 @@ impl Job {
     /// Counts one token as handed to the response; call in the same poll that hands it over.
     pub fn commit(&mut self) {
         self.guard.entry.completion_tokens += 1;
+        if self.reasoning {
+            self.guard.entry.reasoning_tokens = self.guard.entry.completion_tokens / 2;
+        }
         self.engine
             .generation_tokens_total
             .fetch_add(1, Ordering::Relaxed);
         if self.interval.is_some() {
             self.last_token = Some(Instant::now());
+        }
+    }
+
+    /// The counts so far, for the typed protocols' usage.
+    pub fn counts(&self) -> crate::typed_reply::Counts {
+        let e = &self.guard.entry;
+        crate::typed_reply::Counts {
+            prompt: e.prompt_tokens,
+            cached: e.cached_tokens,
+            completion: e.completion_tokens,
+            reasoning: e.reasoning_tokens,
         }
     }
 

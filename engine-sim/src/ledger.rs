@@ -28,6 +28,9 @@ pub struct LedgerEntry {
     pub cached_tokens: u32,
     /// Tokens actually produced (handed to the response body).
     pub completion_tokens: u32,
+    /// Of those, reasoning tokens (Responses with `reasoning` set: the first half).
+    #[serde(default)]
+    pub reasoning_tokens: u32,
     /// The client went away before the end.
     pub cancelled: bool,
     /// A fault killed the response.
@@ -127,6 +130,7 @@ mod tests {
             prompt_tokens: 5,
             cached_tokens: 0,
             completion_tokens: 0,
+            reasoning_tokens: 0,
             cancelled: false,
             died: false,
             status: 200,

@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 mod completions;
 mod config;
+mod embeddings;
 mod engine;
 mod faults;
 mod ledger;
@@ -21,6 +22,7 @@ mod reply;
 mod routes;
 mod stream;
 pub mod tokenizer;
+mod typed_reply;
 
 pub use config::SimConfig;
 pub use faults::GlobalFaults;

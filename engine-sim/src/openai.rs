@@ -29,6 +29,21 @@ pub struct CompletionRequest {
     /// Prompt (completions endpoint).
     #[serde(default)]
     pub prompt: Option<Value>,
+    /// Responses' input (a string or items).
+    #[serde(default)]
+    pub input: Option<Value>,
+    /// Responses' system prompt.
+    #[serde(default)]
+    pub instructions: Option<Value>,
+    /// Anthropic's system prompt (a string or text blocks).
+    #[serde(default)]
+    pub system: Option<Value>,
+    /// Responses' completion limit.
+    #[serde(default)]
+    pub max_output_tokens: Option<u32>,
+    /// Responses' reasoning options: when set, half the output is reasoning.
+    #[serde(default)]
+    pub reasoning: Option<Value>,
     /// Completion length limit.
     #[serde(default)]
     pub max_tokens: Option<u32>,

@@ -13,6 +13,7 @@ use bytes::Bytes;
 use crate::engine::Job;
 use crate::openai::{Usage, SSE_DONE};
 use crate::reply::{token_text, Reply};
+use crate::typed_reply::TypedReply;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
@@ -137,5 +138,80 @@ impl Generation {
     /// Final usage on the last content chunk when that knob is on.
     fn last_chunk_usage(&self) -> Option<Usage> {
         self.reply.usage_on_last_chunk.then(|| self.usage())
+    }
+}
+
+/// A typed-event stream (Responses, Anthropic Messages) being generated.
+#[derive(Debug)]
+struct TypedGeneration {
+    job: Job,
+    reply: TypedReply,
+    phase: Phase,
+    /// The whole text so far (Responses' final event repeats it).
+    text: String,
+    token: String,
+}
+
+/// The `200 text/event-stream` response of a typed endpoint; same lazy generation and ledger
+/// rules as [`response`].
+pub fn typed_response(mut job: Job, reply: TypedReply) -> Response {
+    job.guard.entry.status = 200;
+    let state = TypedGeneration {
+        job,
+        reply,
+        phase: Phase::Prefill,
+        text: String::new(),
+        token: String::with_capacity(16),
+    };
+    let body = futures::stream::unfold(state, |mut g| async move {
+        let item = g.step().await?;
+        Some((item, g))
+    });
+    let mut response = Response::new(Body::from_stream(body));
+    *response.status_mut() = StatusCode::OK;
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    response
+}
+
+impl TypedGeneration {
+    async fn step(&mut self) -> Option<Result<Bytes, io::Error>> {
+        match self.phase {
+            Phase::Prefill => {
+                self.job.prefill().await;
+                self.phase = Phase::Tokens;
+                Some(Ok(self.reply.start(self.job.counts())))
+            }
+            Phase::Tokens => {
+                if self.job.produced() >= self.job.target {
+                    self.job.guard.finish(200);
+                    self.phase = Phase::End;
+                    let counts = self.job.counts();
+                    return Some(Ok(self.reply.end(
+                        &self.text,
+                        self.job.finish_reason,
+                        counts,
+                    )));
+                }
+                if self.job.dies_now() {
+                    self.phase = Phase::End;
+                    self.job.guard.entry.died = true;
+                    self.job.guard.finish(200);
+                    tokio::task::yield_now().await;
+                    return Some(Err(io::Error::other("simulated engine death")));
+                }
+                self.job.wait_next().await;
+                self.token.clear();
+                token_text(self.job.produced(), &mut self.token);
+                self.text.push_str(&self.token);
+                self.job.commit();
+                Some(Ok(self.reply.delta(&self.token)))
+            }
+            Phase::Usage | Phase::Done | Phase::End => None,
+        }
     }
 }

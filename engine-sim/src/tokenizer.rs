@@ -23,6 +23,8 @@
 
 use serde_json::Value;
 
+pub mod as_chat;
+
 /// The simulator's tokenizer as a Hugging Face `tokenizer.json`, for the simulated bases.
 pub const TOKENIZER_JSON: &str = include_str!("../tokenizer.json");
 

@@ -111,6 +111,8 @@ fn main() {
             continuous_usage: true,
             denied_fields: Some(tokenfactory::engine_policy::EnginePolicy::denied_except(&["sim"])),
             prompt_estimator: tokenfactory::engine_policy::PromptEstimator::SimWords,
+            kind: tf_core::endpoint::ModelKind::Chat,
+            nvext_allowed: None,
         };
         fleet::register_bases(&pool, "static", &[reg]).await.unwrap();
         // 1 micro per request, estimated or used: 7 prompt tokens at 1/7 micro each (half-up to

@@ -219,6 +219,8 @@ async fn setup_gateway(sim: SocketAddr) -> Gw {
                 "sim",
             ])),
             prompt_estimator: tokenfactory::engine_policy::PromptEstimator::SimWords,
+            kind: tf_core::endpoint::ModelKind::Chat,
+            nvext_allowed: None,
         }],
     )
     .await

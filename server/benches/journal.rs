@@ -34,6 +34,8 @@ fn event(tenant: Uuid) -> UsageEvent {
         prompt_tokens: 512,
         cached_tokens: 256,
         completion_tokens: 128,
+        reasoning_tokens: 0,
+        endpoint: tokenfactory::endpoint::Endpoint::Chat,
         provenance: Provenance::Engine,
         status: UsageStatus::Ok,
         stream: true,

@@ -68,6 +68,8 @@ fn event(
         prompt_tokens: prompt,
         cached_tokens: rng.below(prompt as u64 + 1) as i64,
         completion_tokens: rng.below(1_000) as i64,
+        reasoning_tokens: 0,
+        endpoint: tokenfactory::endpoint::Endpoint::Chat,
         provenance: Provenance::Engine,
         status: if rng.below(50) == 0 {
             UsageStatus::ClientAbort
@@ -261,6 +263,8 @@ fn main() {
                 continuous_usage: true,
                 denied_fields: None,
                 prompt_estimator: "byte-bound",
+                kind: "chat",
+                nvext_allowed: None,
             })
             .collect();
         tf_core::db::catalog::upsert_bases(&pool, "static", &bases).await.unwrap();

@@ -58,6 +58,14 @@ pub const DEMO_RATES: tf_core::money::Rates = tf_core::money::Rates {
     output_per_m: 600_000,
 };
 
+/// The demo's price of its embedding base: input only (an embedding generates nothing), a tenth
+/// of the chat bases' fresh input.
+pub const DEMO_EMBEDDING_RATES: tf_core::money::Rates = tf_core::money::Rates {
+    fresh_per_m: 20_000,
+    cached_per_m: 20_000,
+    output_per_m: 0,
+};
+
 pub fn random_password() -> String {
     Alphanumeric.sample_string(&mut rand::rngs::OsRng, 16)
 }
@@ -133,9 +141,13 @@ async fn price_book(pool: &PgPool) -> anyhow::Result<()> {
         .into_iter()
         .filter(|k| !priced.contains(k))
         .map(|price_key| NewPrice {
+            rates: if price_key == local_sim::EMBEDDING_BASE {
+                DEMO_EMBEDDING_RATES
+            } else {
+                DEMO_RATES
+            },
             price_key,
             tier: "standard".to_owned(),
-            rates: DEMO_RATES,
         })
         .collect();
     if !missing.is_empty() {

@@ -1,17 +1,4 @@
-//! The OpenAI endpoints the gateway serves and forwards to.
+//! The endpoints the gateway serves and forwards to: one enum, shared with `tf_core` (the usage
+//! event stores its name).
 
-/// Which OpenAI endpoint.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Endpoint {
-    Chat,
-    Completions,
-}
-
-impl Endpoint {
-    pub fn path(self) -> &'static str {
-        match self {
-            Self::Chat => "/chat/completions",
-            Self::Completions => "/completions",
-        }
-    }
-}
+pub use tf_core::endpoint::Endpoint;

@@ -22,6 +22,32 @@ const DEFAULT_DENIED_FIELDS: &[&str] = &[
     "sim",
 ];
 
+/// The `nvext` keys kept unless a base lists its own set (`base_models.nvext_allowed`); every
+/// other key of the nested object is stripped before forwarding. Kept: sampling and guided
+/// decoding extras Dynamo reads (a tenant's own output, nobody else's), `annotations` (asks the
+/// frontend for extra events) and `token_data` (token ids used as the prompt; admission counts
+/// them). Stripped by default, among others:
+/// - `backend_instance_id`, `prefill_worker_id`, `decode_worker_id`: pin a request to a worker,
+///   bypassing the router (a tenant could pile onto, or probe, one worker).
+/// - `agent_hints`: scheduler priority, latency sensitivity, speculative prefill: queue-jumping,
+///   like the top-level `priority`.
+/// - `cache_salt`: the gateway writes its own (see `gateway::request`).
+const DEFAULT_NVEXT_ALLOWED: &[&str] = &[
+    "top_k",
+    "min_p",
+    "repetition_penalty",
+    "ignore_eos",
+    "greed_sampling",
+    "guided_json",
+    "guided_regex",
+    "guided_grammar",
+    "guided_choice",
+    "guided_decoding_backend",
+    "guided_whitespace_pattern",
+    "annotations",
+    "token_data",
+];
+
 /// How a prompt's tokens are estimated before the engine reports them when the base has no
 /// `tokenizer.json` of its own (with one, [`crate::base_tokenizer::BaseTokenizer`] counts them).
 /// No such estimate is exact for a real engine, so each use errs on its safe side: admission
@@ -62,6 +88,8 @@ impl PromptEstimator {
 pub struct EnginePolicy {
     /// Top-level body fields removed before forwarding.
     pub denied_fields: Vec<String>,
+    /// The `nvext` keys forwarded; every other key of `nvext` is removed.
+    pub nvext_allowed: Vec<String>,
     /// The fallback estimator, used when the base has no tokenizer.
     pub estimator: PromptEstimator,
     /// The base's own tokenizer (its `tokenizer.json`), shared by every route on the base.
@@ -75,6 +103,7 @@ impl Default for EnginePolicy {
                 .iter()
                 .map(|f| (*f).to_owned())
                 .collect(),
+            nvext_allowed: Self::default_nvext_allowed(),
             estimator: PromptEstimator::default(),
             tokenizer: None,
         }
@@ -86,9 +115,27 @@ impl EnginePolicy {
     pub fn new(denied: Option<Vec<String>>, estimator: PromptEstimator) -> Self {
         Self {
             denied_fields: denied.unwrap_or_else(|| Self::default().denied_fields),
+            nvext_allowed: Self::default_nvext_allowed(),
             estimator,
             tokenizer: None,
         }
+    }
+
+    /// This policy with the base's own `nvext` allow-list (`None`: the default one).
+    #[must_use]
+    pub fn with_nvext_allowed(mut self, allowed: Option<Vec<String>>) -> Self {
+        if let Some(allowed) = allowed {
+            self.nvext_allowed = allowed;
+        }
+        self
+    }
+
+    /// The default `nvext` allow-list (what a base without its own list forwards).
+    pub fn default_nvext_allowed() -> Vec<String> {
+        DEFAULT_NVEXT_ALLOWED
+            .iter()
+            .map(|f| (*f).to_owned())
+            .collect()
     }
 
     /// This policy with the base's own tokenizer.

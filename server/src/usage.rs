@@ -18,6 +18,14 @@ pub struct Usage {
     pub completion_tokens: u64,
     #[serde(default)]
     pub prompt_tokens_details: Option<PromptDetails>,
+    #[serde(default)]
+    pub completion_tokens_details: Option<CompletionDetails>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+pub struct CompletionDetails {
+    #[serde(default)]
+    pub reasoning_tokens: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -32,6 +40,14 @@ impl Usage {
             .and_then(|d| d.cached_tokens)
             .unwrap_or(0)
             .min(self.prompt_tokens)
+    }
+
+    /// Reasoning tokens, part of the completion (never counted above it).
+    pub fn reasoning_tokens(&self) -> u64 {
+        self.completion_tokens_details
+            .and_then(|d| d.reasoning_tokens)
+            .unwrap_or(0)
+            .min(self.completion_tokens)
     }
 }
 

@@ -15,6 +15,10 @@ pub struct BaseUpsert<'a> {
     pub denied_fields: Option<&'a [String]>,
     /// The stored name of the prompt estimator (`byte-bound`, `sim-words`).
     pub prompt_estimator: &'a str,
+    /// The stored name of the base's kind (`chat`, `embedding`).
+    pub kind: &'a str,
+    /// `None`: the gateway's default `nvext` allow-list.
+    pub nvext_allowed: Option<&'a [String]>,
 }
 
 /// Upserts `bases` of `fleet` in one transaction; a base that moved (new port) gets its new URL.
@@ -28,12 +32,13 @@ pub async fn upsert_bases(
     for b in bases {
         sqlx::query!(
             "INSERT INTO base_models (id, name, graph, fleet, upstream_url, upstream_model, continuous_usage, price_key,
-                 denied_fields, prompt_estimator)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $2, $8, $9)
+                 denied_fields, prompt_estimator, kind, nvext_allowed)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $2, $8, $9, $10, $11)
              ON CONFLICT (name) DO UPDATE SET graph = EXCLUDED.graph, fleet = EXCLUDED.fleet,
                  upstream_url = EXCLUDED.upstream_url, upstream_model = EXCLUDED.upstream_model,
                  continuous_usage = EXCLUDED.continuous_usage, denied_fields = EXCLUDED.denied_fields,
-                 prompt_estimator = EXCLUDED.prompt_estimator",
+                 prompt_estimator = EXCLUDED.prompt_estimator, kind = EXCLUDED.kind,
+                 nvext_allowed = EXCLUDED.nvext_allowed",
             Uuid::now_v7(),
             b.name,
             b.graph,
@@ -43,6 +48,8 @@ pub async fn upsert_bases(
             b.continuous_usage,
             b.denied_fields as Option<&[String]>,
             b.prompt_estimator,
+            b.kind,
+            b.nvext_allowed as Option<&[String]>,
         )
         .execute(&mut *tx)
         .await?;
@@ -104,6 +111,9 @@ pub struct RouteRow {
     pub continuous_usage: bool,
     pub denied_fields: Option<Vec<String>>,
     pub prompt_estimator: String,
+    /// `chat` or `embedding` (`base_models.kind`).
+    pub kind: String,
+    pub nvext_allowed: Option<Vec<String>>,
     /// Unix seconds (OpenAI's `created`).
     pub created: i64,
     /// `ready`, `starting` (answered 503 with `retry-after` until it is ready), or an idle
@@ -127,7 +137,7 @@ pub async fn routes(pool: &PgPool) -> sqlx::Result<Vec<RouteRow>> {
                   b.upstream_model AS "upstream_model!", b.price_key AS "price_key!",
                   b.shared_cache AS "shared_cache!", b.continuous_usage AS "continuous_usage!",
                   b.denied_fields AS "denied_fields?", b.prompt_estimator AS "prompt_estimator!",
-                  extract(epoch FROM b.created_at)::bigint AS "created!", 'ready' AS "state!",
+                  b.kind AS "kind!", b.nvext_allowed AS "nvext_allowed?", extract(epoch FROM b.created_at)::bigint AS "created!", 'ready' AS "state!",
                   COALESCE(g.state IN ('asleep', 'waking'), false) AS "asleep!",
                   COALESCE(g.wake_failures, 0) AS "wake_failures!"
            FROM base_models b LEFT JOIN graphs g ON g.base_model_id = b.id
@@ -135,7 +145,7 @@ pub async fn routes(pool: &PgPool) -> sqlx::Result<Vec<RouteRow>> {
            UNION ALL
            SELECT a.name, a.tenant_id, b.name, a.id, a.version, b.graph, b.upstream_url, a.upstream_model,
                   a.price_key, a.shared_cache, b.continuous_usage, b.denied_fields, b.prompt_estimator,
-                  extract(epoch FROM a.created_at)::bigint, a.state,
+                  b.kind, b.nvext_allowed, extract(epoch FROM a.created_at)::bigint, a.state,
                   COALESCE(g.state IN ('asleep', 'waking'), false)
                       OR a.state IN ('unloading', 'unloaded', 'reloading'),
                   COALESCE(g.wake_failures, 0) + a.reload_failures

@@ -26,6 +26,9 @@ pub struct TemplateRow {
     pub allow_dora: bool,
     /// `None`: always on; else the graph sleeps (zero replicas) after this many idle seconds.
     pub idle_after_secs: Option<i32>,
+    /// `chat` or `embedding` (stored on the base, `base_models.kind`: every base has one, also
+    /// those without a template): which endpoints may call it.
+    pub kind: String,
 }
 
 /// A base the controller manages, with its template and its graph as last observed.
@@ -78,10 +81,11 @@ pub async fn offer_base(
     let mut tx = pool.begin().await?;
     let id = sqlx::query_scalar!(
         "INSERT INTO base_models (id, name, graph, fleet, upstream_url, upstream_model, price_key,
-             offered, prompt_estimator)
-         VALUES ($1, $2, $3, $4, '', $2, $2, $5, $6)
+             offered, prompt_estimator, kind)
+         VALUES ($1, $2, $3, $4, '', $2, $2, $5, $6, $7)
          ON CONFLICT (name) DO UPDATE SET graph = EXCLUDED.graph, fleet = EXCLUDED.fleet,
-             offered = EXCLUDED.offered, prompt_estimator = EXCLUDED.prompt_estimator
+             offered = EXCLUDED.offered, prompt_estimator = EXCLUDED.prompt_estimator,
+             kind = EXCLUDED.kind
          RETURNING id",
         Uuid::now_v7(),
         name,
@@ -89,6 +93,7 @@ pub async fn offer_base(
         fleet,
         offered,
         prompt_estimator,
+        t.kind,
     )
     .fetch_one(&mut *tx)
     .await?;
@@ -131,7 +136,7 @@ pub async fn offer_base(
 /// Every base with a template, and its graph row if any.
 pub async fn templated_bases(db: impl PgExecutor<'_>) -> sqlx::Result<Vec<TemplatedBase>> {
     let rows = sqlx::query!(
-        r#"SELECT b.id, b.name, b.graph, b.fleet, b.offered, b.upstream_url,
+        r#"SELECT b.id, b.name, b.graph, b.fleet, b.offered, b.upstream_url, b.kind,
                   t.model, t.image, t.tensor_parallel_size, t.quantization, t.max_loras, t.max_lora_rank,
                   t.extra_args, t.gpus_per_replica, t.replicas_min, t.replicas_max, t.env_from_secret,
                   t.config_json, t.tokenizer_json, t.allow_dora, t.idle_after_secs,
@@ -173,6 +178,7 @@ pub async fn templated_bases(db: impl PgExecutor<'_>) -> sqlx::Result<Vec<Templa
                 tokenizer_json: r.tokenizer_json,
                 allow_dora: r.allow_dora,
                 idle_after_secs: r.idle_after_secs,
+                kind: r.kind,
             },
             graph_state: r.graph_state,
             replicas_desired: r.replicas_desired,

@@ -113,6 +113,8 @@ mod tests {
             prompt_tokens: q.0 + q.1,
             cached_tokens: q.1,
             completion_tokens: q.2,
+            reasoning_tokens: 0,
+            endpoint: crate::endpoint::Endpoint::Chat,
             provenance: Provenance::Engine,
             status: UsageStatus::Ok,
             stream: false,

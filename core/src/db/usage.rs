@@ -5,6 +5,7 @@ use sqlx::PgPool;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
+use crate::endpoint::Endpoint;
 use crate::usage::{Provenance, UsageEvent, UsageStatus};
 
 /// Inserts events in one statement; events already stored are skipped. Returns rows inserted.
@@ -20,10 +21,10 @@ pub async fn insert_batch(pool: &PgPool, events: &[UsageEvent]) -> sqlx::Result<
     let done = sqlx::query!(
         "INSERT INTO usage_events (request_id, tenant_id, api_key_id, served_name, base_model, adapter, graph,
              price_key, prompt_tokens, cached_tokens, completion_tokens, provenance, status, stream, ttft_ms,
-             duration_ms, started_at)
+             duration_ms, started_at, reasoning_tokens, endpoint)
          SELECT * FROM UNNEST($1::uuid[], $2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::text[],
              $7::text[], $8::text[], $9::int8[], $10::int8[], $11::int8[], $12::text[], $13::text[],
-             $14::bool[], $15::int4[], $16::int4[], $17::timestamptz[])
+             $14::bool[], $15::int4[], $16::int4[], $17::timestamptz[], $18::int8[], $19::text[])
          ON CONFLICT (request_id) DO NOTHING",
         &col(events, |e| e.request_id),
         &col(events, |e| e.tenant_id),
@@ -42,6 +43,8 @@ pub async fn insert_batch(pool: &PgPool, events: &[UsageEvent]) -> sqlx::Result<
         &col(events, |e| e.ttft_ms) as &[Option<i32>],
         &col(events, |e| e.duration_ms),
         &col(events, |e| e.started_at),
+        &col(events, |e| e.reasoning_tokens),
+        &col(events, |e| e.endpoint.as_str()) as &[&str],
     )
     .execute(pool)
     .await?;
@@ -58,7 +61,8 @@ pub async fn list(
     sqlx::query_as!(
         UsageEvent,
         r#"SELECT request_id, tenant_id, api_key_id, served_name, base_model, adapter, graph, price_key,
-                  prompt_tokens, cached_tokens, completion_tokens,
+                  prompt_tokens, cached_tokens, completion_tokens, reasoning_tokens,
+                  endpoint AS "endpoint: Endpoint",
                   provenance AS "provenance: Provenance", status AS "status: UsageStatus",
                   stream, ttft_ms, duration_ms, started_at
            FROM usage_events

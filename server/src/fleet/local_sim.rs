@@ -6,6 +6,7 @@
 use serde_json::{json, Value};
 use sqlx::PgPool;
 use tf_core::db::lifecycle::{offer_base, TemplateRow};
+use tf_core::endpoint::ModelKind;
 use tf_engine_sim::SimConfig;
 
 use crate::engine_policy::PromptEstimator;
@@ -16,6 +17,8 @@ pub const DEMO_BASE: &str = "llama-3.1-8b-sim";
 const OTHER_BASE: &str = "qwen-2.5-7b-sim";
 /// The simulated bases and their replicas.
 pub const BASES: [(&str, i32); 2] = [(DEMO_BASE, 2), (OTHER_BASE, 1)];
+/// The simulated embedding base (one replica), served on `/v1/embeddings` beside the chat bases.
+pub const EMBEDDING_BASE: &str = "bge-small-sim";
 /// GPUs a simulated replica says it takes.
 pub const GPUS_PER_REPLICA: i32 = 1;
 /// The demo tenant's adapters on [`DEMO_BASE`] (served names).
@@ -51,7 +54,13 @@ pub fn sim_base_config() -> Value {
 
 /// The serving template of a simulated base with `replicas` replicas.
 pub fn template(base: &str, replicas: i32) -> TemplateRow {
+    let kind = if base == EMBEDDING_BASE {
+        ModelKind::Embedding
+    } else {
+        ModelKind::Chat
+    };
     TemplateRow {
+        kind: kind.as_str().to_owned(),
         model: model_id(base),
         image: String::new(),
         tensor_parallel_size: 1,
@@ -72,7 +81,7 @@ pub fn template(base: &str, replicas: i32) -> TemplateRow {
 
 /// Offers the simulated bases (idempotent); the controller starts their graphs.
 pub async fn offer(pool: &PgPool) -> sqlx::Result<()> {
-    for (name, replicas) in BASES {
+    for (name, replicas) in BASES.into_iter().chain([(EMBEDDING_BASE, 1)]) {
         offer_base(
             pool,
             "local-sim",

@@ -60,6 +60,10 @@ pub struct BaseRegistration {
     pub denied_fields: Option<Vec<String>>,
     /// How prompts are counted before the engine reports them.
     pub prompt_estimator: PromptEstimator,
+    /// A chat (generating) or an embedding model: which endpoints may call it.
+    pub kind: tf_core::endpoint::ModelKind,
+    /// The `nvext` keys tenants may set (`None`: the gateway's default allow-list).
+    pub nvext_allowed: Option<Vec<String>>,
 }
 
 /// Upserts the bases a backend serves; a base that moved (new port) gets its new URL.
@@ -78,6 +82,8 @@ pub async fn register_bases(
             continuous_usage: b.continuous_usage,
             denied_fields: b.denied_fields.as_deref(),
             prompt_estimator: b.prompt_estimator.as_str(),
+            kind: b.kind.as_str(),
+            nvext_allowed: b.nvext_allowed.as_deref(),
         })
         .collect();
     catalog::upsert_bases(pool, fleet, &rows).await

@@ -37,6 +37,12 @@ struct StaticBase {
     denied_fields: Option<Vec<String>>,
     /// `byte-bound` (default, any real engine) or `sim-words` (the engine simulator).
     prompt_estimator: Option<String>,
+    /// `chat` (default) or `embedding`: which endpoints may call the base.
+    #[serde(default)]
+    kind: Option<String>,
+    /// The `nvext` keys tenants may set (default: the gateway's allow-list).
+    #[serde(default)]
+    nvext_allowed: Option<Vec<String>>,
 }
 
 fn yes() -> bool {
@@ -104,6 +110,12 @@ pub fn parse(text: &str) -> anyhow::Result<Vec<BaseRegistration>> {
                     )
                 })?,
             };
+            let kind = match b.kind.as_deref() {
+                None => tf_core::endpoint::ModelKind::default(),
+                Some(name) => tf_core::endpoint::ModelKind::parse(name).with_context(|| {
+                    format!("{row}: kind {name:?} must be \"chat\" or \"embedding\"")
+                })?,
+            };
             Ok(BaseRegistration {
                 graph: b.graph.unwrap_or_else(|| b.name.clone()),
                 upstream_model: b.upstream_model.unwrap_or_else(|| b.name.clone()),
@@ -112,6 +124,8 @@ pub fn parse(text: &str) -> anyhow::Result<Vec<BaseRegistration>> {
                 continuous_usage: b.continuous_usage,
                 denied_fields: b.denied_fields,
                 prompt_estimator,
+                kind,
+                nvext_allowed: b.nvext_allowed,
             })
         })
         .collect()

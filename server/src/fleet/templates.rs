@@ -26,6 +26,7 @@
 //! offered: true                        # the bare base is served to every tenant (default:
 //!                                      # false: its GPUs start with its first started adapter)
 //! prompt_estimator: byte-bound         # the fallback without a tokenizer
+//! kind: chat                           # or embedding (served on /v1/embeddings only)
 //! ```
 //!
 //! Any problem (unreadable file, unknown field, a rank vLLM refuses, a `tokenizer.json` the
@@ -90,6 +91,9 @@ pub struct TemplateFile {
     pub offered: bool,
     #[serde(default)]
     pub prompt_estimator: Option<String>,
+    /// `chat` (default) or `embedding`: which endpoints may call the base.
+    #[serde(default)]
+    pub kind: Option<String>,
 }
 
 fn one() -> u32 {
@@ -218,6 +222,11 @@ fn resolve(f: TemplateFile, path: &Path) -> Result<BaseTemplate, String> {
         Some(name) => PromptEstimator::parse(name)
             .ok_or_else(|| format!("unknown prompt_estimator {name:?}"))?,
     };
+    let kind = match f.kind.as_deref() {
+        None => tf_core::endpoint::ModelKind::default(),
+        Some(name) => tf_core::endpoint::ModelKind::parse(name)
+            .ok_or_else(|| format!("unknown kind {name:?} (chat or embedding)"))?,
+    };
     let config_json = document(&f.config_json, dir, "config_json")?;
     if !config_json.is_object() {
         return Err("config_json is not a JSON object".into());
@@ -253,6 +262,7 @@ fn resolve(f: TemplateFile, path: &Path) -> Result<BaseTemplate, String> {
             .map(|s| int(s.into(), "idle_after_secs"))
             .transpose()?
             .filter(|s| *s > 0),
+        kind: kind.as_str().to_owned(),
     };
     Ok(BaseTemplate {
         base: f.base.trim().to_owned(),

@@ -367,16 +367,28 @@ impl KeyCache {
 }
 
 /// The key from `Authorization: Bearer <key>`.
+/// The key: `Authorization: Bearer`, else `x-api-key` (how Anthropic's clients send it; the
+/// same key, looked up the same way).
 fn bearer(headers: &HeaderMap) -> Option<&str> {
-    let value = headers
-        .get(axum::http::header::AUTHORIZATION)?
-        .to_str()
-        .ok()?;
-    let (scheme, key) = value.trim().split_once(' ')?;
-    scheme
-        .eq_ignore_ascii_case("bearer")
-        .then(|| key.trim())
-        .filter(|k| !k.is_empty())
+    let from_authorization = || {
+        let value = headers
+            .get(axum::http::header::AUTHORIZATION)?
+            .to_str()
+            .ok()?;
+        let (scheme, key) = value.trim().split_once(' ')?;
+        scheme
+            .eq_ignore_ascii_case("bearer")
+            .then(|| key.trim())
+            .filter(|k| !k.is_empty())
+    };
+    from_authorization().or_else(|| {
+        headers
+            .get("x-api-key")?
+            .to_str()
+            .ok()
+            .map(str::trim)
+            .filter(|k| !k.is_empty())
+    })
 }
 
 #[cfg(test)]

@@ -21,6 +21,7 @@ use crate::metering::assemble::{self, Failure, Shape};
 use crate::metering::context::{settle, MeterContext, Pending};
 use crate::metering::meter::{ClientWants, StreamMeter};
 use crate::metering::stream::{EngineBody, MeteredStream, Silence};
+use crate::metering::typed::Dialect;
 use crate::metering::whole::{self, WholeLimits, WholeOutcome};
 use crate::usage::UsageStatus;
 
@@ -134,7 +135,10 @@ pub async fn run(x: Exchange, ctx: MeterContext) -> Reply {
                 continuous: false,
             }
         };
-        let meter = StreamMeter::new(wants).with_served_model(&ctx.event.served_name);
+        let dialect = Dialect::of(x.endpoint);
+        let meter = StreamMeter::new(wants)
+            .with_served_model(&ctx.event.served_name)
+            .with_dialect(dialect);
         let silence = Silence {
             first: chunk_timeout.max(x.upstream.first_byte_timeout),
             between: chunk_timeout,
@@ -145,7 +149,8 @@ pub async fn run(x: Exchange, ctx: MeterContext) -> Reply {
         }
         let shape = match x.endpoint {
             Endpoint::Chat => Shape::Chat,
-            Endpoint::Completions => Shape::Text,
+            Endpoint::Completions | Endpoint::Embeddings => Shape::Text,
+            Endpoint::Responses | Endpoint::Messages => Shape::Typed(dialect),
         };
         // INVARIANT: a client that hangs up meanwhile drops this future and the stream with it,
         // which cancels the engine and bills what it produced (test:
@@ -167,7 +172,8 @@ pub async fn run(x: Exchange, ctx: MeterContext) -> Reply {
         let limits = WholeLimits {
             max_bytes: x.max_body_bytes,
             read_timeout: chunk_timeout,
-            stream_requested: true,
+            // Embeddings are asked for JSON: their JSON is the answer, not an engine's error.
+            stream_requested: x.endpoint.generates(),
         };
         let status = upstream.status;
         let content_type = upstream.headers.get(http::header::CONTENT_TYPE).cloned();

@@ -38,6 +38,18 @@ pub async fn completions(State(gw): State<Gateway>, req: Request) -> Response {
     serve(gw, Endpoint::Completions, req).await
 }
 
+pub async fn embeddings(State(gw): State<Gateway>, req: Request) -> Response {
+    serve(gw, Endpoint::Embeddings, req).await
+}
+
+pub async fn responses(State(gw): State<Gateway>, req: Request) -> Response {
+    serve(gw, Endpoint::Responses, req).await
+}
+
+pub async fn messages(State(gw): State<Gateway>, req: Request) -> Response {
+    serve(gw, Endpoint::Messages, req).await
+}
+
 /// The client's address, for the key-failure limiter (absent when served without one, as in a
 /// router driven directly).
 fn client_addr(extensions: &axum::http::Extensions) -> Option<std::net::IpAddr> {
@@ -49,7 +61,7 @@ fn client_addr(extensions: &axum::http::Extensions) -> Option<std::net::IpAddr> 
 pub async fn models(State(gw): State<Gateway>, req: Request) -> Response {
     let response = list_models(&gw, req).await;
     gw.metrics.answered(
-        2,
+        crate::telemetry::requests::MODELS,
         None,
         response.status().as_u16(),
         response.extensions().get::<ErrorLabel>().copied(),
@@ -84,7 +96,7 @@ async fn list_models(gw: &Gateway, req: Request) -> Response {
 pub async fn unknown_route() -> Response {
     (
         StatusCode::NOT_FOUND,
-        axum::Json(json!({"error": {"message": "Unknown request URL. Supported: /v1/chat/completions, /v1/completions, /v1/models.", "type": "invalid_request_error", "param": null, "code": "unknown_url"}})),
+        axum::Json(json!({"error": {"message": "Unknown request URL. Supported: /v1/chat/completions, /v1/completions, /v1/responses, /v1/embeddings, /v1/messages, /v1/models.", "type": "invalid_request_error", "param": null, "code": "unknown_url"}})),
     )
         .into_response()
 }
@@ -98,16 +110,12 @@ async fn serve(gw: Gateway, endpoint: Endpoint, req: Request) -> Response {
     let mut response = async {
         handle(gw.clone(), endpoint, req, id, &mut model)
             .await
-            .unwrap_or_else(IntoResponse::into_response)
+            .unwrap_or_else(|e| super::envelope::render(endpoint, e))
     }
     .instrument(span)
     .await;
-    let endpoint_label = match endpoint {
-        Endpoint::Chat => 0,
-        Endpoint::Completions => 1,
-    };
     gw.metrics.answered(
-        endpoint_label,
+        endpoint.index(),
         model.as_deref(),
         response.status().as_u16(),
         response.extensions().get::<ErrorLabel>().copied(),
@@ -133,6 +141,7 @@ async fn handle(
         .await?;
     let body = body::read(&headers, body, gw.max_body_bytes, gw.body_timing).await?;
     let req = request::parse(&body)?;
+    req.refuse_engine_state(endpoint)?;
     let route = gw
         .routes
         .snapshot()
@@ -140,8 +149,17 @@ async fn handle(
         .cloned()
         .ok_or_else(|| GatewayError::model_not_found(&req.model))?;
     *model = Some(gw.metrics.model(&route.base));
+    if !endpoint.serves(route.kind) {
+        return Err(wrong_kind(endpoint, &route.served_name));
+    }
     if route.starting {
         return Err(GatewayError::ModelStarting(route.served_name.clone()));
+    }
+    if req.stream && !endpoint.generates() {
+        return Err(GatewayError::bad_request(
+            "Embeddings are not streamed: 'stream' must be false or absent.",
+            Some("stream"),
+        ));
     }
     let (stream, wants, raw) = (req.stream, req.wants, body.clone());
     let default_cap = gw.quota.default_max_tokens();
@@ -159,6 +177,8 @@ async fn handle(
         prompt_tokens: 0,
         cached_tokens: 0,
         completion_tokens: 0,
+        reasoning_tokens: 0,
+        endpoint,
         provenance: Provenance::Estimated,
         status: UsageStatus::Ok,
         stream,
@@ -173,7 +193,12 @@ async fn handle(
         graph: &route.graph,
         price_key: &route.price_key,
         // The same integer the engine reads: the request's own, else the cap sent upstream.
-        max_tokens: Some(req.max_tokens(endpoint).unwrap_or(default_cap)),
+        // Embeddings generate nothing: no completion to reserve for.
+        max_tokens: Some(if endpoint.generates() {
+            req.max_tokens(endpoint).unwrap_or(default_cap)
+        } else {
+            0
+        }),
         sequences: req.sequences(),
     };
     // Computed at most once, for admission and the in-flight record.
@@ -245,7 +270,7 @@ async fn handle(
             if let Some(c) = capture {
                 c.finish(&Bytes::new());
             }
-            e.into_response()
+            super::envelope::render(endpoint, e)
         }
         Reply::Stream(stream) => {
             // The body is polled after this handler returns: its log lines keep the request span.
@@ -279,6 +304,18 @@ async fn handle(
         super::rate_headers::apply(&h, response.headers_mut());
     }
     Ok(response)
+}
+
+/// The 400 for a name whose base is the other kind (a chat model on `/v1/embeddings`, an
+/// embedding model elsewhere): said before anything is forwarded or admitted, so nothing is
+/// billed. The name is one the tenant may use, so saying what it is leaks nothing.
+fn wrong_kind(endpoint: Endpoint, name: &str) -> GatewayError {
+    let message = if endpoint.generates() {
+        format!("The model '{name}' is an embedding model: call it on /v1/embeddings.")
+    } else {
+        format!("The model '{name}' is not an embedding model: /v1/embeddings serves embedding models only.")
+    };
+    GatewayError::bad_request(message, Some("model"))
 }
 
 /// Holds an admitted request while its model's graph wakes (`super::hold`). A client that hangs

@@ -4,6 +4,7 @@
 pub mod activity;
 pub mod auth;
 pub(crate) mod body;
+pub(crate) mod envelope;
 pub(crate) mod error;
 pub(crate) mod exchange;
 mod handlers;
@@ -34,6 +35,18 @@ pub fn router(gateway: Gateway) -> Router {
         .route(
             "/v1/completions",
             post(handlers::completions).fallback(only("POST")),
+        )
+        .route(
+            "/v1/responses",
+            post(handlers::responses).fallback(only("POST")),
+        )
+        .route(
+            "/v1/messages",
+            post(handlers::messages).fallback(only("POST")),
+        )
+        .route(
+            "/v1/embeddings",
+            post(handlers::embeddings).fallback(only("POST")),
         )
         .route("/v1/models", get(handlers::models).fallback(only("GET")))
         .route("/v1/{*rest}", axum::routing::any(handlers::unknown_route))

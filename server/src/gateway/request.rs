@@ -47,6 +47,8 @@ pub struct Bounds {
     pub max_completion_tokens: Option<u64>,
     pub n: Option<u64>,
     pub best_of: Option<u64>,
+    /// Responses' completion limit.
+    pub max_output_tokens: Option<u64>,
 }
 
 impl Bounds {
@@ -56,6 +58,7 @@ impl Bounds {
             max_completion_tokens: integer(body, "max_completion_tokens", 1, MAX_COMPLETION_LIMIT)?,
             n: integer(body, "n", 1, MAX_SEQUENCES)?,
             best_of: integer(body, "best_of", 1, MAX_SEQUENCES)?,
+            max_output_tokens: integer(body, "max_output_tokens", 1, MAX_COMPLETION_LIMIT)?,
         })
     }
 }
@@ -219,8 +222,87 @@ impl ClientRequest<'_> {
     pub fn max_tokens(&self, endpoint: Endpoint) -> Option<u64> {
         match endpoint {
             Endpoint::Chat => self.bounds.max_completion_tokens.or(self.bounds.max_tokens),
-            Endpoint::Completions => self.bounds.max_tokens,
+            Endpoint::Completions | Endpoint::Messages => self.bounds.max_tokens,
+            Endpoint::Responses => self.bounds.max_output_tokens,
+            // Nothing is generated: no completion to bound.
+            Endpoint::Embeddings => None,
         }
+    }
+
+    /// The field that carries the completion limit to the engine (`None`: the endpoint
+    /// generates nothing).
+    fn limit_field(endpoint: Endpoint) -> Option<&'static str> {
+        match endpoint {
+            Endpoint::Chat | Endpoint::Completions | Endpoint::Messages => Some("max_tokens"),
+            Endpoint::Responses => Some("max_output_tokens"),
+            Endpoint::Embeddings => None,
+        }
+    }
+
+    /// The prompt as chat messages, for the endpoints whose prompt is a conversation (chat
+    /// itself, Responses' `instructions` + `input`, Anthropic's `system` + `messages`), in the
+    /// shape the simulator renders and counts (`tf_engine_sim::tokenizer::as_chat`).
+    fn conversation(&self, endpoint: Endpoint) -> Option<Value> {
+        use tf_engine_sim::tokenizer::as_chat;
+        let get = |name: &str| match field::<Value>(&self.body, name) {
+            Some(Ok(v)) => Some(v),
+            _ => None,
+        };
+        match endpoint {
+            Endpoint::Chat => get("messages"),
+            Endpoint::Responses => Some(as_chat::responses(
+                get("instructions").as_ref(),
+                get("input").as_ref(),
+            )),
+            Endpoint::Messages => Some(as_chat::anthropic(
+                get("system").as_ref(),
+                get("messages").as_ref(),
+            )),
+            Endpoint::Completions | Endpoint::Embeddings => None,
+        }
+    }
+
+    /// The field holding a completion-shaped prompt (a string, strings, token ids or arrays of
+    /// them): `prompt` of completions, `input` of embeddings.
+    fn prompt_field(endpoint: Endpoint) -> Option<&'static str> {
+        match endpoint {
+            Endpoint::Completions => Some("prompt"),
+            Endpoint::Embeddings => Some("input"),
+            Endpoint::Chat | Endpoint::Responses | Endpoint::Messages => None,
+        }
+    }
+
+    /// Refuses what would make the engine keep or read state across requests: Responses'
+    /// `store: true`, `previous_response_id`, `conversation` and `background: true` name
+    /// responses the engine keeps and serves by id to whoever asks, which the gateway cannot
+    /// scope to a tenant (a second tenant with the id could read the first one's
+    /// conversation). Refused, not scoped: the engine's store is shared by every tenant on the
+    /// graph. [`Self::upstream_body`] sends `store: false` so nothing is kept either.
+    pub fn refuse_engine_state(&self, endpoint: Endpoint) -> Result<(), GatewayError> {
+        if endpoint != Endpoint::Responses {
+            return Ok(());
+        }
+        let set = |name: &str| match field::<Value>(&self.body, name) {
+            None | Some(Ok(Value::Null | Value::Bool(false))) => false,
+            Some(_) => true,
+        };
+        for (name, what) in [
+            ("store", "Stored responses are not supported: send 'store': false or omit it."),
+            (
+                "previous_response_id",
+                "'previous_response_id' is not supported: responses are not stored; send the conversation in 'input'.",
+            ),
+            (
+                "conversation",
+                "'conversation' is not supported: responses are not stored; send the conversation in 'input'.",
+            ),
+            ("background", "Background responses are not supported: 'background' must be false."),
+        ] {
+            if set(name) {
+                return Err(GatewayError::bad_request(what, Some(name)));
+            }
+        }
+        Ok(())
     }
 
     /// How many sequences the engine generates: `n` choices, or `best_of` candidates when
@@ -238,65 +320,91 @@ impl ClientRequest<'_> {
     /// else the fallback estimator's bound, erring high (see [`PromptEstimator`]). Reads only
     /// the prompt fields.
     pub fn admission_prompt_tokens(&self, endpoint: Endpoint, policy: &EnginePolicy) -> u64 {
-        if let Some(tokenizer) = &policy.tokenizer {
-            return self.tokenizer_prompt_tokens(endpoint, tokenizer);
+        let counted = if let Some(tokenizer) = &policy.tokenizer {
+            self.tokenizer_prompt_tokens(endpoint, tokenizer)
+        } else {
+            match policy.estimator {
+                PromptEstimator::SimWords => self.word_prompt_tokens(endpoint),
+                PromptEstimator::ByteBound => self.byte_bound_prompt_tokens(endpoint),
+            }
+        };
+        // INVARIANT: token ids handed to the engine in `nvext.token_data` (used instead of the
+        // prompt) are counted, exactly (test:
+        // request::tests::nvext_token_data_is_counted_by_admission).
+        counted.max(self.token_data_tokens(policy).unwrap_or(0))
+    }
+
+    /// The length of `nvext.token_data` when the base forwards it (Dynamo then uses those ids
+    /// as the prompt); scanned, never built into values.
+    fn token_data_tokens(&self, policy: &EnginePolicy) -> Option<u64> {
+        #[derive(serde::Deserialize)]
+        struct Probe<'a> {
+            #[serde(borrow, default)]
+            token_data: Option<&'a RawValue>,
         }
-        match policy.estimator {
-            PromptEstimator::SimWords => self.word_prompt_tokens(endpoint),
-            PromptEstimator::ByteBound => self.byte_bound_prompt_tokens(endpoint),
+        if !policy.nvext_allowed.iter().any(|k| k == "token_data") {
+            return None;
         }
+        let nvext = self.body.get("nvext")?;
+        let probe: Probe<'_> = serde_json::from_str(nvext.get()).ok()?;
+        probe.token_data.map(|ids| {
+            u64::from(tf_engine_sim::tokenizer::completion_prompt_tokens(
+                ids.get(),
+            ))
+        })
     }
 
     /// The prompt's tokens by the base's own tokenizer (see [`BaseTokenizer`]); token-id
     /// prompts are counted as scanned, never built into values.
     fn tokenizer_prompt_tokens(&self, endpoint: Endpoint, tokenizer: &BaseTokenizer) -> u64 {
-        match endpoint {
-            Endpoint::Chat => match field::<Value>(&self.body, "messages") {
-                Some(Ok(v)) => tokenizer.chat_prompt_tokens(&v),
-                _ => 0,
-            },
-            Endpoint::Completions => match self.body.get("prompt") {
+        if let Some(name) = Self::prompt_field(endpoint) {
+            return match self.body.get(name) {
                 Some(raw) if memchr::memchr(b'"', raw.get().as_bytes()).is_none() => u64::from(
                     tf_engine_sim::tokenizer::completion_prompt_tokens(raw.get()),
                 ),
                 Some(raw) => serde_json::from_str::<Value>(raw.get())
                     .map_or(0, |v| tokenizer.completion_prompt_tokens(&v)),
                 None => 0,
-            },
+            };
         }
+        self.conversation(endpoint)
+            .map_or(0, |m| tokenizer.chat_prompt_tokens(&m))
     }
 
     /// At most one token per byte of the prompt's JSON text (escapes and the keys around each
     /// message only add bytes), plus the template's fixed part; token-id prompts exactly.
     fn byte_bound_prompt_tokens(&self, endpoint: Endpoint) -> u64 {
         let len = |name: &str| self.body.get(name).map_or(0, |raw| raw.get().len() as u64);
-        match endpoint {
-            Endpoint::Chat => TEMPLATE_TOKENS + len("messages") + len("tools") + len("functions"),
-            Endpoint::Completions => match self.body.get("prompt") {
+        if let Some(name) = Self::prompt_field(endpoint) {
+            return match self.body.get(name) {
                 // Only numbers and arrays: token ids, counted exactly.
                 Some(raw) if memchr::memchr(b'"', raw.get().as_bytes()).is_none() => u64::from(
                     tf_engine_sim::tokenizer::completion_prompt_tokens(raw.get()),
                 ),
                 Some(raw) => TEMPLATE_TOKENS + raw.get().len() as u64,
                 None => 0,
-            },
+            };
         }
+        let conversation = match endpoint {
+            Endpoint::Responses => len("instructions") + len("input"),
+            Endpoint::Messages => len("system") + len("messages"),
+            _ => len("messages") + len("functions"),
+        };
+        TEMPLATE_TOKENS + conversation + len("tools")
     }
 
     /// The prompt's words (the simulator's exact count; for a real engine a count no BPE
     /// tokenizer goes below, so billing a cut request by it never charges more than produced).
     fn word_prompt_tokens(&self, endpoint: Endpoint) -> u64 {
         use tf_engine_sim::tokenizer;
-        match endpoint {
-            Endpoint::Chat => match field::<Value>(&self.body, "messages") {
-                Some(Ok(v)) => u64::from(tokenizer::chat_prompt_tokens(&v)),
-                _ => 0,
-            },
+        if let Some(name) = Self::prompt_field(endpoint) {
             // Long prompts are often token ids: counted as scanned, never built into values.
-            Endpoint::Completions => self.body.get("prompt").map_or(0, |raw| {
+            return self.body.get(name).map_or(0, |raw| {
                 u64::from(tokenizer::completion_prompt_tokens(raw.get()))
-            }),
+            });
         }
+        self.conversation(endpoint)
+            .map_or(0, |m| u64::from(tokenizer::chat_prompt_tokens(&m)))
     }
 
     /// The upstream body for `route`, as `tenant` sends it: `model` rewritten, a stream with usage
@@ -318,14 +426,22 @@ impl ClientRequest<'_> {
             "model",
             to_raw_value(&route.upstream_model).map_err(reencode)?,
         );
-        if self.max_tokens(endpoint).is_none() {
+        if let (None, Some(limit)) = (self.max_tokens(endpoint), Self::limit_field(endpoint)) {
             // INVARIANT: the engine's limit is the one admission reserved for (test:
             // quota_bounds::omitted_max_tokens_is_capped_upstream).
-            replaced.insert("max_tokens", to_raw_value(&default_cap).map_err(reencode)?);
+            replaced.insert(limit, to_raw_value(&default_cap).map_err(reencode)?);
         }
-        if stream {
+        if stream && endpoint.generates() {
             // The client may have asked for one JSON answer: the engine streams regardless.
             replaced.insert("stream", to_raw_value(&true).map_err(reencode)?);
+        }
+        if endpoint == Endpoint::Responses {
+            // INVARIANT: the engine keeps no response another tenant could fetch by id (test:
+            // typed_endpoints::responses_refuse_engine_state_for_every_tenant).
+            replaced.insert("store", to_raw_value(&false).map_err(reencode)?);
+        }
+        // Responses and Messages report usage in their stream's final events unasked.
+        if stream && matches!(endpoint, Endpoint::Chat | Endpoint::Completions) {
             let mut options = match field::<Value>(&self.body, "stream_options") {
                 Some(Ok(Value::Object(o))) => o,
                 _ => Map::new(),
@@ -336,14 +452,20 @@ impl ClientRequest<'_> {
             }
             replaced.insert("stream_options", to_raw_value(&options).map_err(reencode)?);
         }
+        // INVARIANT: only the base's allowed `nvext` keys reach the engine (worker pins and
+        // agent hints are stripped by default; test:
+        // request::tests::nvext_keeps_only_allowed_keys_and_the_gateways_salt).
+        let mut nvext = match field::<Value>(&self.body, "nvext") {
+            Some(Ok(Value::Object(mut o))) => {
+                o.retain(|k, _| k == "cache_salt" || route.policy.nvext_allowed.contains(k));
+                Some(o)
+            }
+            _ => None,
+        };
         if route.salt == SaltPolicy::PerTenant {
             // A client's own salt partitions further within its tenant, never across tenants.
             // Dynamo frontends read `nvext.cache_salt` before the top-level field, so the same
             // salt is written to both places (the client's `nvext` one, if any, taken first).
-            let mut nvext = match field::<Value>(&self.body, "nvext") {
-                Some(Ok(Value::Object(o))) => Some(o),
-                _ => None,
-            };
             let own = nvext
                 .as_ref()
                 .and_then(|n| n.get("cache_salt"))
@@ -359,14 +481,21 @@ impl ClientRequest<'_> {
             };
             if let Some(n) = &mut nvext {
                 n.insert("cache_salt".into(), Value::String(salt.clone()));
-                replaced.insert("nvext", to_raw_value(n).map_err(reencode)?);
             }
             replaced.insert("cache_salt", to_raw_value(&salt).map_err(reencode)?);
         }
+        let nvext_raw = nvext
+            .map(|n| to_raw_value(&n).map_err(reencode))
+            .transpose()?;
         let mut out: BTreeMap<&str, &RawValue> =
             self.body.iter().map(|(k, v)| (k.as_str(), *v)).collect();
         for denied in &route.policy.denied_fields {
             out.remove(denied.as_str());
+        }
+        // Not an object: nothing an engine could read safely.
+        out.remove("nvext");
+        if let Some(n) = &nvext_raw {
+            out.insert("nvext", n);
         }
         for (k, v) in &replaced {
             out.insert(k, v);
@@ -498,6 +627,7 @@ mod tests {
             salt,
             continuous_usage: true,
             policy: crate::engine_policy::EnginePolicy::default(),
+            kind: tf_core::endpoint::ModelKind::Chat,
             created: 0,
             starting: false,
             asleep: false,
@@ -575,6 +705,113 @@ mod tests {
         assert_eq!(v["nvext"]["cache_salt"], salt.as_str(), "{v}");
         assert_eq!(v["nvext"]["top_k"], 2);
         assert_eq!(v["cache_salt"], salt.as_str());
+    }
+
+    /// Issue 32: worker pins and agent hints inside `nvext` are stripped unless the base
+    /// allows them; the salt is the gateway's; a non-object `nvext` is dropped.
+    #[test]
+    fn nvext_keeps_only_allowed_keys_and_the_gateways_salt() {
+        let body = br#"{"model":"m","nvext":{"backend_instance_id":7,"prefill_worker_id":1,"decode_worker_id":2,"agent_hints":{"priority":99},"cache_salt":"x","top_k":3,"token_data":[1,2]}}"#;
+        let r = parse(body).unwrap();
+        let tenant = Uuid::from_u128(9);
+        let send = |route: &Route| -> Value {
+            serde_json::from_slice(
+                &r.upstream_body(Endpoint::Chat, true, route, tenant, 5)
+                    .unwrap(),
+            )
+            .unwrap()
+        };
+        let v = send(&route(SaltPolicy::PerTenant));
+        let nvext = v["nvext"].as_object().unwrap();
+        let mut keys: Vec<&str> = nvext.keys().map(String::as_str).collect();
+        keys.sort_unstable();
+        assert_eq!(keys, ["cache_salt", "token_data", "top_k"], "{v}");
+        assert_eq!(nvext["cache_salt"], format!("{tenant}:x"));
+        // A base that trusts its tenants with pins lists them.
+        let mut trusted = route(SaltPolicy::PerTenant);
+        trusted.policy = trusted
+            .policy
+            .with_nvext_allowed(Some(vec!["agent_hints".into(), "decode_worker_id".into()]));
+        let v = send(&trusted);
+        assert_eq!(v["nvext"]["agent_hints"]["priority"], 99);
+        assert_eq!(v["nvext"]["decode_worker_id"], 2);
+        assert!(v["nvext"].get("backend_instance_id").is_none());
+        assert!(v["nvext"].get("top_k").is_none());
+        let r = parse(br#"{"model":"m","nvext":"pin-me"}"#).unwrap();
+        let v: Value = serde_json::from_slice(
+            &r.upstream_body(Endpoint::Chat, true, &route(SaltPolicy::Shared), tenant, 5)
+                .unwrap(),
+        )
+        .unwrap();
+        assert!(v.get("nvext").is_none(), "{v}");
+    }
+
+    /// Issue 32: 50,000 token ids in `nvext.token_data` are counted, not the two words beside.
+    #[test]
+    fn nvext_token_data_is_counted_by_admission() {
+        let ids: Vec<u32> = (0..50_000).collect();
+        let body = serde_json::to_vec(&serde_json::json!({
+            "model": "m",
+            "messages": [{"role": "user", "content": "two words"}],
+            "nvext": {"token_data": ids},
+        }))
+        .unwrap();
+        let r = parse(&body).unwrap();
+        for estimator in [PromptEstimator::SimWords, PromptEstimator::ByteBound] {
+            let policy = EnginePolicy::new(None, estimator);
+            assert_eq!(r.admission_prompt_tokens(Endpoint::Chat, &policy), 50_000);
+        }
+        // A base that strips `token_data` does not forward it, so does not count it.
+        let policy =
+            EnginePolicy::new(None, PromptEstimator::SimWords).with_nvext_allowed(Some(Vec::new()));
+        assert_eq!(r.admission_prompt_tokens(Endpoint::Chat, &policy), 7);
+    }
+
+    /// Issue 32: every shape of embeddings `input` is counted (token ids exactly), nothing is
+    /// generated (no completion limit sent), and no stream is forced.
+    #[test]
+    fn embeddings_inputs_are_counted_and_nothing_is_forced() {
+        let policy = EnginePolicy::new(None, PromptEstimator::SimWords);
+        let bound = EnginePolicy::new(None, PromptEstimator::ByteBound);
+        for (input, words, ids_exact) in [
+            (r#""one two three""#, 4, false),
+            (r#"["one two", "three"]"#, 5, false),
+            (r#"[5, 6, 7, 8]"#, 4, true),
+            (r#"[[5, 6], [7]]"#, 3, true),
+        ] {
+            let raw = format!(r#"{{"model":"e","input":{input}}}"#);
+            let r = parse(raw.as_bytes()).unwrap();
+            assert_eq!(
+                r.admission_prompt_tokens(Endpoint::Embeddings, &policy),
+                words,
+                "{input}"
+            );
+            let b = r.admission_prompt_tokens(Endpoint::Embeddings, &bound);
+            if ids_exact {
+                assert_eq!(b, words, "{input}");
+            } else {
+                assert!(b >= words, "{input}");
+            }
+            assert_eq!(
+                estimate_prompt_tokens(Endpoint::Embeddings, raw.as_bytes(), None),
+                words
+            );
+            assert_eq!(r.max_tokens(Endpoint::Embeddings), None);
+            let v: Value = serde_json::from_slice(
+                &r.upstream_body(
+                    Endpoint::Embeddings,
+                    true,
+                    &route(SaltPolicy::Shared),
+                    Uuid::nil(),
+                    9,
+                )
+                .unwrap(),
+            )
+            .unwrap();
+            for absent in ["max_tokens", "stream", "stream_options"] {
+                assert!(v.get(absent).is_none(), "{absent}: {v}");
+            }
+        }
     }
 
     #[test]

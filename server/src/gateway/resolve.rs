@@ -40,6 +40,8 @@ pub struct Route {
     pub continuous_usage: bool,
     /// Fields stripped from client bodies, and how prompts are estimated, for this base.
     pub policy: EnginePolicy,
+    /// A chat or an embedding base: which endpoints may call it.
+    pub kind: tf_core::endpoint::ModelKind,
     /// Unix seconds the name was registered (for `/v1/models`).
     pub created: i64,
     /// An adapter being loaded: answered 503 with `retry-after` until it is ready.
@@ -173,7 +175,9 @@ impl RouteTable {
                     row.denied_fields,
                     PromptEstimator::parse(&row.prompt_estimator).unwrap_or_default(),
                 )
-                .with_tokenizer(tokenizer),
+                .with_tokenizer(tokenizer)
+                .with_nvext_allowed(row.nvext_allowed),
+                kind: tf_core::endpoint::ModelKind::parse(&row.kind).unwrap_or_default(),
                 created: row.created,
                 starting: row.state == "starting",
                 asleep: row.asleep,

@@ -29,9 +29,9 @@ pub struct Upstream {
     /// See [`UpstreamOptions::chunk_timeout`].
     pub chunk_timeout: Duration,
     pool: Arc<ConnPool>,
-    /// Request targets, checked once (as URIs) when the upstream is configured.
-    chat_path: String,
-    completions_path: String,
+    /// Request targets by endpoint (in [`Endpoint::ALL`]'s order), checked once (as URIs) when
+    /// the upstream is configured.
+    paths: [String; 5],
 }
 
 impl std::fmt::Debug for Upstream {
@@ -66,8 +66,13 @@ impl Upstream {
             Ok(path)
         };
         Ok(Self {
-            chat_path: path(Endpoint::Chat)?,
-            completions_path: path(Endpoint::Completions)?,
+            paths: [
+                path(Endpoint::ALL[0])?,
+                path(Endpoint::ALL[1])?,
+                path(Endpoint::ALL[2])?,
+                path(Endpoint::ALL[3])?,
+                path(Endpoint::ALL[4])?,
+            ],
             pool: Arc::new(ConnPool::new(
                 addr,
                 host,
@@ -87,10 +92,7 @@ impl Upstream {
         request_id: Uuid,
         body: Bytes,
     ) -> Result<UpstreamResponse, UpstreamFailure> {
-        let path = match endpoint {
-            Endpoint::Chat => &self.chat_path,
-            Endpoint::Completions => &self.completions_path,
-        };
+        let path = &self.paths[endpoint.index()];
         self.pool.send(path, request_id, body).await
     }
 }

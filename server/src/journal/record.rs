@@ -103,6 +103,8 @@ pub(crate) mod tests {
             prompt_tokens: i64::from(n),
             cached_tokens: 0,
             completion_tokens: 2,
+            reasoning_tokens: 0,
+            endpoint: crate::endpoint::Endpoint::Chat,
             provenance: Provenance::Engine,
             status: UsageStatus::Ok,
             stream: true,
@@ -135,6 +137,30 @@ pub(crate) mod tests {
                 !matches!(decode(&bad), Decoded::Record { .. }),
                 "flip at {i} misread"
             );
+        }
+    }
+
+    /// Issue 32: a record written by a binary before events named their endpoint and reasoning
+    /// tokens still replays (as chat, no reasoning).
+    #[test]
+    fn a_record_from_an_older_binary_replays() {
+        let original = event(3);
+        let mut json = serde_json::to_value(&original).unwrap();
+        let fields = json.as_object_mut().unwrap();
+        fields.remove("endpoint").unwrap();
+        fields.remove("reasoning_tokens").unwrap();
+        let payload = serde_json::to_vec(&json).unwrap();
+        let mut rec = Vec::new();
+        rec.extend_from_slice(&u32::try_from(payload.len()).unwrap().to_le_bytes());
+        rec.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
+        rec.extend_from_slice(&payload);
+        match decode(&rec) {
+            Decoded::Record { event: e, .. } => {
+                assert_eq!(e.endpoint, crate::endpoint::Endpoint::Chat);
+                assert_eq!(e.reasoning_tokens, 0);
+                assert_eq!(*e, original);
+            }
+            other => panic!("{other:?}"),
         }
     }
 }

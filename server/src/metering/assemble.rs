@@ -24,17 +24,11 @@ use super::sse::SseParser;
 pub enum Shape {
     Chat,
     Text,
+    /// A typed-event stream (Responses, Anthropic): see [`super::assemble_typed`].
+    Typed(super::typed::Dialect),
 }
 
-/// Why no answer was assembled (the event is recorded by the metered stream either way).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Failure {
-    /// The stream ended in an SSE error event; its `code` (the gateway's own: `upstream_timeout`,
-    /// `server_shutdown`, ...) if any.
-    Error(Option<String>),
-    /// The stream broke off, or held nothing that could be read as an answer.
-    Broken,
-}
+pub use super::assembly_failure::Failure;
 
 #[derive(Deserialize)]
 struct Chunk<'a> {
@@ -282,7 +276,7 @@ impl Assembler {
                         }
                         out.insert("message".into(), message.into());
                     }
-                    Shape::Text => {
+                    Shape::Text | Shape::Typed(_) => {
                         out.insert("text".into(), c.content.unwrap_or_default().into());
                     }
                 }
@@ -306,7 +300,7 @@ impl Assembler {
             "object".into(),
             match shape {
                 Shape::Chat => "chat.completion",
-                Shape::Text => "text_completion",
+                Shape::Text | Shape::Typed(_) => "text_completion",
             }
             .into(),
         );
@@ -321,6 +315,28 @@ impl Assembler {
     }
 }
 
+/// One of the two assemblers.
+enum Either {
+    Chunks(Assembler),
+    Typed(super::assemble_typed::TypedAssembler),
+}
+
+impl Either {
+    fn push(&mut self, data: &[u8]) {
+        match self {
+            Self::Chunks(a) => a.push(data),
+            Self::Typed(a) => a.push(data),
+        }
+    }
+
+    fn finish(self) -> Result<Vec<u8>, Failure> {
+        match self {
+            Self::Chunks(a) => a.finish(),
+            Self::Typed(a) => a.finish(),
+        }
+    }
+}
+
 /// Reads a metered stream to its end and assembles the answer. Dropping this future (the client
 /// hung up) drops the stream, whose `Drop` cancels the engine and bills what it produced.
 pub async fn collect<S>(mut stream: S, shape: Shape) -> Result<Bytes, Failure>
@@ -328,7 +344,10 @@ where
     S: Stream<Item = Result<Bytes, std::io::Error>> + Unpin,
 {
     let mut parser = SseParser::default();
-    let mut answer = Assembler::new(shape);
+    let mut answer = match shape {
+        Shape::Typed(dialect) => Either::Typed(super::assemble_typed::TypedAssembler::new(dialect)),
+        Shape::Chat | Shape::Text => Either::Chunks(Assembler::new(shape)),
+    };
     let mut broken = false;
     while let Some(bytes) = stream.next().await {
         let Ok(bytes) = bytes else {

@@ -54,11 +54,12 @@ impl MeterContext {
         let admitted = self.admitted;
         let inflight = self.inflight;
         let mut event = self.event;
-        let (prompt, cached, completion, provenance) = match usage {
+        let (prompt, cached, completion, reasoning, provenance) = match usage {
             Some(u) => (
                 u.prompt_tokens,
                 u.cached_tokens(),
                 u.completion_tokens,
+                u.reasoning_tokens(),
                 if usage_final {
                     Provenance::Engine
                 } else {
@@ -69,12 +70,14 @@ impl MeterContext {
                 (self.estimate_prompt)(),
                 0,
                 generated,
+                0,
                 Provenance::Estimated,
             ),
         };
         event.prompt_tokens = clamp_i64(prompt);
         event.cached_tokens = clamp_i64(cached);
         event.completion_tokens = clamp_i64(completion);
+        event.reasoning_tokens = clamp_i64(reasoning);
         event.provenance = provenance;
         event.status = status;
         event.ttft_ms = ttft_ms;

@@ -13,6 +13,7 @@ use serde_json::value::RawValue;
 
 use super::edit::{self, Span, UsageEdit};
 use super::sse::SseEvent;
+use super::typed::{Dialect, TypedMeter};
 use crate::usage::Usage;
 
 /// What the client asked for in `stream_options`.
@@ -142,6 +143,10 @@ pub struct StreamMeter {
     held: Option<Held>,
     /// Comments and data-less events that arrived while a chunk was held, sent after it.
     behind_held: Vec<Bytes>,
+    /// The event protocol: chunks (chat, completions) or typed events (Responses, Anthropic),
+    /// whose accounting is `typed`'s.
+    dialect: Dialect,
+    typed: TypedMeter,
 }
 
 impl StreamMeter {
@@ -152,6 +157,18 @@ impl StreamMeter {
         }
     }
 
+    /// Meters a stream of `dialect` (the default: chunks).
+    #[must_use]
+    pub fn with_dialect(mut self, dialect: Dialect) -> Self {
+        self.dialect = dialect;
+        self
+    }
+
+    /// The stream's event protocol.
+    pub fn dialect(&self) -> Dialect {
+        self.dialect
+    }
+
     /// Writes `served` (the name the client asked for) into every chunk's `model`.
     pub fn with_served_model(mut self, served: &str) -> Self {
         self.served_model = serde_json::to_vec(served).ok().map(Bytes::from);
@@ -160,6 +177,9 @@ impl StreamMeter {
 
     /// Usage captured so far (the engine's final usage once the stream completed).
     pub fn last_usage(&self) -> Option<Usage> {
+        if self.dialect != Dialect::Chunks {
+            return self.typed.usage();
+        }
         self.last_usage
             .as_ref()
             .and_then(|raw| serde_json::from_slice(raw).ok())
@@ -167,6 +187,9 @@ impl StreamMeter {
     /// Whether the usage captured is the engine's final count (the usage chunk, or usage on a
     /// finished chunk), not a running count of a stream that ended early.
     pub fn usage_final(&self) -> bool {
+        if self.dialect != Dialect::Chunks {
+            return self.typed.usage_final();
+        }
         self.usage_final && self.last_usage.is_some()
     }
     /// What was relayed so far, for the in-flight record: the engine's running counts when it
@@ -188,14 +211,23 @@ impl StreamMeter {
 
     /// Chunks that carried generated output (the estimate when no usage was seen).
     pub fn generated_chunks(&self) -> u64 {
+        if self.dialect != Dialect::Chunks {
+            return self.typed.generated();
+        }
         self.generated_chunks
     }
     /// Whether the engine ended the stream properly.
     pub fn completed(&self) -> bool {
+        if self.dialect != Dialect::Chunks {
+            return self.typed.completed();
+        }
         self.saw_done
     }
     /// Whether the engine reported an error inside the stream.
     pub fn saw_error(&self) -> bool {
+        if self.dialect != Dialect::Chunks {
+            return self.typed.saw_error();
+        }
         self.saw_error
     }
 
@@ -236,6 +268,10 @@ impl StreamMeter {
 
     /// Takes one upstream event; appends what the client should receive to `out`.
     pub fn on_event(&mut self, event: SseEvent, out: &mut Vec<Outgoing>) {
+        if self.dialect != Dialect::Chunks {
+            self.on_typed_event(event, out);
+            return;
+        }
         let Some(data) = &event.data else {
             // A comment or keep-alive says nothing about the held chunk: it waits behind it.
             if self.held.is_some() {
@@ -298,6 +334,26 @@ impl StreamMeter {
             info.model_span,
             usage,
         )));
+    }
+}
+
+impl StreamMeter {
+    /// A typed event goes to the client as sent, its holder's `model` renamed; the event that
+    /// completes the stream (`response.completed`, `message_stop`) is its final bytes, released
+    /// only once the event is recorded.
+    fn on_typed_event(&mut self, event: SseEvent, out: &mut Vec<Outgoing>) {
+        let Some(data) = &event.data else {
+            out.push(Outgoing::Send(event.raw));
+            return;
+        };
+        let was_complete = self.typed.completed();
+        let seen = self.typed.on_data(self.dialect, &event.raw, data);
+        let bytes = self.emit(&event.raw, seen.model, None);
+        if self.typed.completed() && !was_complete {
+            out.push(Outgoing::Done(bytes));
+        } else {
+            out.push(Outgoing::Send(bytes));
+        }
     }
 }
 

@@ -3,6 +3,8 @@
 //! gateway's HTTP types.
 
 pub mod assemble;
+pub mod assemble_typed;
+pub mod assembly_failure;
 pub mod context;
 pub mod edit;
 pub mod in_use;
@@ -10,4 +12,5 @@ pub mod meter;
 pub(crate) mod refusal;
 pub mod sse;
 pub mod stream;
+pub mod typed;
 pub mod whole;

@@ -26,6 +26,7 @@ use tokio_util::task::TaskTracker;
 use super::context::MeterContext;
 use super::meter::{Outgoing, StreamMeter};
 use super::sse::SseParser;
+use super::typed::Dialect;
 use crate::usage::UsageStatus;
 
 /// The engine's response body as the stream reads it: its bytes, and a way to tell the engine the
@@ -166,14 +167,42 @@ impl<B: EngineBody> MeteredStream<B> {
         for o in self.scratch.drain(..) {
             match o {
                 Outgoing::Send(b) => self.ready.push_back(b),
+                Outgoing::Done(b) if self.meter.dialect() != Dialect::Chunks => tail = Some(b),
                 Outgoing::Done(_) => tail = Some(Bytes::from_static(DONE_EVENT)),
             }
         }
         if done || (self.meter.usage_final() && !self.meter.saw_error()) {
-            End::Complete(Some(tail.unwrap_or(Bytes::from_static(DONE_EVENT))))
+            End::Complete(tail.or_else(|| self.done_event()))
         } else {
             End::UpstreamBroken
         }
+    }
+
+    /// The end a client gets when the engine completed without sending its own: chunks'
+    /// `[DONE]`; typed-event protocols have none.
+    fn done_event(&self) -> Option<Bytes> {
+        (self.meter.dialect() == Dialect::Chunks).then(|| Bytes::from_static(DONE_EVENT))
+    }
+
+    /// One of the chunk error events above, in the stream's own protocol.
+    fn error_event(&self, chunks: &'static [u8]) -> Bytes {
+        let dialect = self.meter.dialect();
+        if dialect == Dialect::Chunks {
+            return Bytes::from_static(chunks);
+        }
+        // The constants are the gateway's own JSON: their fields are read back, not re-typed.
+        let parsed: serde_json::Value = std::str::from_utf8(chunks)
+            .ok()
+            .and_then(|t| t.strip_prefix("data: "))
+            .and_then(|t| serde_json::from_str(t.trim_end()).ok())
+            .unwrap_or_default();
+        let field = |name: &str| {
+            parsed["error"][name]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        };
+        dialect.error_event(&field("type"), &field("code"), &field("message"))
     }
 
     /// Whether the upstream has been silent too long (re-arming the timer when it fired early).
@@ -217,9 +246,9 @@ impl<B: EngineBody> MeteredStream<B> {
         let (tail, completed) = match end {
             End::Complete(done) => (done, true),
             End::ClientGone => (None, false),
-            End::UpstreamBroken => (Some(Bytes::from_static(UPSTREAM_ERROR_EVENT)), false),
-            End::UpstreamStalled => (Some(Bytes::from_static(UPSTREAM_STALLED_EVENT)), false),
-            End::Cut => (Some(Bytes::from_static(CUT_EVENT)), false),
+            End::UpstreamBroken => (Some(self.error_event(UPSTREAM_ERROR_EVENT)), false),
+            End::UpstreamStalled => (Some(self.error_event(UPSTREAM_STALLED_EVENT)), false),
+            End::Cut => (Some(self.error_event(CUT_EVENT)), false),
         };
         let ttft = self.ttft;
         if matches!(status, UsageStatus::ClientAbort | UsageStatus::Interrupted) {

@@ -19,7 +19,18 @@ use crate::usage::{UsageEvent, UsageStatus};
 type HistogramFamily = (&'static str, &'static str, fn(&ModelSeries) -> &Histogram);
 
 /// The `endpoint` label's values, by index.
-pub const ENDPOINTS: [&str; 3] = ["chat_completions", "completions", "models"];
+/// The generating endpoints come first, in [`crate::endpoint::Endpoint::ALL`]'s order (the
+/// handlers pass `Endpoint::index`), then `models` ([`MODELS`]).
+pub const ENDPOINTS: [&str; 6] = [
+    "chat_completions",
+    "completions",
+    "responses",
+    "embeddings",
+    "messages",
+    "models",
+];
+/// The `models` label's index.
+pub const MODELS: usize = 5;
 /// The `code` label's values: `none` for a success, else the gateway error's `metric_label()`.
 pub const CODES: [&str; 20] = [
     "none",

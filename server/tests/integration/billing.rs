@@ -101,6 +101,8 @@ fn event(tenant: Uuid, key: &str, at: OffsetDateTime, tokens: (i64, i64, i64)) -
         prompt_tokens: tokens.0,
         cached_tokens: tokens.1,
         completion_tokens: tokens.2,
+        reasoning_tokens: 0,
+        endpoint: tokenfactory::endpoint::Endpoint::Chat,
         provenance: Provenance::Engine,
         status: UsageStatus::Ok,
         stream: false,

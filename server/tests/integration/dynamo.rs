@@ -32,6 +32,8 @@ async fn with_dynamo(pool: PgPool) -> Option<(TestApp, String)> {
             continuous_usage: true,
             denied_fields: None,
             prompt_estimator: Default::default(),
+            kind: tf_core::endpoint::ModelKind::Chat,
+            nvext_allowed: None,
         },
         BaseRegistration {
             name: "misrouted".into(),
@@ -41,6 +43,8 @@ async fn with_dynamo(pool: PgPool) -> Option<(TestApp, String)> {
             continuous_usage: true,
             denied_fields: None,
             prompt_estimator: Default::default(),
+            kind: tf_core::endpoint::ModelKind::Chat,
+            nvext_allowed: None,
         },
     ];
     fleet::register_bases(&t.pool, "static", &bases)

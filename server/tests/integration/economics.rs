@@ -55,6 +55,8 @@ async fn base(pool: &PgPool, name: &str, micros_per_1k: i64) -> Uuid {
             continuous_usage: true,
             denied_fields: None,
             prompt_estimator: "byte-bound",
+            kind: "chat",
+            nvext_allowed: None,
         }],
     )
     .await
@@ -162,6 +164,8 @@ async fn usage(
         prompt_tokens: prompt,
         cached_tokens: cached,
         completion_tokens: completion,
+        reasoning_tokens: 0,
+        endpoint: tokenfactory::endpoint::Endpoint::Chat,
         provenance: Provenance::Engine,
         status: UsageStatus::Ok,
         stream: false,

@@ -464,6 +464,8 @@ async fn completed_requests_reuse_their_upstream_connection(pool: PgPool) {
                 "sim",
             ])),
             prompt_estimator: tokenfactory::engine_policy::PromptEstimator::SimWords,
+            kind: tf_core::endpoint::ModelKind::Chat,
+            nvext_allowed: None,
         }],
     )
     .await

@@ -89,6 +89,8 @@ async fn the_token_in_flight_at_a_hang_up_is_billed(pool: PgPool) {
                 "sim",
             ])),
             prompt_estimator: tokenfactory::engine_policy::PromptEstimator::SimWords,
+            kind: tf_core::endpoint::ModelKind::Chat,
+            nvext_allowed: None,
         }],
     )
     .await

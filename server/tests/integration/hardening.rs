@@ -330,6 +330,8 @@ async fn engine_control_fields_are_stripped_and_salts_cannot_be_borrowed(pool: P
             continuous_usage: true,
             denied_fields: None,
             prompt_estimator: Default::default(),
+            kind: tf_core::endpoint::ModelKind::Chat,
+            nvext_allowed: None,
         }],
     )
     .await

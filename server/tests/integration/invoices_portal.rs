@@ -54,6 +54,8 @@ fn event(
         prompt_tokens: prompt,
         cached_tokens: cached,
         completion_tokens: out,
+        reasoning_tokens: 0,
+        endpoint: tokenfactory::endpoint::Endpoint::Chat,
         provenance: Provenance::Engine,
         status: UsageStatus::Ok,
         stream: false,

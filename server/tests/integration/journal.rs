@@ -41,6 +41,8 @@ fn event(tenant: Uuid, n: i64) -> UsageEvent {
         prompt_tokens: n,
         cached_tokens: 0,
         completion_tokens: 2 * n,
+        reasoning_tokens: 0,
+        endpoint: tokenfactory::endpoint::Endpoint::Chat,
         provenance: Provenance::Engine,
         status: UsageStatus::Ok,
         stream: false,

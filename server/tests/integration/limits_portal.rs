@@ -24,6 +24,8 @@ fn event(tenant: Uuid, key: Uuid, prompt: i64, completion: i64) -> UsageEvent {
         prompt_tokens: prompt,
         cached_tokens: 0,
         completion_tokens: completion,
+        reasoning_tokens: 0,
+        endpoint: tokenfactory::endpoint::Endpoint::Chat,
         provenance: Provenance::Engine,
         status: UsageStatus::Ok,
         stream: false,

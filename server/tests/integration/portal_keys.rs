@@ -514,6 +514,8 @@ fn event(tenant: Uuid, base: &str, prompt: i64, completion: i64, at: OffsetDateT
         prompt_tokens: prompt,
         cached_tokens: prompt / 2,
         completion_tokens: completion,
+        reasoning_tokens: 0,
+        endpoint: tokenfactory::endpoint::Endpoint::Chat,
         provenance: Provenance::Engine,
         status: UsageStatus::Ok,
         stream: false,

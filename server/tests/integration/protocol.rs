@@ -78,6 +78,8 @@ where
             continuous_usage: true,
             denied_fields: None,
             prompt_estimator: tokenfactory::engine_policy::PromptEstimator::SimWords,
+            kind: tf_core::endpoint::ModelKind::Chat,
+            nvext_allowed: None,
         }],
     )
     .await

@@ -81,6 +81,8 @@ async fn subject(
         continuous_usage: true,
         denied_fields: None,
         prompt_estimator: tokenfactory::engine_policy::PromptEstimator::SimWords,
+        kind: tf_core::endpoint::ModelKind::Chat,
+        nvext_allowed: None,
     };
     fleet::register_bases(pool, "static", &[reg]).await.unwrap();
     common::price_every_token(pool, 1).await;

@@ -82,6 +82,8 @@ async fn world(pool: PgPool) -> World {
             continuous_usage: true,
             denied_fields: None,
             prompt_estimator: "byte-bound",
+            kind: "chat",
+            nvext_allowed: None,
         })
         .collect();
     tf_core::db::catalog::upsert_bases(&pool, "static", &bases)
@@ -172,6 +174,8 @@ fn event(
         prompt_tokens: prompt,
         cached_tokens: cached,
         completion_tokens: completion,
+        reasoning_tokens: 0,
+        endpoint: tokenfactory::endpoint::Endpoint::Chat,
         provenance: Provenance::Engine,
         status: if prompt == 0 && completion == 0 {
             UsageStatus::Rejected

@@ -363,6 +363,8 @@ pub async fn register_sim_base(pool: &PgPool, sim: SocketAddr) {
                 "sim",
             ])),
             prompt_estimator: tokenfactory::engine_policy::PromptEstimator::SimWords,
+            kind: tf_core::endpoint::ModelKind::Chat,
+            nvext_allowed: None,
         }],
     )
     .await

@@ -1,0 +1,453 @@
+//! Issue 32: `/v1/responses`, `/v1/embeddings` and `/v1/messages` (Anthropic) served like chat
+//! completions: the key's tenant, the same 404 for missing and forbidden names, one usage event
+//! per request id with the engine's counts (checked against the simulator's ledger), aborts
+//! billed for what the engine produced, each endpoint's own error envelope, and a base's kind
+//! (chat or embedding) enforced before anything is forwarded.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use common::*;
+use serde_json::{json, Value};
+use sqlx::PgPool;
+use tf_core::endpoint::{Endpoint, ModelKind};
+use tf_engine_sim::SimConfig;
+use tokenfactory::engine_policy::{EnginePolicy, PromptEstimator};
+use tokenfactory::fleet::{self, BaseRegistration};
+use tokenfactory::usage::{Provenance, UsageStatus};
+
+const EMBED: &str = "embed-sim";
+
+/// The app in front of a simulator serving [`BASE`] (chat) and [`EMBED`] (embedding).
+async fn app(pool: PgPool) -> TestApp {
+    let t = TestApp::builder(pool)
+        .sim(SimConfig {
+            models: vec![BASE.into(), EMBED.into()],
+            ..SimConfig::default()
+        })
+        .start()
+        .await;
+    fleet::register_bases(
+        &t.pool,
+        "static",
+        &[BaseRegistration {
+            name: EMBED.into(),
+            graph: "graph-embed".into(),
+            upstream_url: format!("http://{}/v1", t.sim_addr),
+            upstream_model: EMBED.into(),
+            continuous_usage: true,
+            denied_fields: Some(EnginePolicy::denied_except(&["sim"])),
+            prompt_estimator: PromptEstimator::SimWords,
+            kind: ModelKind::Embedding,
+            nvext_allowed: None,
+        }],
+    )
+    .await
+    .unwrap();
+    t.app.gateway.routes.reload().await.unwrap();
+    t
+}
+
+fn responses_body(model: &str, input: &str, max: u32) -> Value {
+    json!({"model": model, "input": input, "max_output_tokens": max})
+}
+
+fn messages_body(model: &str, content: &str, max: u32) -> Value {
+    json!({"model": model, "max_tokens": max, "messages": [{"role": "user", "content": content}]})
+}
+
+/// The event of `id` holds the ledger's counts, exactly.
+async fn assert_matches_ledger(t: &TestApp, id: &str, endpoint: Endpoint) -> (i64, i64) {
+    let ev = t.event(id).await;
+    let led = t.ledger_entry(id).await;
+    assert_eq!(ev.endpoint, endpoint);
+    assert_eq!(
+        ev.prompt_tokens,
+        i64::from(led.prompt_tokens),
+        "prompt of {id}"
+    );
+    assert_eq!(
+        ev.cached_tokens,
+        i64::from(led.cached_tokens),
+        "cached of {id}"
+    );
+    assert_eq!(
+        ev.completion_tokens,
+        i64::from(led.completion_tokens),
+        "completion of {id}"
+    );
+    assert_eq!(ev.reasoning_tokens, i64::from(led.reasoning_tokens));
+    (ev.prompt_tokens, ev.completion_tokens)
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn embeddings_are_metered_for_every_input_shape(pool: PgPool) {
+    let t = app(pool).await;
+    let a = t.tenant("acme").await;
+    for (input, prompt, vectors) in [
+        (json!("one two three"), 4, 1),
+        (json!(["one two", "three"]), 5, 2),
+        (json!([11, 12, 13, 14, 15]), 5, 1),
+        (json!([[11, 12], [13]]), 3, 2),
+    ] {
+        let r = t
+            .post(
+                &a.key,
+                "/v1/embeddings",
+                json!({"model": EMBED, "input": input}),
+            )
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        let id = request_id(&r);
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(body["usage"]["prompt_tokens"], prompt, "{input}");
+        assert_eq!(body["data"].as_array().unwrap().len(), vectors);
+        assert_eq!(body["model"], EMBED);
+        let (p, c) = assert_matches_ledger(&t, &id, Endpoint::Embeddings).await;
+        assert_eq!((p, c), (prompt, 0));
+        let ev = t.event(&id).await;
+        assert_eq!(
+            (ev.status, ev.provenance),
+            (UsageStatus::Ok, Provenance::Engine)
+        );
+    }
+    // base64 vectors, as the openai package asks by default.
+    let r = t
+        .post(
+            &a.key,
+            "/v1/embeddings",
+            json!({"model": EMBED, "input": "x", "encoding_format": "base64"}),
+        )
+        .send()
+        .await
+        .unwrap();
+    let body: Value = r.json().await.unwrap();
+    assert!(body["data"][0]["embedding"].is_string(), "{body}");
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn each_endpoint_refuses_the_other_kind_of_base_before_forwarding(pool: PgPool) {
+    let t = app(pool).await;
+    let a = t.tenant("acme").await;
+    let before = t.sim.ledger().len();
+    let r = t
+        .post(
+            &a.key,
+            "/v1/embeddings",
+            json!({"model": BASE, "input": "x"}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["param"], "model");
+    assert!(v["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("not an embedding model"));
+    for (path, body) in [
+        ("/v1/chat/completions", chat(EMBED, "x", 3)),
+        ("/v1/responses", responses_body(EMBED, "x", 3)),
+    ] {
+        let r = t.post(&a.key, path, body).send().await.unwrap();
+        assert_eq!(r.status(), 400, "{path}");
+        let v: Value = r.json().await.unwrap();
+        assert!(v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("/v1/embeddings"));
+    }
+    let r = t
+        .post(&a.key, "/v1/messages", messages_body(EMBED, "x", 3))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["type"], "error");
+    assert_eq!(v["error"]["type"], "invalid_request_error");
+    assert_eq!(t.sim.ledger().len(), before, "nothing was forwarded");
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn responses_are_metered_whole_and_streamed_with_reasoning(pool: PgPool) {
+    let t = app(pool).await;
+    let a = t.tenant("acme").await;
+    // Whole.
+    let mut body = responses_body(BASE, "say some words", 9);
+    body["instructions"] = json!("be brief");
+    body["reasoning"] = json!({"effort": "low"});
+    let r = t
+        .post(&a.key, "/v1/responses", body.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let id = request_id(&r);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["object"], "response");
+    assert_eq!(v["model"], BASE);
+    assert_eq!(v["usage"]["output_tokens"], 9);
+    assert_eq!(v["usage"]["output_tokens_details"]["reasoning_tokens"], 4);
+    let (p, c) = assert_matches_ledger(&t, &id, Endpoint::Responses).await;
+    // 2 + (3 + 2) + (3 + 3) by the simulator's rules: the gateway's estimate agrees.
+    assert_eq!((p, c), (13, 9));
+    assert_eq!(t.event(&id).await.reasoning_tokens, 4);
+    // Streamed: typed events, no `[DONE]`, the final usage in `response.completed`.
+    body["stream"] = json!(true);
+    let r = t.post(&a.key, "/v1/responses", body).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let id = request_id(&r);
+    let text = r.text().await.unwrap();
+    assert!(text.starts_with("event: response.created\n"), "{text}");
+    assert!(!text.contains("[DONE]"), "{text}");
+    let completed = text
+        .split("\n\n")
+        .find(|e| {
+            e.starts_with("event: response.incomplete")
+                || e.starts_with("event: response.completed")
+        })
+        .unwrap();
+    assert!(completed.contains("\"output_tokens\":9"), "{completed}");
+    let (_, c) = assert_matches_ledger(&t, &id, Endpoint::Responses).await;
+    assert_eq!(c, 9);
+    let ev = t.event(&id).await;
+    assert_eq!(
+        (ev.status, ev.provenance, ev.stream),
+        (UsageStatus::Ok, Provenance::Engine, true)
+    );
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn aborted_typed_streams_bill_what_the_engine_produced(pool: PgPool) {
+    let t = app(pool).await;
+    let a = t.tenant("acme").await;
+    for (path, k) in [
+        ("/v1/responses", 2),
+        ("/v1/responses", 5),
+        ("/v1/messages", 3),
+        ("/v1/messages", 6),
+    ] {
+        let mut body = if path == "/v1/responses" {
+            responses_body(BASE, "count for me", 200)
+        } else {
+            messages_body(BASE, "count for me", 200)
+        };
+        body["stream"] = json!(true);
+        body["sim"] = json!({"token_interval_ms": 20});
+        let r = t.post(&a.key, path, body).send().await.unwrap();
+        assert_eq!(r.status(), 200);
+        let id = request_id(&r);
+        read_events_then_hang_up(r, k).await;
+        let led = t.ledger_entry(&id).await;
+        assert!(led.cancelled, "{path} after {k}: the engine was told");
+        let ev = t.event(&id).await;
+        assert_eq!(ev.status, UsageStatus::ClientAbort);
+        assert!(led.completion_tokens < 200, "cut mid-stream");
+        assert_eq!(
+            (ev.prompt_tokens, ev.completion_tokens),
+            (
+                i64::from(led.prompt_tokens),
+                i64::from(led.completion_tokens)
+            ),
+            "{path} after {k} events"
+        );
+    }
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn messages_speak_anthropic_and_meter_its_usage(pool: PgPool) {
+    let t = app(pool).await;
+    let a = t.tenant("acme").await;
+    // Long enough to fill two prefix-cache blocks (16 tokens each).
+    let words: Vec<String> = (0..30).map(|i| format!("word{i}")).collect();
+    let body = json!({"model": BASE, "max_tokens": 6, "system": "you are terse",
+                      "messages": [{"role": "user", "content": words.join(" ")}]});
+    // `x-api-key`, as Anthropic's clients send it.
+    let send = |body: Value| {
+        t.http
+            .post(t.url("/v1/messages"))
+            .header("x-api-key", &a.key)
+            .header("anthropic-version", "2023-06-01")
+            .json(&body)
+            .send()
+    };
+    let r = send(body.clone()).await.unwrap();
+    assert_eq!(r.status(), 200);
+    let id = request_id(&r);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["type"], "message");
+    assert_eq!(v["model"], BASE);
+    assert_eq!(v["usage"]["output_tokens"], 6);
+    assert_eq!(v["content"][0]["type"], "text");
+    let (p, _) = assert_matches_ledger(&t, &id, Endpoint::Messages).await;
+    // The same prompt again hits the prefix cache: Anthropic's input_tokens excludes it.
+    let mut streamed = body;
+    streamed["stream"] = json!(true);
+    let r = send(streamed).await.unwrap();
+    let id = request_id(&r);
+    let text = r.text().await.unwrap();
+    assert!(text.contains("event: message_stop"), "{text}");
+    assert!(!text.contains("[DONE]"));
+    let (p2, c2) = assert_matches_ledger(&t, &id, Endpoint::Messages).await;
+    assert_eq!((p2, c2), (p, 6));
+    let ev = t.event(&id).await;
+    assert!(ev.cached_tokens > 0, "the repeat was cached");
+    let start = text.split("\n\n").next().unwrap();
+    let data: Value = serde_json::from_str(start.split("data: ").nth(1).unwrap()).unwrap();
+    let u = &data["message"]["usage"];
+    assert_eq!(
+        u["input_tokens"].as_i64().unwrap() + u["cache_read_input_tokens"].as_i64().unwrap(),
+        p,
+        "input + cache read = the prompt"
+    );
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn errors_come_in_each_endpoints_envelope(pool: PgPool) {
+    let t = app(pool).await;
+    let a = t.tenant("acme").await;
+    let b = t.tenant("bravo").await;
+    let lora = t.adapter(&b, "secret-bot").await;
+    assert!(!lora.is_empty());
+    // A name of another tenant answers like a missing one, on every endpoint.
+    for model in ["no-such-model", "secret-bot"] {
+        let r = t
+            .post(&a.key, "/v1/responses", responses_body(model, "x", 3))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 404);
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["error"]["code"], "model_not_found");
+        let r = t
+            .post(
+                &a.key,
+                "/v1/embeddings",
+                json!({"model": model, "input": "x"}),
+            )
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 404);
+        let r = t
+            .post(&a.key, "/v1/messages", messages_body(model, "x", 3))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 404);
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(
+            (v["type"].as_str(), v["error"]["type"].as_str()),
+            (Some("error"), Some("not_found_error"))
+        );
+    }
+    let r = t
+        .http
+        .post(t.url("/v1/messages"))
+        .header("x-api-key", "tf-wrong")
+        .json(&messages_body(BASE, "x", 3))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["type"], "authentication_error");
+    let r = t
+        .post(
+            "tf-wrong",
+            "/v1/embeddings",
+            json!({"model": EMBED, "input": "x"}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    // Over quota: 429 in each envelope.
+    admin_limits(&t.pool, &["--tenant", "acme", "--rpm", "0"]).await;
+    eventually(
+        std::time::Duration::from_secs(5),
+        "the limit applies",
+        || async {
+            let r = t
+                .post(
+                    &a.key,
+                    "/v1/embeddings",
+                    json!({"model": EMBED, "input": "x"}),
+                )
+                .send()
+                .await
+                .unwrap();
+            (r.status() == 429).then_some(())
+        },
+    )
+    .await;
+    let r = t
+        .post(&a.key, "/v1/messages", messages_body(BASE, "x", 3))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 429);
+    assert!(r.headers().contains_key("retry-after"));
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["type"], "rate_limit_error");
+    let r = t
+        .post(&a.key, "/v1/responses", responses_body(BASE, "x", 3))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 429);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["type"], "rate_limit_error");
+}
+
+/// Responses that name engine-kept state are refused for every tenant, before forwarding: a
+/// second tenant holding the first one's response id gets nothing, because nothing is stored.
+#[sqlx::test(migrations = "../migrations")]
+async fn responses_refuse_engine_state_for_every_tenant(pool: PgPool) {
+    let t = app(pool).await;
+    let a = t.tenant("acme").await;
+    let b = t.tenant("bravo").await;
+    let r = t
+        .post(
+            &a.key,
+            "/v1/responses",
+            responses_body(BASE, "remember this", 3),
+        )
+        .send()
+        .await
+        .unwrap();
+    let v: Value = r.json().await.unwrap();
+    let resp_id = v["id"].as_str().unwrap().to_owned();
+    assert!(resp_id.starts_with("resp_"));
+    assert_eq!(v["store"], false, "the engine was told not to store it");
+    let before = t.sim.ledger().len();
+    for tenant in [&a, &b] {
+        for (field, value) in [
+            ("store", json!(true)),
+            ("previous_response_id", json!(resp_id)),
+            ("conversation", json!("conv_1")),
+            ("background", json!(true)),
+        ] {
+            let mut body = responses_body(BASE, "and then?", 3);
+            body[field] = value;
+            let r = t
+                .post(&tenant.key, "/v1/responses", body)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 400, "{field}");
+            let v: Value = r.json().await.unwrap();
+            assert_eq!(v["error"]["param"], field);
+        }
+    }
+    assert_eq!(t.sim.ledger().len(), before, "nothing was forwarded");
+    let mut body = responses_body(BASE, "fine", 3);
+    body["store"] = json!(false);
+    let r = t.post(&b.key, "/v1/responses", body).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+}
