@@ -20,6 +20,7 @@ mod dockerfile;
 mod dynamo;
 mod economics;
 mod economics_advisor;
+mod endpoints;
 mod fairness;
 mod fleet_contract;
 mod fleet_contract_sim;
