@@ -1,45 +1,61 @@
 -- Adapter prices and invoice lines per model (issue 31).
 --
 -- A price may name an adapter as well as a base: its key is `adapter:<tenant>/<adapter>` (the
--- tenant's handle and the adapter's served name; a base's key never starts with `adapter:`, and
--- served names are unique only within a tenant). An adapter's request is priced by its own key
+-- tenant's handle and the adapter's served name; served names are unique only within a tenant, and
+-- no base's key is expected to start with `adapter:`). An adapter's request is priced by its own key
 -- where the version holds it, else by its base's (the event's price key), in the tenant's tier
 -- before 'standard', own key first. Every reader prices that way through one function,
--- price_in_version (the rater, the usage rollup the spend limit reconciles from, the request
--- log, the models page), so an invoice, the usage page and a log entry agree.
+-- price_by_keys (the rater directly, with the tenant hash-joined per batch; the usage rollup the
+-- spend limit reconciles from, the request log and the models page through price_in_version and
+-- price_of_event), so an invoice, the usage page and a log entry agree.
 --
 -- Charge lines and the daily rollup also keep the served name, so an invoice has one usage line
 -- per model (adapters as their own lines after their base's key), row for row with the usage
 -- page. Lines rated before this migration have served_name '' and are shown under their price
 -- key, as before.
 
--- The price of an event of (tenant, price key, served name, adapter or not) in `p_version`: at
--- most one row. A SQL set-returning function of one SELECT, inlined into the callers' LATERAL
--- joins (no per-row call).
+-- The price of `p_own_key` (an adapter's own key, NULL for a base's request), else of
+-- `p_price_key`, in `p_version` for tier `p_tier` (else 'standard'): at most one row. Two probes
+-- of prices' primary key, own key first; the first that finds a row wins. A SQL set-returning
+-- function of one SELECT, inlined into the callers' LATERAL joins (no per-row call).
+CREATE FUNCTION price_by_keys(p_version bigint, p_tier text, p_own_key text, p_price_key text)
+RETURNS TABLE (version_id bigint, price_key text, fresh_input_per_m bigint,
+               cached_input_per_m bigint, output_per_m bigint)
+LANGUAGE sql STABLE AS $$
+    SELECT x.* FROM ((SELECT p.version_id, p.price_key, p.fresh_input_per_m,
+                             p.cached_input_per_m, p.output_per_m
+                      FROM prices p
+                      WHERE p.version_id = p_version AND p.price_key = p_own_key
+                        AND p.tier IN (p_tier, 'standard')
+                      ORDER BY p.tier = p_tier DESC LIMIT 1)
+                     UNION ALL
+                     (SELECT p.version_id, p.price_key, p.fresh_input_per_m,
+                             p.cached_input_per_m, p.output_per_m
+                      FROM prices p
+                      WHERE p.version_id = p_version AND p.price_key = p_price_key
+                        AND p.tier IN (p_tier, 'standard')
+                      ORDER BY p.tier = p_tier DESC LIMIT 1)) x
+    LIMIT 1
+$$;
+
+-- An adapter's own price key, `adapter:<tenant>/<served name>` (NULL for a base's request or an
+-- unknown tenant).
+CREATE FUNCTION adapter_price_key(p_tenant_name text, p_served text, p_adapter boolean)
+RETURNS text LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE WHEN p_adapter THEN 'adapter:' || p_tenant_name || '/' || p_served END
+$$;
+
+-- The price of an event of (tenant, price key, served name, adapter or not) in `p_version`: the
+-- tenant's tier and handle looked up, then price_by_keys.
 CREATE FUNCTION price_in_version(p_version bigint, p_tenant uuid, p_price_key text,
                                  p_served text, p_adapter boolean)
 RETURNS TABLE (version_id bigint, price_key text, fresh_input_per_m bigint,
                cached_input_per_m bigint, output_per_m bigint)
 LANGUAGE sql STABLE AS $$
-    -- Two probes of prices' primary key, own key first; the first that finds a row wins.
-    SELECT x.* FROM (SELECT COALESCE(t.tier, 'standard') AS tier,
-                            CASE WHEN p_adapter AND t.name IS NOT NULL
-                                 THEN 'adapter:' || t.name || '/' || p_served END AS own_key
-                     FROM (SELECT 1) one LEFT JOIN tenants t ON t.id = p_tenant) k,
-         LATERAL ((SELECT p.version_id, p.price_key, p.fresh_input_per_m, p.cached_input_per_m,
-                          p.output_per_m
-                   FROM prices p
-                   WHERE p.version_id = p_version AND p.price_key = k.own_key
-                     AND p.tier IN (k.tier, 'standard')
-                   ORDER BY p.tier = k.tier DESC LIMIT 1)
-                  UNION ALL
-                  (SELECT p.version_id, p.price_key, p.fresh_input_per_m, p.cached_input_per_m,
-                          p.output_per_m
-                   FROM prices p
-                   WHERE p.version_id = p_version AND p.price_key = p_price_key
-                     AND p.tier IN (k.tier, 'standard')
-                   ORDER BY p.tier = k.tier DESC LIMIT 1)) x
-    LIMIT 1
+    SELECT p.*
+    FROM (SELECT 1) one LEFT JOIN tenants t ON t.id = p_tenant,
+         price_by_keys(p_version, COALESCE(t.tier, 'standard'),
+                       adapter_price_key(t.name, p_served, p_adapter), p_price_key) p
 $$;
 
 -- The same, in the default book's version in effect at `p_at` (an event's start).
@@ -90,7 +106,8 @@ ALTER TABLE rated_daily DROP CONSTRAINT rated_daily_pkey,
     ADD PRIMARY KEY (run_id, tenant_id, day, price_key, price_version_id, served_name);
 
 -- The rater of 20261206100000_billing.sql, pricing through price_in_version and keeping the
--- served name. Restated with the attributes a replace resets: a custom plan per call
+-- served name (the tenant's tier and handle hash-joined once per batch, then price_by_keys, the
+-- body of price_in_version). Restated with the attributes a replace resets: a custom plan per call
 -- (20261213100000_rating_linear.sql) and running as the owner with a fixed search_path
 -- (20261215100000_application_role.sql).
 CREATE OR REPLACE FUNCTION billing_rate_batch(p_run bigint, p_limit integer) RETURNS integer
@@ -130,8 +147,11 @@ BEGIN
         WHERE c.run_id = p_run
     ), ev AS (
         SELECT s.*,
-               CASE WHEN r.kind = 'live' THEN v.id ELSE r.price_version_id END AS version_id
+               CASE WHEN r.kind = 'live' THEN v.id ELSE r.price_version_id END AS version_id,
+               COALESCE(t.tier, 'standard') AS tier,
+               adapter_price_key(t.name, s.served_name, s.adapter) AS own_key
         FROM src s
+             LEFT JOIN tenants t ON t.id = s.tenant_id
              LEFT JOIN LATERAL (
                  SELECT pv.id FROM price_versions pv
                  WHERE r.kind = 'live' AND pv.book = 'default' AND pv.effective_from <= s.started_at
@@ -140,8 +160,8 @@ BEGIN
     ), priced AS (
         SELECT ev.*, p.version_id AS priced_by, p.fresh_input_per_m, p.cached_input_per_m,
                p.output_per_m
-        FROM ev LEFT JOIN LATERAL price_in_version(ev.version_id, ev.tenant_id, ev.price_key,
-                                                   ev.served_name, ev.adapter) p ON true
+        FROM ev LEFT JOIN LATERAL price_by_keys(ev.version_id, ev.tier, ev.own_key,
+                                                ev.price_key) p ON true
     ), lines AS (
         INSERT INTO charge_lines (run_id, request_id, tenant_id, price_key, started_at,
                                   price_version_id, fresh_tokens, cached_tokens, output_tokens,
