@@ -233,7 +233,7 @@ LAYERS = [
     ("stores", ["redis_conn", "usage_store", "journal"]),
     ("logic", ["telemetry", "quota", "bodies", "metering", "adapter_check", "fleet", "lifecycle", "billing"]),
     ("edges", ["gateway", "api", "http_server", "body_bounds", "portal", "notify", "replica_report", "health"]),
-    ("assembly", ["metrics_scrape", "app", "demo", "sim", "cli", "admin", "serve"]),
+    ("assembly", ["metrics_scrape", "app", "demo", "sim", "cli", "db_start", "admin", "serve"]),
 ]
 LAYERED = "server/src"
 # Upward imports tolerated (importing module, imported module): none.

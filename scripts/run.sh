@@ -3,4 +3,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/ensure-services.sh
-exec cargo run --release -p tokenfactory -- serve --demo "$@"
+# The embedded default connects as the local superuser, which also migrates: allowed for a demo.
+exec cargo run --release -p tokenfactory -- serve --demo --allow-owner-role "$@"

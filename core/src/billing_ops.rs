@@ -69,6 +69,15 @@ pub async fn set_prices(
         }
     }
     let mut tx = pool.begin().await?;
+    for p in prices {
+        let key = p.price_key.as_str();
+        if key.starts_with(db::ADAPTER_KEY_PREFIX) && !db::adapter_key_exists(&mut *tx, key).await?
+        {
+            return Err(AccountError::Invalid(format!(
+                "no adapter {key:?}: an adapter's price key is adapter:<tenant>/<adapter name>"
+            )));
+        }
+    }
     // One writer of the book at a time, so the last event read below stays the last one checked.
     sqlx::query!("SELECT name FROM price_books WHERE name = 'default' FOR UPDATE")
         .fetch_one(&mut *tx)
@@ -256,6 +265,19 @@ pub async fn close_period(
         periods::Close::Issued(id) => {
             return Err(AccountError::Invalid(format!(
                 "{month} is invoiced by issued invoice {id}: its period is over"
+            )))
+        }
+        periods::Close::KeptRerate(run) => {
+            return Err(AccountError::Invalid(format!(
+                "the draft of {month} is built from re-rate run {run}, which covers part of it \
+                 after {}: build the draft without that run (or from a re-rate ending at the \
+                 close) first",
+                rfc3339(at)
+            )))
+        }
+        periods::Close::NextIssued(id) => {
+            return Err(AccountError::Invalid(format!(
+                "the next month is invoiced by issued invoice {id}: closing {month} early would                  move usage onto no invoice (correct that invoice with a credit note first)"
             )))
         }
         periods::Close::OutsideMonth => {

@@ -4,7 +4,7 @@
 use base64::Engine;
 use rand::RngCore;
 use sha2::{Digest, Sha256};
-use sqlx::PgPool;
+use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
 use crate::db;
@@ -90,14 +90,24 @@ pub async fn issue_capped(
     cap: u32,
 ) -> Result<(ApiKey, String), IssueError> {
     let mut tx = pool.begin().await?;
-    db::keys::lock_tenant(&mut tx, tenant_id).await?;
-    // INVARIANT: a tenant never gets a key past its cap (test: portal_keys, key cap).
-    if db::keys::count_active(&mut *tx, tenant_id).await? >= i64::from(cap) {
-        return Err(IssueError::TooMany { cap });
-    }
-    let issued = issue(&mut *tx, tenant_id, name).await?;
+    let issued = issue_capped_in(&mut tx, tenant_id, name, cap).await?;
     tx.commit().await?;
     Ok(issued)
+}
+
+/// [`issue_capped`] inside the caller's transaction (the member's audited action).
+pub async fn issue_capped_in(
+    conn: &mut PgConnection,
+    tenant_id: Uuid,
+    name: &str,
+    cap: u32,
+) -> Result<(ApiKey, String), IssueError> {
+    db::keys::lock_tenant(conn, tenant_id).await?;
+    // INVARIANT: a tenant never gets a key past its cap (test: portal_keys, key cap).
+    if db::keys::count_active(&mut *conn, tenant_id).await? >= i64::from(cap) {
+        return Err(IssueError::TooMany { cap });
+    }
+    Ok(issue(conn, tenant_id, name).await?)
 }
 
 /// Revokes the key with this visible prefix (or whole secret) within `tenant_id`'s keys, or any
@@ -151,6 +161,8 @@ pub struct Rotated {
     pub name: String,
     pub prefix: String,
     pub secret: String,
+    /// The old key's visible prefix (for the audit row).
+    pub old_prefix: String,
     pub old_ends_at: time::OffsetDateTime,
 }
 
@@ -173,9 +185,22 @@ pub async fn rotate(
     grace_secs: i64,
 ) -> sqlx::Result<Option<Rotated>> {
     let mut tx = pool.begin().await?;
-    let Some(old_name) = db::keys::lock_working_of_tenant(&mut tx, tenant_id, id).await? else {
+    let rotated = rotate_in(&mut tx, tenant_id, id, grace_secs).await?;
+    tx.commit().await?;
+    Ok(rotated)
+}
+
+/// [`rotate`] inside the caller's transaction (the member's audited action).
+pub async fn rotate_in(
+    tx: &mut PgConnection,
+    tenant_id: Uuid,
+    id: Uuid,
+    grace_secs: i64,
+) -> sqlx::Result<Option<Rotated>> {
+    let Some(old) = db::keys::lock_working_of_tenant(tx, tenant_id, id).await? else {
         return Ok(None);
     };
+    let old_name = old.name;
     let base = old_name.strip_suffix(ROTATED_SUFFIX).unwrap_or(&old_name);
     let name: String = format!("{base}{ROTATED_SUFFIX}");
     let key = generate();
@@ -185,14 +210,14 @@ pub async fn rotate(
         prefix: &key.prefix,
         sha256: &key.sha256,
     };
-    let new_id = db::keys::insert_in(&mut tx, &new).await?;
-    let old_ends_at = db::keys::retire_in(&mut tx, tenant_id, id, grace_secs).await?;
-    tx.commit().await?;
+    let new_id = db::keys::insert_in(tx, &new).await?;
+    let old_ends_at = db::keys::retire_in(tx, tenant_id, id, grace_secs).await?;
     Ok(Some(Rotated {
         id: new_id,
         name,
         prefix: key.prefix,
         secret: key.secret,
+        old_prefix: old.prefix,
         old_ends_at,
     }))
 }

@@ -5,7 +5,8 @@
 //! `tokenfactory` binary both use it.
 //!
 //! Inside, imports point one way: `tenancy`, `usage`, `money`, `period`, `economics` (records and arithmetic) <- `db` (statements) <-
-//! `accounts`, `keys` (rules) <- `operator`, `billing_ops` (audited operator actions).
+//! `accounts`, `keys` (rules) <- `operator`, `billing_ops` (audited operator actions), `member_ops`
+//! (tenant members' audited key and password actions).
 
 pub mod accounts;
 pub mod billing_ops;
@@ -13,6 +14,7 @@ pub mod db;
 pub mod economics;
 pub mod endpoint;
 pub mod keys;
+pub mod member_ops;
 pub mod money;
 pub mod operator;
 pub mod period;

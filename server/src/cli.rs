@@ -30,10 +30,11 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run migrations, then serve the portal and the OpenAI-compatible /v1 API (the default).
+    /// Serve the portal and the OpenAI-compatible /v1 API (the default); connected as the
+    /// schema's owner only with --allow-owner-role, which also applies migrations.
     Serve(Box<ServeArgs>),
-    /// Apply pending database migrations and exit.
-    Migrate(DbArgs),
+    /// Apply pending database migrations as the schema's owner and exit.
+    Migrate(MigrateArgs),
     /// Operator commands: accounts, keys, usage.
     #[command(subcommand)]
     Admin(AdminCommand),
@@ -53,10 +54,41 @@ pub struct DbArgs {
     pub database_url: Secret,
 }
 
+/// `tokenfactory migrate`: the owner's URL, and the login role `serve` will use.
+#[derive(Debug, Clone, Args)]
+pub struct MigrateArgs {
+    #[command(flatten)]
+    pub db: DbArgs,
+    /// The schema owner's PostgreSQL URL, when DATABASE_URL is the serving role's (the Helm
+    /// chart's migration job sets both); wins over DATABASE_URL.
+    #[arg(long, env = "TF_MIGRATE_DATABASE_URL")]
+    pub migrate_database_url: Option<Secret>,
+    /// A login role to make a member of `tokenfactory_app` after migrating (the role `serve`
+    /// connects as; it must exist).
+    #[arg(long, env = "TF_GRANT_APP_ROLE")]
+    pub grant_app_role: Option<String>,
+}
+
+impl MigrateArgs {
+    /// The URL migrations run with: the owner's.
+    pub fn owner_url(&self) -> &str {
+        self.migrate_database_url
+            .as_ref()
+            .unwrap_or(&self.db.database_url)
+            .expose()
+    }
+}
+
 #[derive(Debug, Clone, Parser)]
 pub struct ServeArgs {
     #[command(flatten)]
     pub db: DbArgs,
+    /// Serve even when DATABASE_URL connects as a superuser or an owner of the schema (and apply
+    /// migrations at start). Such a role can disable the triggers that keep issued invoices and
+    /// usage immutable, so without this flag `serve` refuses it: for the single-machine demo and
+    /// development only; production serves as a member of `tokenfactory_app`.
+    #[arg(long, env = "TF_ALLOW_OWNER_ROLE", default_value_t = false, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub allow_owner_role: bool,
     /// Address the portal and /v1 listen on.
     #[arg(long, env = "TF_LISTEN", default_value = "127.0.0.1:3000")]
     pub listen: SocketAddr,
@@ -568,7 +600,8 @@ pub enum PricesAction {
     },
     /// Set one price from a time on (a new version).
     Set {
-        /// Price key: a model or base name.
+        /// Price key: a base's price key, or an adapter's own `adapter:<tenant>/<adapter>` (its
+        /// requests are priced by it, else by their base's).
         #[arg(long)]
         key: String,
         #[arg(long, default_value = "standard")]

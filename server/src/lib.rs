@@ -42,6 +42,7 @@
 //!    - [`sim`]: the `engine-sim` command.
 //!    - [`cli`]: the command line (clap types stay here; the layers take plain option structs).
 //!    - [`admin`]: the `migrate` and `admin` commands.
+//!    - [`db_start`]: the connected role's check and whether start-up migrates.
 //!    - [`serve`]: the `serve` command (migrate, fleet, build, serve, drain).
 
 /// Every request allocates and frees small buffers on several threads; glibc's malloc was ~8% of
@@ -82,6 +83,7 @@ pub mod admin;
 pub mod app;
 pub mod billing;
 pub mod cli;
+pub mod db_start;
 pub mod demo;
 pub mod metrics_scrape;
 pub mod serve;

@@ -14,7 +14,7 @@ async fn main() -> ExitCode {
     let result = match cli.command {
         None => tokenfactory::serve::run(ServeArgs::parse_from(["tokenfactory"])).await,
         Some(Command::Serve(args)) => tokenfactory::serve::run(*args).await,
-        Some(Command::Migrate(db)) => tokenfactory::admin::migrate(&db).await,
+        Some(Command::Migrate(args)) => tokenfactory::admin::migrate(&args).await,
         Some(Command::Admin(cmd)) => tokenfactory::admin::run(cmd).await,
         Some(Command::EngineSim(args)) => match args.config() {
             Ok(config) => tokenfactory::sim::run(args.listen, config).await,

@@ -1,4 +1,4 @@
-//! The `serve` command: migrate, start the fleet, build the app, print how to use it, serve until
+//! The `serve` command: check the database role (and migrate when allowed to be the owner), start the fleet, build the app, print how to use it, serve until
 //! SIGINT/SIGTERM, then drain.
 
 use std::io::Write;
@@ -23,7 +23,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     shared_store_for(&fleet_spec, &args.adapter_store)?;
     let url = args.db.database_url.expose();
     let pool = tf_core::db::connect(url, 32).await?;
-    tf_core::db::migrate(&pool, url).await?;
+    crate::db_start::for_serve(&pool, url, args.allow_owner_role).await?;
 
     let journal = match args.journal.journal_durability {
         crate::journal::Durability::Off => None,

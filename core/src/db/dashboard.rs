@@ -68,7 +68,7 @@ pub async fn usable_models(pool: &PgPool, tenant_id: Uuid) -> sqlx::Result<Vec<U
                FROM adapters a JOIN base_models b ON b.id = a.base_model_id
                WHERE a.tenant_id = $1
                      AND a.state IN ('ready', 'unloading', 'unloaded', 'reloading')
-           ) m LEFT JOIN LATERAL price_in_effect($1, m.price_key, now()) p ON true
+           ) m LEFT JOIN LATERAL price_of_event($1, m.price_key, m.name, m.kind = 1, now()) p ON true
            ORDER BY m.kind, m.name"#,
         tenant_id,
     )

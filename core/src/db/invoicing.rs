@@ -158,10 +158,13 @@ pub async fn tenant_tiers(db: impl PgExecutor<'_>) -> sqlx::Result<Vec<TenantTie
     .await
 }
 
-/// The price keys the catalog's bases use and those already priced, for the price form.
+/// The price keys the catalog's bases use, every adapter's own key (`adapter:<tenant>/<name>`)
+/// and those already priced, for the price form.
 pub async fn price_keys(db: impl PgExecutor<'_>) -> sqlx::Result<Vec<String>> {
     sqlx::query_scalar!(
         r#"SELECT price_key AS "price_key!" FROM base_models
+           UNION SELECT 'adapter:' || t.name || '/' || a.name
+                 FROM adapters a JOIN tenants t ON t.id = a.tenant_id
            UNION SELECT price_key FROM prices
            ORDER BY 1"#
     )

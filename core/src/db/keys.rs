@@ -205,18 +205,26 @@ pub async fn lock_tenant(conn: &mut PgConnection, tenant_id: Uuid) -> sqlx::Resu
     Ok(())
 }
 
+/// A key's name and visible prefix: what the portal says and the audit log records of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Named {
+    pub name: String,
+    pub prefix: String,
+}
+
 /// Revokes the tenant's working key with this id (the tenant scopes it: another tenant's id
-/// matches nothing). Returns the revoked key's name, or `None`.
+/// matches nothing). Returns the revoked key's name and prefix, or `None`.
 pub async fn revoke_of_tenant(
-    pool: &PgPool,
+    pool: impl sqlx::PgExecutor<'_>,
     tenant_id: Uuid,
     id: Uuid,
-) -> sqlx::Result<Option<String>> {
-    sqlx::query_scalar!(
+) -> sqlx::Result<Option<Named>> {
+    sqlx::query_as!(
+        Named,
         "UPDATE api_keys SET revoked_at = now()
          WHERE id = $1 AND tenant_id = $2 AND revoked_at IS NULL
            AND (expires_at IS NULL OR expires_at > now())
-         RETURNING name",
+         RETURNING name, prefix",
         id,
         tenant_id,
     )
@@ -224,14 +232,15 @@ pub async fn revoke_of_tenant(
     .await
 }
 
-/// Locks the tenant's working key with this id for a rotation; returns its name.
+/// Locks the tenant's working key with this id for a rotation; returns its name and prefix.
 pub async fn lock_working_of_tenant(
     conn: &mut PgConnection,
     tenant_id: Uuid,
     id: Uuid,
-) -> sqlx::Result<Option<String>> {
-    sqlx::query_scalar!(
-        "SELECT name FROM api_keys
+) -> sqlx::Result<Option<Named>> {
+    sqlx::query_as!(
+        Named,
+        "SELECT name, prefix FROM api_keys
          WHERE id = $1 AND tenant_id = $2 AND revoked_at IS NULL
            AND (expires_at IS NULL OR expires_at > now())
          FOR UPDATE",

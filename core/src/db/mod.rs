@@ -28,6 +28,7 @@
 //! | [`overview`] | the admin pages' tenant and user lists, tenant status by id |
 //! | [`economics`] | `base_costs` (append-only), graph history, tokens and revenue per base and day |
 //! | [`replicas`] | `replica_reports` (each replica's journal and shipping, for `/admin/ops`) |
+//! | [`roles`] | the connected role's standing (owner, superuser), the application role |
 //!
 //! This file connects to PostgreSQL and applies migrations. A missing database is created (the
 //! embedded default must work on a fresh machine); an unreachable server is an error that names
@@ -52,6 +53,7 @@ pub mod overview;
 pub mod periods;
 pub mod replicas;
 pub mod reports;
+pub mod roles;
 pub mod rollout;
 pub mod sessions;
 pub mod settings;

@@ -163,6 +163,13 @@ pub enum Close {
     AlreadyClosed(OffsetDateTime),
     /// The month has an issued invoice: its period is over already.
     Issued(Uuid),
+    /// The next month has an issued invoice: the usage the close would move onto it would be on
+    /// no invoice (found by the property test `core/tests/billing_props.rs`).
+    NextIssued(Uuid),
+    /// The month's draft is built from this re-rate over a part after the instant: the close
+    /// would cut the admin's choice short (and the kept runs would no longer fit the period), so
+    /// the draft is to be rebuilt without it first (found by `core/tests/billing_props.rs`).
+    KeptRerate(i64),
     /// The instant is not inside the month (after its start, before its end).
     OutsideMonth,
 }
@@ -205,6 +212,37 @@ pub async fn close(
     let start = month.midnight().assume_utc();
     if at <= start || crate::period::month_of(at) != month {
         return Ok(Close::OutsideMonth);
+    }
+    // INVARIANT: what a close moves to the next month's period lands on an invoice still to be
+    // built, never on none (test: core/tests/billing_props.rs).
+    let next = crate::period::month_of(start + time::Duration::days(32));
+    let next_issued = sqlx::query_scalar!(
+        "SELECT i.id FROM invoices i
+         WHERE i.tenant_id = $1 AND i.period_start = $2 AND i.kind = 'invoice' AND i.status = 'issued'
+           AND NOT EXISTS (SELECT 1 FROM invoices n WHERE n.kind = 'credit_note' AND n.corrects = i.id)",
+        tenant,
+        next,
+    )
+    .fetch_optional(&mut *db)
+    .await?;
+    if let Some(id) = next_issued {
+        return Ok(Close::NextIssued(id));
+    }
+    let kept = sqlx::query_scalar!(
+        "SELECT s.run_id FROM invoices i
+                JOIN invoice_sources s ON s.invoice_id = i.id
+                JOIN rating_runs r ON r.id = s.run_id AND r.kind = 'rerate'
+         WHERE i.tenant_id = $1 AND i.period_start = $2 AND i.kind = 'invoice'
+           AND i.status = 'draft' AND s.covers_until > $3
+         ORDER BY s.covers_from LIMIT 1",
+        tenant,
+        month,
+        at,
+    )
+    .fetch_optional(&mut *db)
+    .await?;
+    if let Some(run) = kept {
+        return Ok(Close::KeptRerate(run));
     }
     let done = sqlx::query_scalar!(
         r#"INSERT INTO period_closes (tenant_id, period_start, closes_at, closed_by)

@@ -142,9 +142,11 @@ pub async fn log_page(
                   k.name AS "key_name?", k.prefix AS "key_prefix?", e.status,
                   e.prompt_tokens, e.cached_tokens, e.completion_tokens, e.ttft_ms, e.duration_ms,
                   CASE WHEN e.status = 'rejected' THEN 0
-                       ELSE charge_micros(e.tenant_id, e.price_key, e.started_at,
-                                          e.prompt_tokens - e.cached_tokens, e.cached_tokens,
-                                          e.completion_tokens) END AS "cost_micros!"
+                       ELSE charge_micros_of_event(e.tenant_id, e.price_key, e.served_name,
+                                                   e.adapter IS NOT NULL, e.started_at,
+                                                   e.prompt_tokens - e.cached_tokens,
+                                                   e.cached_tokens, e.completion_tokens)
+                  END AS "cost_micros!"
            FROM usage_events e
                 LEFT JOIN api_keys k ON k.id = e.api_key_id AND k.tenant_id = e.tenant_id
            WHERE e.tenant_id = $1
@@ -182,9 +184,11 @@ pub async fn log_entry(
                   k.name AS "key_name?", k.prefix AS "key_prefix?", e.status,
                   e.prompt_tokens, e.cached_tokens, e.completion_tokens, e.ttft_ms, e.duration_ms,
                   CASE WHEN e.status = 'rejected' THEN 0
-                       ELSE charge_micros(e.tenant_id, e.price_key, e.started_at,
-                                          e.prompt_tokens - e.cached_tokens, e.cached_tokens,
-                                          e.completion_tokens) END AS "cost_micros!"
+                       ELSE charge_micros_of_event(e.tenant_id, e.price_key, e.served_name,
+                                                   e.adapter IS NOT NULL, e.started_at,
+                                                   e.prompt_tokens - e.cached_tokens,
+                                                   e.cached_tokens, e.completion_tokens)
+                  END AS "cost_micros!"
            FROM usage_events e
                 LEFT JOIN api_keys k ON k.id = e.api_key_id AND k.tenant_id = e.tenant_id
            WHERE e.tenant_id = $1 AND e.request_id = $2"#,

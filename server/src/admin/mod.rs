@@ -17,33 +17,44 @@ use std::io::Write;
 
 use anyhow::Context;
 use sqlx::PgPool;
-use tf_app::ssr::store;
 use tf_core::accounts::{self, Role};
 use tf_core::keys;
 use tf_core::operator::{self, Actor, FirstUser};
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 
-use crate::cli::{AdminCommand, DbArgs};
+use crate::cli::{AdminCommand, DbArgs, MigrateArgs};
 use crate::secret::Secret;
 use crate::usage_store;
 
 async fn pool(db: &DbArgs) -> anyhow::Result<PgPool> {
     let url = db.database_url.expose();
     let pool = tf_core::db::connect(url, 4).await?;
-    tf_core::db::migrate(&pool, url).await?;
+    crate::db_start::for_admin(&pool, url).await?;
     Ok(pool)
 }
 
-pub async fn migrate(db: &DbArgs) -> anyhow::Result<()> {
-    pool(db).await?;
+/// Applies the migrations as the schema's owner (TF_MIGRATE_DATABASE_URL, else DATABASE_URL)
+/// and, when asked, makes the serving login role a member of `tokenfactory_app`.
+pub async fn migrate(args: &MigrateArgs) -> anyhow::Result<()> {
+    let url = args.owner_url();
+    let pool = tf_core::db::connect(url, 2).await?;
+    tf_core::db::migrate(&pool, url).await?;
+    let shown = tf_core::db::redact_url(url);
     say(
         &mut std::io::stdout(),
-        &format!(
-            "migrations applied to {}",
-            tf_core::db::redact_url(db.database_url.expose())
-        ),
-    )
+        &format!("migrations applied to {shown}"),
+    )?;
+    if let Some(role) = &args.grant_app_role {
+        tf_core::db::roles::grant_app_role(&pool, role)
+            .await
+            .with_context(|| format!("granting {} to {role}", tf_core::db::roles::APP_ROLE))?;
+        say(
+            &mut std::io::stdout(),
+            &format!("{role} is a member of {}", tf_core::db::roles::APP_ROLE),
+        )?;
+    }
+    Ok(())
 }
 
 fn say(out: &mut impl Write, line: &str) -> anyhow::Result<()> {
@@ -141,9 +152,19 @@ pub async fn run_on(pool: &PgPool, cmd: AdminCommand, out: &mut impl Write) -> a
             password,
         } => {
             let (password, generated) = password_or_generated(password);
-            let user = accounts::reset_password(pool, &email, &password).await?;
-            // The old password may be what leaked: whoever signed in with it is signed out.
-            let ended = store::end_sessions_of_user(pool, user).await?;
+            let wanted = email.trim().to_lowercase();
+            let row = tf_core::db::accounts::login_row(pool, &wanted)
+                .await?
+                .with_context(|| format!("no user {wanted}"))?;
+            let user = tf_core::tenancy::User {
+                id: row.id,
+                email: row.email,
+                role: row.role,
+                tenant_id: row.tenant_id,
+            };
+            // The old password may be what leaked: whoever signed in with it is signed out; the
+            // reset and its audit row (`user.reset_password`) commit together.
+            let ended = operator::reset_password(pool, &Actor::CLI, &user, &password).await?;
             say(
                 out,
                 &format!("password of {email} reset; {ended} portal session(s) ended"),

@@ -451,7 +451,60 @@ fn the_pre_delete_hook_releases_token_factorys_finalizer() {
 
     let off = with(default_values(), "/cleanup/enabled", Some(json!(false)));
     let docs = render_values("tf", "gateway", off);
-    assert!(docs.iter().all(|d| d["kind"] != "Job"));
+    assert!(docs
+        .iter()
+        .all(|d| !(d["kind"] == "Job" && d["metadata"]["name"] == "tf-cleanup")));
+}
+
+/// Two database roles (issue 31): a pre-install/pre-upgrade Job migrates with the owner's URL
+/// (Secret key `migrate-database-url`), which only it gets; the replicas get `database-url`.
+#[test]
+fn migrations_run_as_the_owner_in_a_hook_job_and_replicas_never_see_its_url() {
+    let docs = render("tf", "gateway");
+    let job = find(&docs, "Job", "tf-migrate");
+    let a = &job["metadata"]["annotations"];
+    assert_eq!(a["helm.sh/hook"], "pre-install,pre-upgrade");
+    let c = &job["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(c["args"], json!(["migrate"]));
+    let env = c["env"].as_array().unwrap();
+    let owner = env
+        .iter()
+        .find(|e| e["name"] == "TF_MIGRATE_DATABASE_URL")
+        .unwrap();
+    assert_eq!(
+        owner["valueFrom"]["secretKeyRef"],
+        json!({"name": "tokenfactory-secrets", "key": "migrate-database-url"})
+    );
+    assert!(env.iter().all(|e| e["name"] != "TF_GRANT_APP_ROLE"));
+    // The replicas never get the owner's URL, nor the flag that lets serve run as the owner.
+    let deploy = find(&docs, "Deployment", "tf");
+    let text = deploy.to_string();
+    assert!(!text.contains("migrate-database-url"), "{text}");
+    assert!(!text.contains("TF_ALLOW_OWNER_ROLE"), "{text}");
+
+    let granting = with(
+        default_values(),
+        "/migrations/grantAppRole",
+        Some(json!("tf_serve")),
+    );
+    let docs = render_values("tf", "gateway", granting);
+    let c = &find(&docs, "Job", "tf-migrate")["spec"]["template"]["spec"]["containers"][0];
+    assert!(c["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|e| e["name"] == "TF_GRANT_APP_ROLE" && e["value"] == "tf_serve"));
+
+    let off = with(default_values(), "/migrations/job", Some(json!(false)));
+    let docs = render_values("tf", "gateway", off);
+    assert!(docs.iter().all(|d| d["metadata"]["name"] != "tf-migrate"));
+    // A role name that is not an identifier is refused at install.
+    let bad = with(
+        default_values(),
+        "/migrations/grantAppRole",
+        Some(json!("tf; DROP")),
+    );
+    assert!(check_values(&bad).is_err());
 }
 
 /// The probe paths of the rendered Deployment answer 200 on the real binary (spawned as a child

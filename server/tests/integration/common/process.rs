@@ -98,6 +98,8 @@ impl Gateway {
             .env("RUST_LOG", "warn")
             // The banner prints the demo key; kept beside the journal, so a restart reprints it.
             .env("TF_DEMO", "true")
+            // Connected as the test cluster's superuser, like the demo.
+            .env("TF_ALLOW_OWNER_ROLE", "true")
             .env(
                 "TF_DEMO_STATE",
                 spec.journal_dir.with_extension("demo.json"),
