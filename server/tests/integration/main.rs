@@ -16,6 +16,7 @@ mod billing_periods;
 mod bodies;
 mod chaos_ledger;
 mod cluster_cotenant;
+mod db_roles;
 mod dockerfile;
 mod dynamo;
 mod economics;

@@ -241,7 +241,9 @@ proptest! {
             *minutes.entry(s / 60).or_default() += tokens;
         }
         let n = i64::try_from(secs.len()).unwrap_or(0);
-        let mut best: Option<((i64, i64, i64, i64, i64), Policy)> = None;
+        // (cost, cold starts, waited, floor, idle) ordered as the advisor ranks, and the policy.
+        type Ranked = ((i64, i64, i64, i64, i64), Policy);
+        let mut best: Option<Ranked> = None;
         for floor in 1..=ceiling {
             for idle in IDLE_CANDIDATES {
                 let (awake, cold, waited) = naive(&secs, window_s, cold_s, idle);
