@@ -91,6 +91,9 @@ pub fn App() -> impl IntoView {
                 <Route path=path!("/admin/invoices") view=admin::billing::invoices::AdminInvoicesPage ssr=SsrMode::Async/>
                 <Route path=path!("/admin/invoices/:id") view=admin::billing::invoices::AdminInvoicePage ssr=SsrMode::Async/>
                 <Route path=path!("/admin/*any") view=admin::page::AdminNotFound ssr=SsrMode::Async/>
+                // Every other path: registered with the server (a fallback alone is not), so an
+                // unknown URL gets the 404 page inside the frame, not an empty answer.
+                <Route path=path!("/*any") view=frame::NotFound ssr=SsrMode::Async/>
             </Routes>
         </Router>
     }

@@ -64,8 +64,8 @@ pub fn AdminNotFound() -> impl IntoView {
     view! { <Guarded access=Access::Admin content=not_found/> }
 }
 
-fn not_found(_: PageState) -> AnyView {
-    view! { <crate::frame::NotFound/> }.into_any()
+fn not_found(state: PageState) -> AnyView {
+    crate::frame::not_found(state)
 }
 
 /// Percent-encodes a query-string value.

@@ -28,6 +28,7 @@ pub async fn load_page(access: Access) -> Result<PageState, PortalError> {
     });
     let home = |v: &Viewer| if v.admin { "/admin" } else { "/" };
     let target = match (access, &viewer) {
+        (Access::Anyone, _) => None,
         (Access::Public, Some(v)) => Some(home(v)),
         (Access::Public, None) => None,
         (_, None) => Some("/login"),
@@ -70,6 +71,9 @@ pub async fn load_page(access: Access) -> Result<PageState, PortalError> {
 /// shown; redirects render nothing, a 403 renders the refusal.
 #[component]
 pub fn Guarded(access: Access, content: fn(PageState) -> AnyView) -> impl IntoView {
+    if drop_trailing_slash() {
+        return ().into_any();
+    }
     view! {
         <Suspense fallback=|| ()>
             // Not a reactive closure: the session is read (and the flash taken) exactly once.
@@ -85,6 +89,7 @@ pub fn Guarded(access: Access, content: fn(PageState) -> AnyView) -> impl IntoVi
             })}
         </Suspense>
     }
+    .into_any()
 }
 
 fn forbidden(state: PageState) -> AnyView {
@@ -283,16 +288,70 @@ pub fn Flash(message: Option<Notice>) -> impl IntoView {
     })
 }
 
-/// Unknown paths under the portal's routes.
+/// Any path no page answers (`/*any` and the router's fallback): the 404 page inside the frame,
+/// so a signed-in user keeps their navigation and a visitor gets the way to sign in.
 #[component]
 pub fn NotFound() -> impl IntoView {
+    view! { <Guarded access=Access::Anyone content=not_found/> }
+}
+
+/// The body of the 404 page under the frame the viewer gets (the admin one too).
+pub fn not_found(state: PageState) -> AnyView {
     #[cfg(feature = "ssr")]
     crate::ssr::session::set_status(http::StatusCode::NOT_FOUND);
+    let (bar, home, go) = match state.viewer {
+        Some(v) => {
+            let home = if v.admin { "/admin" } else { "/" };
+            let bar = view! { <TopBar viewer=Some(v) csrf=state.csrf/> }.into_any();
+            (bar, home, "Go to your home page")
+        }
+        None => {
+            let bar = view! {
+                <header class="topbar">
+                    <a class="brand" href="/login">{PRODUCT}</a>
+                </header>
+            }
+            .into_any();
+            (bar, "/login", "Sign in")
+        }
+    };
     view! {
         <Title text=format!("Not found · {PRODUCT}")/>
+        {bar}
         <main class="content">
             <h1>"Not found"</h1>
-            <p><a href="/">"Go to your home page"</a></p>
+            <p class="status-code">"404: there is no page at this address."</p>
+            <p><a class="button" href=home>{go}</a></p>
         </main>
     }
+    .into_any()
+}
+
+/// One address per page: `/usage/` answers a permanent redirect to `/usage` (query kept). Only a
+/// plain path is redirected (no `//host` or backslash that a browser could read as another site).
+/// True when the redirect was set.
+fn drop_trailing_slash() -> bool {
+    #[cfg(feature = "ssr")]
+    {
+        let Some(parts) = use_context::<http::request::Parts>() else {
+            return false;
+        };
+        let path = parts.uri.path();
+        let trimmed = path.trim_end_matches('/');
+        let plain = trimmed.starts_with('/')
+            && !trimmed.starts_with("//")
+            && trimmed
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"/-_.~%".contains(&b));
+        if path.len() > 1 && path.ends_with('/') && plain {
+            let target = match parts.uri.query() {
+                Some(q) => format!("{trimmed}?{q}"),
+                None => trimmed.to_owned(),
+            };
+            crate::ssr::session::redirect(&target);
+            crate::ssr::session::set_status(http::StatusCode::PERMANENT_REDIRECT);
+            return true;
+        }
+    }
+    false
 }

@@ -28,8 +28,6 @@ pub struct AdapterView {
     pub state: String,
     /// Why it was rejected or failed, as the lifecycle recorded it.
     pub reason: Option<String>,
-    /// The name the engine serves it under.
-    pub engine_name: String,
     /// Uploaded through the lifecycle (not placed by a fleet file): it can be started, stopped
     /// and deleted.
     pub managed: bool,
@@ -77,7 +75,6 @@ pub async fn load_models() -> Result<ModelsView, PortalError> {
             version: a.version,
             state: a.state,
             reason: a.reason,
-            engine_name: a.upstream_model,
             managed: a.storage_uri.is_some(),
         })
         .collect();

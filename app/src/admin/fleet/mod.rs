@@ -55,7 +55,9 @@ pub struct GraphItem {
 /// A tenant's managed adapter.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AdapterItem {
-    pub tenant_id: String,
+    /// The owning tenant's handle (its admin page is `/admin/tenants/{tenant}`) and display name.
+    pub tenant: String,
+    pub tenant_display: String,
     pub name: String,
     pub base: String,
     pub version: i32,
@@ -138,14 +140,28 @@ pub async fn admin_fleet() -> Result<FleetView, PortalError> {
     let reloads = tf_core::db::sleep::reload_counts(pool)
         .await
         .map_err(failed)?;
-    let adapters = lifecycle::managed_adapters(pool)
-        .await
-        .map_err(failed)?
+    let managed = lifecycle::managed_adapters(pool).await.map_err(failed)?;
+    // The owners' names (a handful of tenants: one lookup each).
+    let mut owners = std::collections::HashMap::new();
+    for a in &managed {
+        if let std::collections::hash_map::Entry::Vacant(slot) = owners.entry(a.tenant_id) {
+            let t = tf_core::db::accounts::tenant_by_id(pool, a.tenant_id)
+                .await
+                .map_err(failed)?;
+            slot.insert(t);
+        }
+    }
+    let adapters = managed
         .into_iter()
         .map(|a| {
             let (reloads, reload_failures) = reloads.get(&a.id).copied().unwrap_or_default();
+            let (tenant, tenant_display) = match owners.get(&a.tenant_id) {
+                Some(Some(t)) => (t.name.clone(), t.display_name.clone()),
+                _ => (a.tenant_id.to_string(), a.tenant_id.to_string()),
+            };
             AdapterItem {
-                tenant_id: a.tenant_id.to_string(),
+                tenant,
+                tenant_display,
                 name: a.name,
                 base: a.base,
                 version: a.version,

@@ -61,7 +61,7 @@ fn graph_row(g: GraphItem) -> AnyView {
     };
     view! {
         <tr>
-            <td>{g.base}</td>
+            <td class="nowrap">{g.base}</td>
             <td class="mono">{g.name}</td>
             <td>{g.state}</td>
             <td class="num">{format!("{} / {}", g.replicas_ready, g.replicas_desired)}</td>
@@ -229,9 +229,11 @@ fn adapter_row(a: AdapterItem) -> AnyView {
     };
     view! {
         <tr>
-            <td class="mono">{a.tenant_id}</td>
-            <td>{a.name}</td>
-            <td>{a.base}</td>
+            <td class="nowrap">
+                <a href=format!("/admin/tenants/{}", a.tenant)>{a.tenant_display}</a>
+            </td>
+            <td class="nowrap">{a.name}</td>
+            <td class="nowrap">{a.base}</td>
             <td class="num">{a.version}</td>
             <td>{a.state}</td>
             <td>{a.desired}</td>

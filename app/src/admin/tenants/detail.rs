@@ -10,7 +10,7 @@ use super::{
     admin_tenant, AdminKeyLimits, AdminTenantLimits, KeyLimits, LimitFields, TenantDetail,
 };
 use crate::admin::count;
-use crate::frame::{framed, CsrfField, Guarded, Head, NotFound, WIDE};
+use crate::frame::{framed, CsrfField, Guarded, Head, WIDE};
 use crate::model::{Access, PageState};
 use crate::money::format_micros;
 use crate::PRODUCT;
@@ -31,7 +31,7 @@ fn page(state: PageState) -> AnyView {
     let back = Head::Back("/admin/tenants", "← Tenants");
     framed(state, WIDE, back, admin_tenant(name), |t, csrf| match t {
         Some(t) => body(t, csrf),
-        None => view! { <NotFound/> }.into_any(),
+        None => crate::frame::missing("Tenant not found", "No tenant has that name."),
     })
 }
 

@@ -31,7 +31,8 @@ pub fn ModelsPage() -> impl IntoView {
 }
 
 fn page(state: PageState) -> AnyView {
-    // Wide: the adapters table carries long engine names and a column of buttons.
+    // Wide: the adapters table carries a column of buttons. No engine names: they are the
+    // operator's (the admin fleet page shows them), and long ones pushed the buttons out.
     framed(state, WIDE, "Models", load_models(), body)
 }
 
@@ -66,7 +67,6 @@ fn adapter_row(a: AdapterView, csrf: Option<&str>) -> AnyView {
             <td class="num">{a.version}</td>
             <td><span class=state_class(&a.state)>{a.state.clone()}</span></td>
             <td>{a.reason.unwrap_or_default()}</td>
-            <td><code>{a.engine_name}</code></td>
             {buttons}
         </tr>
     }
@@ -128,7 +128,6 @@ fn body(v: ModelsView, csrf: String) -> AnyView {
                         <th class="num">"Version"</th>
                         <th>"State"</th>
                         <th>"Reason"</th>
-                        <th>"Engine name"</th>
                         {manage.then(|| view! { <th><span class="visually-hidden">"Actions"</span></th> })}
                     </tr>
                 </thead>
