@@ -1,8 +1,13 @@
 #!/usr/bin/env python3
 """Fails when a crate's files import each other in a loop.
 
-A file depends on another when it names an item of that file through a `crate::`, `super::` or
-`self::` path (in a `use`, or inline). A name that a `mod.rs`/`lib.rs` only re-exports (`pub use
+A file depends on another when it names that file's module or an item of it through a `crate::`,
+`super::` or `self::` path (in a `use`, or inline): `use crate::ssr::{usage as report}` depends on
+ssr/usage.rs as much as `use crate::ssr::usage::Report` does. A module's own descendants are its
+parts, not its dependencies: a parent naming its child (a feature's `mod.rs` calling its
+`#[cfg(feature = "ssr")] mod server`) is not an edge, exactly as an inline `mod server { ... }`
+block is read as part of its file; the child naming its parent is. So the feature-module pattern
+(child -> parent) passes and two siblings, cousins or unrelated files that import each other fail. A name that a `mod.rs`/`lib.rs` only re-exports (`pub use
 child::Item`) counts as a dependency on the child that defines it, so a parent that re-exports its
 children and children that use each other's items through the parent are judged by where the items
 live. Cross-crate imports cannot loop (cargo forbids cyclic crates), so each crate is checked alone.
@@ -16,7 +21,7 @@ import re
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DEFAULT = ["core/src", "app/src", "engine-sim/src", "server/src", "frontend/src"]
+DEFAULT = ["types/src", "core/src", "app/src", "engine-sim/src", "server/src", "frontend/src"]
 
 USE_RE = re.compile(r"\buse\s+([^;]+);", re.S)
 INLINE_RE = re.compile(r"(?<![:\w])((?:crate|super|self)(?:::\w+)+)")
@@ -127,6 +132,11 @@ def split_inline_mods(text, mod):
         text = text[: m.start()] + text[i + 1 :]
 
 
+def descendant(target, mod):
+    """`target` is a module below `mod` (its child, grandchild, ...): one of `mod`'s parts."""
+    return len(target) > len(mod) and target[: len(mod)] == mod
+
+
 def graph(src):
     """Module -> set of modules (files) it names an item of."""
     mods = module_files(src)
@@ -168,7 +178,8 @@ def graph(src):
                 while (target, item) in reexports and (target, item) not in seen:
                     seen.add((target, item))
                     target = reexports[(target, item)]
-                if target != file_mod and item is not None:
+                # `item is None`: the path names a module (`use crate::ssr::usage as report`).
+                if target != file_mod and not descendant(target, file_mod):
                     edges[file_mod].add(target)
     return edges, mods
 

@@ -1,17 +1,27 @@
 //! Token Factory's portal: Leptos components and server functions. Pages are rendered on the
 //! server only (no hydration scripts) and every form is a plain HTML form posting to a server
-//! function, so the portal works with JavaScript off. Server-only code (sessions, CSRF, the
-//! login throttle) lives in [`ssr`], compiled only with the `ssr` feature.
+//! function, so the portal works with JavaScript off. One module per feature (`keys`, `usage`,
+//! `invoices`, `admin::billing`, ...) holds its types and `#[server]` functions, its page(s), and
+//! its server-only code as a `server` child compiled only with the `ssr` feature; a child may
+//! import its parent, nothing imports back. What every feature shares: [`frame`] (the page
+//! skeleton and access guard) and [`ssr`] (sessions, cookies, CSRF, the login throttle).
 
-pub mod api;
-pub mod charts;
+pub mod admin;
 pub mod error;
+pub mod frame;
+pub mod home;
+pub mod invoices;
+pub mod keys;
+pub mod limits;
+pub mod login;
+pub mod members;
 pub mod model;
+pub mod models;
 pub mod money;
-pub mod pages;
-pub mod ratio_chart;
+pub mod settings;
 #[cfg(feature = "ssr")]
 pub mod ssr;
+pub mod usage;
 
 use leptos::prelude::*;
 use leptos_meta::{provide_meta_context, MetaTags};
@@ -55,32 +65,35 @@ pub fn App() -> impl IntoView {
     provide_meta_context();
     view! {
         <Router>
-            <Routes fallback=pages::NotFound>
-                <Route path=path!("/") view=pages::home::HomePage ssr=SsrMode::Async/>
-                <Route path=path!("/login") view=pages::login::LoginPage ssr=SsrMode::Async/>
-                <Route path=path!("/keys") view=pages::keys::KeysPage ssr=SsrMode::Async/>
-                <Route path=path!("/usage") view=pages::usage::UsagePage ssr=SsrMode::Async/>
-                <Route path=path!("/logs") view=pages::logs::LogsPage ssr=SsrMode::Async/>
-                <Route path=path!("/logs/:request_id") view=pages::log_detail::LogDetailPage ssr=SsrMode::Async/>
-                <Route path=path!("/limits") view=pages::limits::LimitsPage ssr=SsrMode::Async/>
-                <Route path=path!("/invoices") view=pages::invoices::InvoicesPage ssr=SsrMode::Async/>
-                <Route path=path!("/invoices/:id") view=pages::invoices::InvoicePage ssr=SsrMode::Async/>
-                <Route path=path!("/models") view=pages::models::ModelsPage ssr=SsrMode::Async/>
-                <Route path=path!("/members") view=pages::members::MembersPage ssr=SsrMode::Async/>
-                <Route path=path!("/settings") view=pages::settings::SettingsPage ssr=SsrMode::Async/>
-                <Route path=path!("/invite/:token") view=pages::invite::InvitePage ssr=SsrMode::Async/>
-                <Route path=path!("/admin") view=pages::admin::AdminPage ssr=SsrMode::Async/>
-                <Route path=path!("/admin/tenants") view=pages::admin::tenants::TenantsPage ssr=SsrMode::Async/>
-                <Route path=path!("/admin/tenants/:name") view=pages::admin::tenant::TenantPage ssr=SsrMode::Async/>
-                <Route path=path!("/admin/users") view=pages::admin::users::UsersPage ssr=SsrMode::Async/>
-                <Route path=path!("/admin/audit") view=pages::admin::audit::AuditPage ssr=SsrMode::Async/>
-                <Route path=path!("/admin/ops") view=pages::admin::ops::OpsPage ssr=SsrMode::Async/>
-                <Route path=path!("/admin/fleet") view=pages::admin::fleet::FleetPage ssr=SsrMode::Async/>
-                <Route path=path!("/admin/economics") view=pages::admin::economics::EconomicsPage ssr=SsrMode::Async/>
-                <Route path=path!("/admin/prices") view=pages::admin::prices::PricesPage ssr=SsrMode::Async/>
-                <Route path=path!("/admin/invoices") view=pages::admin::invoices::AdminInvoicesPage ssr=SsrMode::Async/>
-                <Route path=path!("/admin/invoices/:id") view=pages::admin::invoices::AdminInvoicePage ssr=SsrMode::Async/>
-                <Route path=path!("/admin/*any") view=pages::admin::AdminNotFound ssr=SsrMode::Async/>
+            <Routes fallback=frame::NotFound>
+                <Route path=path!("/") view=home::page::HomePage ssr=SsrMode::Async/>
+                <Route path=path!("/login") view=login::page::LoginPage ssr=SsrMode::Async/>
+                <Route path=path!("/keys") view=keys::page::KeysPage ssr=SsrMode::Async/>
+                <Route path=path!("/usage") view=usage::page::UsagePage ssr=SsrMode::Async/>
+                <Route path=path!("/logs") view=usage::logs::LogsPage ssr=SsrMode::Async/>
+                <Route path=path!("/logs/:request_id") view=usage::log_detail::LogDetailPage ssr=SsrMode::Async/>
+                <Route path=path!("/limits") view=limits::page::LimitsPage ssr=SsrMode::Async/>
+                <Route path=path!("/invoices") view=invoices::page::InvoicesPage ssr=SsrMode::Async/>
+                <Route path=path!("/invoices/:id") view=invoices::page::InvoicePage ssr=SsrMode::Async/>
+                <Route path=path!("/models") view=models::page::ModelsPage ssr=SsrMode::Async/>
+                <Route path=path!("/members") view=members::page::MembersPage ssr=SsrMode::Async/>
+                <Route path=path!("/settings") view=settings::page::SettingsPage ssr=SsrMode::Async/>
+                <Route path=path!("/invite/:token") view=members::invite::InvitePage ssr=SsrMode::Async/>
+                <Route path=path!("/admin") view=admin::page::AdminPage ssr=SsrMode::Async/>
+                <Route path=path!("/admin/tenants") view=admin::tenants::page::TenantsPage ssr=SsrMode::Async/>
+                <Route path=path!("/admin/tenants/:name") view=admin::tenants::detail::TenantPage ssr=SsrMode::Async/>
+                <Route path=path!("/admin/users") view=admin::users::page::UsersPage ssr=SsrMode::Async/>
+                <Route path=path!("/admin/audit") view=admin::audit::page::AuditPage ssr=SsrMode::Async/>
+                <Route path=path!("/admin/ops") view=admin::ops::page::OpsPage ssr=SsrMode::Async/>
+                <Route path=path!("/admin/fleet") view=admin::fleet::page::FleetPage ssr=SsrMode::Async/>
+                <Route path=path!("/admin/economics") view=admin::economics::page::EconomicsPage ssr=SsrMode::Async/>
+                <Route path=path!("/admin/prices") view=admin::billing::prices::PricesPage ssr=SsrMode::Async/>
+                <Route path=path!("/admin/invoices") view=admin::billing::invoices::AdminInvoicesPage ssr=SsrMode::Async/>
+                <Route path=path!("/admin/invoices/:id") view=admin::billing::invoices::AdminInvoicePage ssr=SsrMode::Async/>
+                <Route path=path!("/admin/*any") view=admin::page::AdminNotFound ssr=SsrMode::Async/>
+                // Every other path: registered with the server (a fallback alone is not), so an
+                // unknown URL gets the 404 page inside the frame, not an empty answer.
+                <Route path=path!("/*any") view=frame::NotFound ssr=SsrMode::Async/>
             </Routes>
         </Router>
     }

@@ -20,6 +20,9 @@ pub enum Access {
     Tenant,
     /// The admin pages: admins only; members get 403.
     Admin,
+    /// The not-found page: anyone, signed in or not; nobody is redirected, so the page keeps its
+    /// 404 and a signed-in user keeps their navigation.
+    Anyone,
 }
 
 /// What the page should do with the response being rendered.

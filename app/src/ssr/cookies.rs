@@ -104,8 +104,8 @@ pub enum Flash {
     KeyLimit { cap: u32 },
     /// A key form carried a value no form of the page offers.
     KeyFormInvalid,
-    /// What an admin form did (see [`super::admin::AdminFlash`]).
-    Admin(super::admin::AdminFlash),
+    /// What an admin form did (see [`super::admin_flash::AdminFlash`]).
+    Admin(super::admin_flash::AdminFlash),
     /// The signed-in user's role may not use that form.
     RoleRefused,
     /// An invitation was made (its link is shown on `/members`).
@@ -190,7 +190,7 @@ impl Flash {
             "key-form" => Some(Self::KeyFormInvalid),
             other if other.starts_with("admin-") => other
                 .strip_prefix("admin-")
-                .and_then(super::admin::AdminFlash::parse)
+                .and_then(super::admin_flash::AdminFlash::parse)
                 .map(Self::Admin),
             other if other.starts_with("model-") => other
                 .strip_prefix("model-")
@@ -334,7 +334,7 @@ mod tests {
             Flash::KeyNameInvalid,
             Flash::KeyLimit { cap: 100 },
             Flash::KeyFormInvalid,
-            Flash::Admin(super::super::admin::AdminFlash::LimitsSaved),
+            Flash::Admin(super::super::admin_flash::AdminFlash::LimitsSaved),
             Flash::RoleRefused,
             Flash::Invited,
             Flash::InviteInvalid,

@@ -1,4 +1,5 @@
-//! The prologue of every tenant form other than `/keys`'s: the CSRF token first, then the
+//! The prologue of every tenant form other than `/keys`'s: the CSRF token first (and the one
+//! refusal of a bad token, [`refuse_csrf`], every form shares), then the
 //! signed-in member, then the member's role; and the audit record of what an owner did, written
 //! inside the action's transaction.
 
@@ -31,7 +32,7 @@ pub async fn tenant_form(
     let s = session::current().await?;
     let jar = cookies::jar().await?;
     if !csrf::verify(&jar, token) {
-        return Err(crate::api::refuse_csrf(&jar, back));
+        return Err(refuse_csrf(&jar, back));
     }
     let Some(m) = member::current(&portal, &s).await? else {
         session::redirect("/login");
@@ -78,4 +79,21 @@ pub async fn audit(
     )
     .await
     .map_err(|e| internal("writing the audit log", e))
+}
+
+/// Refuses a form whose CSRF token is missing or wrong, changing nothing else. A browser posting a
+/// stale form is sent back with an explanation; other clients get 403. A request without the
+/// token cookie (a cross-site post: SameSite=Lax withholds cookies) gets no cookie either, so a
+/// forged post cannot touch a victim's cookies.
+pub fn refuse_csrf(jar: &tower_cookies::Cookies, back: &str) -> PortalError {
+    tracing::warn!("refused a form with a missing or wrong CSRF token");
+    if session::accepts_html() {
+        if csrf::has_token(jar) {
+            cookies::set_flash(jar, cookies::Flash::Csrf);
+        }
+        session::redirect(back);
+    } else {
+        session::set_status(http::StatusCode::FORBIDDEN);
+    }
+    PortalError::Csrf
 }

@@ -21,6 +21,8 @@ pub enum ModelFlash {
     Deleted,
     /// Delete was posted without ticking the confirmation.
     DeleteUnconfirmed,
+    /// A read-only member posted a form: refused, nothing changed.
+    ReadOnly,
 }
 
 const CODES: &[(ModelFlash, &str)] = &[
@@ -34,6 +36,7 @@ const CODES: &[(ModelFlash, &str)] = &[
     (ModelFlash::Stopped, "stopped"),
     (ModelFlash::Deleted, "deleted"),
     (ModelFlash::DeleteUnconfirmed, "unconfirmed"),
+    (ModelFlash::ReadOnly, "read-only"),
 ];
 
 impl ModelFlash {
@@ -81,6 +84,10 @@ impl ModelFlash {
             Self::Stopped => "Stopped: the model is no longer served.",
             Self::Deleted => "Deleted: the model and its files are being removed.",
             Self::DeleteUnconfirmed => "Tick the confirmation to delete: nothing was changed.",
+            Self::ReadOnly => {
+                "Your role is read-only: you can see the models but not change them. Nothing \
+                 was changed."
+            }
         }
     }
 }

@@ -1,5 +1,5 @@
 //! `GET /invoices/{id}.csv`: one of the session tenant's invoices as a CSV attachment
-//! (`tf_app::ssr::invoices::csv`, the same entries the detail page shows). The router cannot
+//! (`tf_app::invoices::server::csv`, the same entries the detail page shows). The router cannot
 //! route a parameter with a suffix, and `/invoices/{id}` is the page's route, so this is a layer
 //! in front of the page routes that answers exactly the paths ending in `.csv` and lets every
 //! other request through. Signed out: to the login; an admin (no tenant): 403; an unknown id or
@@ -10,7 +10,7 @@ use axum::http::header::{CACHE_CONTROL, CONTENT_DISPOSITION, CONTENT_TYPE, LOCAT
 use axum::http::{Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use tf_app::ssr::invoices::{self, Download};
+use tf_app::invoices::server::{self as invoices, Download};
 use tf_app::ssr::model_form::in_portal;
 use tf_app::ssr::Portal;
 

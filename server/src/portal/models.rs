@@ -56,9 +56,12 @@ enum Outcome {
 }
 
 impl Outcome {
-    /// The member a passed gate let through, or the refusal.
-    fn gate(gate: Gate) -> Result<tf_app::ssr::member::Member, Self> {
+    /// The member a passed gate let through, or the refusal. A browser's read-only member is sent
+    /// back to the page (inside the portal's frame, with its navigation) with the reason; any
+    /// other client gets the 403 as JSON.
+    fn gate(gate: Gate, browser: bool) -> Result<tf_app::ssr::member::Member, Self> {
         match gate {
+            Gate::ReadOnly if browser => Err(Self::Back(ModelFlash::ReadOnly)),
             Gate::Allowed(m) => Ok(m),
             Gate::SignedOut => Err(Self::Login),
             Gate::Csrf => Err(Self::Refused(
@@ -111,13 +114,14 @@ fn refusal_page(status: StatusCode, message: &str) -> String {
     )
 }
 
-/// Whether the page's script sent the form (it asks for JSON); a browser's own post asks for HTML.
+/// Whether a browser posted the form itself (it asks for HTML). Anything else (the page's script,
+/// curl, a client library) is answered in JSON, refusals too.
 fn wants_json(parts: &Parts) -> bool {
-    parts
+    !parts
         .headers
         .get(ACCEPT)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("application/json"))
+        .is_some_and(|v| v.contains("text/html"))
 }
 
 /// Runs `work` in the portal's context and turns its outcome into the response; a failure of a
@@ -198,6 +202,7 @@ async fn upload(State(forms): State<Forms>, req: Request) -> Response {
     let (parts, body) = req.into_parts();
     let req = Request::from_parts(parts.clone(), body);
     let lifecycle = forms.lifecycle.clone();
+    let browser = !wants_json(&parts);
     answer(&forms, parts, async move {
         let Ok(mut form) = Multipart::from_request(req, &()).await else {
             return Ok(Outcome::Refused(
@@ -207,7 +212,7 @@ async fn upload(State(forms): State<Forms>, req: Request) -> Response {
         };
         let token = token_field(&mut form).await;
         let gate = model_form::gate(&token).await.map_err(|e| e.to_string())?;
-        let m = match Outcome::gate(gate) {
+        let m = match Outcome::gate(gate, browser) {
             Ok(m) => m,
             Err(refused) => return Ok(refused),
         };
@@ -242,6 +247,7 @@ async fn command(forms: Forms, adapter: String, req: Request, command: Command) 
         .get(CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("application/x-www-form-urlencoded"));
+    let browser = !wants_json(&parts);
     answer(&forms, parts, async move {
         let form = if urlencoded {
             Form::<CommandForm>::from_request(req, &())
@@ -253,7 +259,7 @@ async fn command(forms: Forms, adapter: String, req: Request, command: Command) 
         };
         let token = form.as_ref().map(|f| f.csrf.as_str()).unwrap_or_default();
         let gate = model_form::gate(token).await.map_err(|e| e.to_string())?;
-        let m = match Outcome::gate(gate) {
+        let m = match Outcome::gate(gate, browser) {
             Ok(m) => m,
             Err(refused) => return Ok(refused),
         };

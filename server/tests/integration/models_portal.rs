@@ -64,7 +64,9 @@ async fn models_page_shows_bases_and_only_the_tenants_own_adapters(pool: PgPool)
     assert!(html.contains(LORA_BASE), "base listed: {html}");
     assert!(html.contains(">helper<"), "adapter listed: {html}");
     assert!(html.contains(">stopped<"), "state shown: {html}");
-    assert!(html.contains(&engine_name), "engine name shown: {html}");
+    // The engine's name for it is the operator's: not shown to the tenant (it pushed the
+    // buttons out of the card).
+    assert!(!html.contains(&engine_name), "engine name hidden: {html}");
     // Stopped is settled: the page does not reload itself.
     assert!(!html.contains("http-equiv=\"refresh\""), "{html}");
 
@@ -97,7 +99,9 @@ async fn admin_fleet_shows_templates_graphs_and_every_tenants_adapters(pool: PgP
     let html = root.html("/admin/fleet").await;
     assert!(html.contains(LORA_BASE), "{html}");
     assert!(html.contains(">helper<"), "{html}");
-    assert!(html.contains(&acme.id.to_string()), "{html}");
+    // The owner by name, linked to its admin page; no bare UUID.
+    assert!(html.contains(r#"href="/admin/tenants/acme""#), "{html}");
+    assert!(!html.contains(&acme.id.to_string()), "{html}");
 
     let ada = signed_in(app, Some(acme.id), "ada@acme.test").await;
     let res = ada.get("/admin/fleet").await;
@@ -292,14 +296,35 @@ async fn read_only_csrf_and_other_tenants_are_refused(pool: PgPool) {
     assert!(!html.contains("/models/helper/"), "no buttons: {html}");
     let token = common::portal::csrf(&html);
     for verb in ["start", "stop", "delete"] {
-        assert_eq!(
-            command(&rita, "helper", verb, &token).await.status(),
-            403,
-            "{verb}"
+        // A browser is sent back to the page (its frame and navigation) with the reason.
+        let res = command(&rita, "helper", verb, &token).await;
+        assert_eq!(res.status(), 303, "{verb}");
+        assert_eq!(res.headers()["location"], "/models", "{verb}");
+        let html = rita.html("/models").await;
+        assert!(
+            html.contains(
+                "Your role is read-only: you can see the models but not change them. Nothing"
+            ),
+            "{verb}: {html}"
+        );
+        assert!(html.contains(r#"href="/keys""#), "navigation shown: {html}");
+        // Any other client gets the 403 as JSON.
+        let res = rita
+            .post_accepting(
+                &format!("/models/helper/{verb}"),
+                &[("csrf", token.as_str()), ("confirm", "yes")],
+                "*/*",
+            )
+            .await;
+        assert_eq!(res.status(), 403, "{verb}");
+        let body: serde_json::Value = res.json().await.unwrap();
+        assert!(
+            body["error"].as_str().unwrap().contains("read-only"),
+            "{body}"
         );
     }
     let res = upload_form(&rita, Some(&token), "sneaky", files).await;
-    assert_eq!(res.status(), 403);
+    assert_eq!(res.status(), 303);
     assert_eq!(app.state_of(&acme, "helper").await, "stopped");
     assert_eq!(app.state_of(&acme, "sneaky").await, "absent");
 

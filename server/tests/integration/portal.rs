@@ -81,6 +81,39 @@ async fn stylesheet_is_served_from_the_binary(pool: PgPool) {
     );
 }
 
+/// Issue 37, item 3: an unknown URL gets the 404 page inside the frame (a visitor the way to
+/// sign in, a member their navigation), and a trailing slash is redirected to the page without
+/// it, never off the site.
+#[sqlx::test(migrations = "../migrations")]
+async fn unknown_paths_get_the_framed_404_and_trailing_slashes_redirect(pool: PgPool) {
+    let portal = TestApp::builder(pool).shared_redis().start_portal().await;
+    let b = portal.browser();
+    let res = b.get("/no-such-page").await;
+    assert_eq!(res.status(), StatusCode::NOT_FOUND);
+    let html = res.text().await.unwrap();
+    assert!(html.contains("Not found"), "{html}");
+    assert!(html.contains(r#"href="/login""#), "{html}");
+
+    let res = b.get("/usage/?range=7d").await;
+    assert_eq!(res.status(), StatusCode::PERMANENT_REDIRECT);
+    assert_eq!(res.headers()["location"], "/usage?range=7d");
+    // `//host/` would be another site to a browser: not redirected.
+    assert_eq!(
+        b.get("//evil.example/").await.status(),
+        StatusCode::NOT_FOUND
+    );
+
+    assert_redirect(&b.login(MEMBER, PASSWORD).await, "/");
+    let res = b.get("/keys/nope").await;
+    assert_eq!(res.status(), StatusCode::NOT_FOUND);
+    let html = res.text().await.unwrap();
+    assert!(html.contains("Not found"), "{html}");
+    assert!(
+        html.contains(r#"href="/usage""#),
+        "the member's navigation: {html}"
+    );
+}
+
 #[sqlx::test(migrations = "../migrations")]
 async fn member_logs_in_with_a_new_session_id_and_sees_home(pool: PgPool) {
     let portal = TestApp::builder(pool).shared_redis().start_portal().await;

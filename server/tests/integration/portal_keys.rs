@@ -485,9 +485,9 @@ async fn last_use_is_written_at_most_once_a_minute_and_shown(pool: PgPool) {
     assert!(html.contains(&super_when(first.unwrap())));
 }
 
-/// The portal's time format (`tf_app::api::keys::when`).
+/// The portal's time format (`tf_app::keys::when`).
 fn super_when(t: OffsetDateTime) -> String {
-    tf_app::api::keys::when(t)
+    tf_app::keys::when(t)
 }
 
 /// The figure shown in the home's `stat-<name>` element.

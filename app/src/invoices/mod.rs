@@ -1,0 +1,120 @@
+//! Server functions of the tenant's `/invoices` pages: the session tenant's invoices (the open
+//! month's draft computed live from its rated lines), one invoice with its entries, and the
+//! prepaid credit left. Read-only for every tenant role; always scoped by the session's tenant,
+//! so another tenant's invoice id answers exactly like an unknown one. The CSV download of an
+//! invoice (`/invoices/{id}.csv`) is a plain route in the server over [`crate::invoices::server`].
+
+pub mod page;
+#[cfg(feature = "ssr")]
+pub mod server;
+
+use leptos::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use crate::error::PortalError;
+
+/// The id in the URL of the open month's live draft: `/invoices/current`.
+pub const CURRENT: &str = "current";
+
+/// One invoice or credit note of the list, or the head of the detail page.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InvoiceRow {
+    /// What the detail page's URL takes: the invoice id, or [`CURRENT`] for the live draft.
+    pub id: String,
+    /// `YYYY-MM` (UTC calendar month).
+    pub month: String,
+    /// `invoice` or `credit_note`.
+    pub kind: String,
+    /// `draft` or `issued`.
+    pub status: String,
+    /// Computed now from the rated lines rather than read from a stored invoice.
+    pub live: bool,
+    pub usage_micros: i64,
+    /// Credits applied (zero or negative).
+    pub credit_micros: i64,
+    pub adjustment_micros: i64,
+    pub total_micros: i64,
+    /// `YYYY-MM-DD HH:MM` UTC.
+    pub issued_at: Option<String>,
+    /// The invoice a credit note corrects, or the one a new invoice replaces.
+    pub corrects: Option<String>,
+}
+
+/// An entry of an invoice: usage of one model (or base) with its three quantities, a credit or
+/// an adjustment.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EntryView {
+    /// `usage`, `credit` or `adjustment`.
+    pub kind: String,
+    pub description: String,
+    pub events: i64,
+    pub fresh_tokens: i64,
+    pub cached_tokens: i64,
+    pub output_tokens: i64,
+    pub amount_micros: i64,
+}
+
+/// A prepaid credit grant as the tenant sees it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GrantView {
+    pub amount_micros: i64,
+    /// What issued invoices have not burned.
+    pub remaining_micros: i64,
+    pub priority: i32,
+    /// `YYYY-MM-DD HH:MM` UTC; `None`: never expires.
+    pub expires_at: Option<String>,
+    pub expired: bool,
+    pub note: String,
+}
+
+/// What `/invoices` shows.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InvoicesView {
+    /// Newest month first; the open month's draft first of all, computed live.
+    pub rows: Vec<InvoiceRow>,
+    /// Prepaid credit left now: unexpired grants less what issued invoices burned.
+    pub balance_micros: i64,
+    pub grants: Vec<GrantView>,
+}
+
+/// What `/invoices/{id}` shows.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InvoiceDetail {
+    pub row: InvoiceRow,
+    /// Usage entries first (per model), then credits, then adjustments.
+    pub entries: Vec<EntryView>,
+}
+
+/// The session tenant's invoices and credit.
+#[server(prefix = "/api", endpoint = "invoices", input = leptos::server_fn::codec::GetUrl)]
+pub async fn fetch_invoices() -> Result<InvoicesView, PortalError> {
+    use crate::invoices::server as invoices;
+    use crate::ssr::{internal, Portal};
+    use crate::usage::server as usage;
+
+    let portal = Portal::current()?;
+    let tenant = usage::session_tenant(&portal).await?;
+    invoices::list(&portal.deps.pool, tenant, time::OffsetDateTime::now_utc())
+        .await
+        .map_err(|e| internal("loading the invoices", e))
+}
+
+/// One of the session tenant's invoices; `None` for an unknown id, a malformed one or another
+/// tenant's.
+#[server(prefix = "/api", endpoint = "invoice", input = leptos::server_fn::codec::GetUrl)]
+pub async fn fetch_invoice(id: String) -> Result<Option<InvoiceDetail>, PortalError> {
+    use crate::invoices::server as invoices;
+    use crate::ssr::{internal, Portal};
+    use crate::usage::server as usage;
+
+    let portal = Portal::current()?;
+    let tenant = usage::session_tenant(&portal).await?;
+    invoices::detail(
+        &portal.deps.pool,
+        tenant,
+        &id,
+        time::OffsetDateTime::now_utc(),
+    )
+    .await
+    .map_err(|e| internal("loading an invoice", e))
+}

@@ -1,0 +1,265 @@
+//! `/invoices` and `/invoices/{id}`: the tenant's monthly (UTC) invoices, the open month's draft
+//! computed live from its rated lines, the prepaid credit left, and one invoice with its lines
+//! per model (fresh input, cached input, output), its credit and adjustment entries and its
+//! totals, with a CSV download (`/invoices/{id}.csv`). Read-only for every tenant role; another
+//! tenant's invoice id answers 404 inside the page's frame, like an unknown one.
+
+use leptos::prelude::*;
+use leptos_meta::Title;
+use leptos_router::hooks::use_params_map;
+
+use super::{
+    fetch_invoice, fetch_invoices, EntryView, GrantView, InvoiceDetail, InvoiceRow, InvoicesView,
+};
+use crate::frame::{framed, missing, Guarded, Head, WIDE};
+use crate::model::{Access, PageState};
+use crate::money::{format_micros, group_thousands};
+use crate::PRODUCT;
+
+#[component]
+pub fn InvoicesPage() -> impl IntoView {
+    view! {
+        <Title text=format!("Invoices · {PRODUCT}")/>
+        <Guarded access=Access::Tenant content=list_page/>
+    }
+}
+
+#[component]
+pub fn InvoicePage() -> impl IntoView {
+    view! {
+        <Title text=format!("Invoice · {PRODUCT}")/>
+        <Guarded access=Access::Tenant content=detail_page/>
+    }
+}
+
+fn list_page(state: PageState) -> AnyView {
+    framed(state, WIDE, "Invoices", fetch_invoices(), |v, _| list(v))
+}
+
+fn n(v: i64) -> String {
+    group_thousands(u64::try_from(v).unwrap_or(0))
+}
+
+/// `draft`, `draft (live)`, `issued` or `credit note`.
+fn status_label(r: &InvoiceRow) -> String {
+    let base = if r.kind == "credit_note" {
+        format!("credit note, {}", r.status)
+    } else {
+        r.status.clone()
+    };
+    if r.live {
+        format!("{base} (live)")
+    } else {
+        base
+    }
+}
+
+fn invoice_row(r: InvoiceRow) -> AnyView {
+    let href = format!("/invoices/{}", r.id);
+    let csv = format!("/invoices/{}.csv", r.id);
+    let status = status_label(&r);
+    let class = format!("invoice-row status-{}", r.status);
+    view! {
+        <tr class=class data-id=r.id.clone() data-month=r.month.clone()>
+            <td><a href=href>{r.month.clone()}</a></td>
+            <td class="status">{status}</td>
+            <td class="num usage">{format_micros(r.usage_micros)}</td>
+            <td class="num credit">{format_micros(r.credit_micros)}</td>
+            <td class="num adjustment">{format_micros(r.adjustment_micros)}</td>
+            <td class="num total">{format_micros(r.total_micros)}</td>
+            <td>{r.issued_at.unwrap_or_else(|| "–".to_owned())}</td>
+            <td><a href=csv download="">"CSV"</a></td>
+        </tr>
+    }
+    .into_any()
+}
+
+fn grant_row(g: GrantView) -> AnyView {
+    let expires = match (g.expires_at, g.expired) {
+        (None, _) => "never".to_owned(),
+        (Some(t), true) => format!("{t} (expired)"),
+        (Some(t), false) => t,
+    };
+    view! {
+        <tr class="grant">
+            <td class="num">{format_micros(g.amount_micros)}</td>
+            <td class="num remaining">{format_micros(g.remaining_micros)}</td>
+            <td class="num">{g.priority}</td>
+            <td>{expires}</td>
+            <td>{g.note}</td>
+        </tr>
+    }
+    .into_any()
+}
+
+fn list(v: InvoicesView) -> AnyView {
+    let empty = v.rows.is_empty();
+    let grants = v.grants;
+    view! {
+        <section class="panel credit">
+            <h2>"Prepaid credit"</h2>
+            <p class="balance">"Remaining: " <strong id="credit-balance">{format_micros(v.balance_micros)}</strong></p>
+            <p class="muted">"Credit burns down before charges are invoiced (lowest priority \
+                number first, then the earliest expiry) and raises this month's spend limit by \
+                what is left."</p>
+            {(!grants.is_empty()).then(|| view! {
+                <table class="list grants">
+                    <thead><tr>
+                        <th class="num">"Granted"</th><th class="num">"Remaining"</th>
+                        <th class="num">"Priority"</th><th>"Expires (UTC)"</th><th>"Note"</th>
+                    </tr></thead>
+                    <tbody>{grants.into_iter().map(grant_row).collect_view()}</tbody>
+                </table>
+            })}
+        </section>
+        <p class="muted">"One invoice per calendar month (UTC). The open month's draft is \
+            computed from the usage rated so far; an issued invoice never changes (a correction \
+            is a credit note and a new invoice)."</p>
+        {if empty {
+            view! { <p class="muted">"No invoices yet."</p> }.into_any()
+        } else {
+            ().into_any()
+        }}
+        <div class="scroll">
+        <table class="list invoices">
+            <thead>
+                <tr>
+                    <th>"Month"</th><th>"Status"</th><th class="num">"Usage"</th>
+                    <th class="num">"Credits"</th><th class="num">"Adjustments"</th>
+                    <th class="num">"Total"</th><th>"Issued (UTC)"</th><th>"Download"</th>
+                </tr>
+            </thead>
+            <tbody>{v.rows.into_iter().map(invoice_row).collect_view()}</tbody>
+        </table>
+        </div>
+    }
+    .into_any()
+}
+
+fn detail_page(state: PageState) -> AnyView {
+    let id = use_params_map()
+        .get_untracked()
+        .get("id")
+        .unwrap_or_default();
+    let back = Head::Back("/invoices", "← Invoices");
+    framed(state, WIDE, back, fetch_invoice(id), |d, _| match d {
+        Some(d) => detail(d, Links::Tenant),
+        None => not_found(),
+    })
+}
+
+/// Unknown, malformed or another tenant's id.
+fn not_found() -> AnyView {
+    missing(
+        "Invoice not found",
+        "No invoice of this tenant has that id.",
+    )
+}
+
+fn usage_row(e: EntryView) -> AnyView {
+    let model = e.description.clone();
+    view! {
+        <tr class="entry usage" data-model=model>
+            <td>{e.description}</td>
+            <td class="num events">{n(e.events)}</td>
+            <td class="num fresh">{n(e.fresh_tokens)}</td>
+            <td class="num cached">{n(e.cached_tokens)}</td>
+            <td class="num output">{n(e.output_tokens)}</td>
+            <td class="num amount">{format_micros(e.amount_micros)}</td>
+        </tr>
+    }
+    .into_any()
+}
+
+fn other_row(e: EntryView) -> AnyView {
+    let label = if e.kind == "credit" {
+        "Credit"
+    } else {
+        "Adjustment"
+    };
+    let class = format!("entry {}", e.kind);
+    view! {
+        <tr class=class>
+            <td colspan="5">{label} ": " {e.description}</td>
+            <td class="num amount">{format_micros(e.amount_micros)}</td>
+        </tr>
+    }
+    .into_any()
+}
+
+/// Where an invoice page's links go: the tenant's own pages (with the CSV download), or the
+/// operator's (`/admin/invoices/{id}`; exports are the operator's CSV).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Links {
+    Tenant,
+    Admin,
+}
+
+pub(crate) fn detail(d: InvoiceDetail, links: Links) -> AnyView {
+    let r = d.row;
+    let heading = if r.kind == "credit_note" {
+        format!("Credit note {}", r.month)
+    } else {
+        format!("Invoice {}", r.month)
+    };
+    let (usage, other): (Vec<EntryView>, Vec<EntryView>) =
+        d.entries.into_iter().partition(|e| e.kind == "usage");
+    let csv = (links == Links::Tenant).then(|| {
+        let href = format!("/invoices/{}.csv", r.id);
+        view! { <p><a class="button" href=href download="">"Download CSV"</a></p> }
+    });
+    let base = match links {
+        Links::Tenant => "/invoices",
+        Links::Admin => "/admin/invoices",
+    };
+    let status = status_label(&r);
+    let live_note = r.live.then(|| {
+        view! {
+            <p class="notice" role="status">"The month is open: these figures are computed now \
+                from the usage rated so far and will change until the invoice is issued."</p>
+        }
+    });
+    let empty = usage.is_empty();
+    view! {
+        <h1>{heading}</h1>
+        {live_note}
+        <dl class="facts">
+            <dt>"Period (UTC)"</dt><dd>{r.month.clone()}</dd>
+            <dt>"Status"</dt><dd class="status">{status}</dd>
+            <dt>"Issued (UTC)"</dt><dd>{r.issued_at.clone().unwrap_or_else(|| "–".to_owned())}</dd>
+            {r.corrects.clone().map(|c| view! {
+                <dt>"Corrects"</dt><dd><a class="mono" href=format!("{base}/{c}")>{c.clone()}</a></dd>
+            })}
+        </dl>
+        {csv}
+        <div class="scroll">
+        <table class="usage invoice">
+            <thead>
+                <tr>
+                    <th>"Model"</th><th class="num">"Requests"</th>
+                    <th class="num">"Fresh input tokens"</th><th class="num">"Cached input tokens"</th>
+                    <th class="num">"Output tokens"</th><th class="num">"Amount"</th>
+                </tr>
+            </thead>
+            <tbody>
+                {empty.then(|| view! { <tr><td colspan="6" class="muted">"No usage."</td></tr> })}
+                {usage.into_iter().map(usage_row).collect_view()}
+                {other.into_iter().map(other_row).collect_view()}
+            </tbody>
+            <tfoot>
+                <tr class="subtotal usage-total"><th colspan="5">"Usage"</th>
+                    <td class="num">{format_micros(r.usage_micros)}</td></tr>
+                <tr class="subtotal credit-total"><th colspan="5">"Credits applied"</th>
+                    <td class="num">{format_micros(r.credit_micros)}</td></tr>
+                <tr class="subtotal adjustment-total"><th colspan="5">"Adjustments"</th>
+                    <td class="num">{format_micros(r.adjustment_micros)}</td></tr>
+                <tr class="totals"><th colspan="5">"Total"</th>
+                    <td class="num" id="invoice-total">{format_micros(r.total_micros)}</td></tr>
+            </tfoot>
+        </table>
+        </div>
+        <p class="muted">"Each line is rated once per request at the price in effect when it \
+            started, rounded half-up to the micro-unit; the amounts of a model are their sum."</p>
+    }
+    .into_any()
+}
