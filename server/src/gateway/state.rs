@@ -39,6 +39,8 @@ pub struct GatewayInner {
     pub metrics: Arc<crate::telemetry::requests::RequestMetrics>,
     /// Opted-in tenants' bodies go here (bounded queue; never waits).
     pub bodies: Arc<crate::bodies::capture::BodyCapture>,
+    /// Peers whose `traceparent` is adopted (`telemetry::traces`).
+    pub trust_traceparent_from: tf_app::ssr::client_addr::TrustedProxies,
 }
 
 impl Gateway {

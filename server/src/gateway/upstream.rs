@@ -87,10 +87,21 @@ impl Upstream {
         request_id: Uuid,
         body: Bytes,
     ) -> Result<UpstreamResponse, UpstreamFailure> {
+        self.send_traced(endpoint, request_id, None, body).await
+    }
+
+    /// [`Self::send`] with a W3C `traceparent` header (the request's trace, when traces are on).
+    pub async fn send_traced(
+        &self,
+        endpoint: Endpoint,
+        request_id: Uuid,
+        traceparent: Option<&HeaderValue>,
+        body: Bytes,
+    ) -> Result<UpstreamResponse, UpstreamFailure> {
         let path = match endpoint {
             Endpoint::Chat => &self.chat_path,
             Endpoint::Completions => &self.completions_path,
         };
-        self.pool.send(path, request_id, body).await
+        self.pool.send(path, request_id, traceparent, body).await
     }
 }

@@ -34,6 +34,9 @@ pub struct MeterContext {
     /// meter (a streamed answer's first content chunk); `None` for almost every request (the
     /// gateway sets it on requests held for a wake: the cold time to first token).
     pub first_token: Option<Box<dyn FnOnce(std::time::Duration) + Send>>,
+    /// The request's span, where the outcome's trace attributes go (token usage); a disabled
+    /// span when traces are off.
+    pub span: tracing::Span,
 }
 
 impl MeterContext {
@@ -75,6 +78,7 @@ impl MeterContext {
         event.status = status;
         event.ttft_ms = ttft_ms;
         event.duration_ms = i32::try_from(self.started.elapsed().as_millis()).unwrap_or(i32::MAX);
+        crate::telemetry::traces::record_usage(&self.span, &event);
         // Quota first: the spend is queued for Redis before the event exists, and every writer
         // to PostgreSQL waits until Redis has it (`Quota::spend_flushed`), so Redis never counts
         // less than PostgreSQL has billed and the reconciler only ever raises counters.

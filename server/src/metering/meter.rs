@@ -15,6 +15,9 @@ use super::edit::{self, Span, UsageEdit};
 use super::sse::SseEvent;
 use crate::usage::Usage;
 
+/// Most distinct finish reasons kept per stream (an engine names a handful at most).
+pub const MAX_FINISH_REASONS: usize = 8;
+
 /// What the client asked for in `stream_options`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ClientWants {
@@ -79,6 +82,8 @@ struct ChunkInfo {
     usage_only: bool,
     generated: bool,
     finished: bool,
+    /// The finish reasons this chunk's choices give (empty for almost every chunk).
+    finish_reasons: Vec<String>,
     error: bool,
 }
 
@@ -108,6 +113,10 @@ fn inspect(raw: &Bytes, data: &Bytes) -> Option<ChunkInfo> {
         // usage_chunk_without_choices_is_the_usage_chunk).
         usage_only: choices.is_empty() && has_usage,
         finished: choices.iter().any(|c| c.finish_reason.is_some()),
+        finish_reasons: choices
+            .iter()
+            .filter_map(|c| c.finish_reason.as_deref().map(str::to_owned))
+            .collect(),
         usage_span,
         has_usage,
         model_span,
@@ -137,6 +146,8 @@ pub struct StreamMeter {
     generated_chunks: u64,
     saw_done: bool,
     saw_error: bool,
+    /// The distinct finish reasons seen, first ones first (a trace attribute; bounded).
+    finish_reasons: Vec<String>,
     /// A finished chunk with usage held back one event, to learn whether the engine sends a
     /// separate usage chunk (then the client gets that one) or none (then this one is it).
     held: Option<Held>,
@@ -180,6 +191,11 @@ impl StreamMeter {
     /// Whether the engine reported an error inside the stream.
     pub fn saw_error(&self) -> bool {
         self.saw_error
+    }
+    /// The distinct finish reasons the engine gave (`stop`, `length`, ...), at most
+    /// [`MAX_FINISH_REASONS`].
+    pub fn finish_reasons(&self) -> &[String] {
+        &self.finish_reasons
     }
 
     /// How a chunk's usage is changed when the client must not see it.
@@ -244,6 +260,13 @@ impl StreamMeter {
             return;
         };
         self.saw_error |= info.error;
+        for reason in info.finish_reasons {
+            if self.finish_reasons.len() < MAX_FINISH_REASONS
+                && !self.finish_reasons.contains(&reason)
+            {
+                self.finish_reasons.push(reason);
+            }
+        }
         if let (true, Some((start, end))) = (info.has_usage, info.usage_span) {
             self.last_usage = Some(event.raw.slice(start..end));
             self.usage_final = info.usage_only || info.finished;
