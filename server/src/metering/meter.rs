@@ -353,6 +353,20 @@ mod tests {
     }
 
     #[test]
+    fn finish_reasons_are_kept_once_each() {
+        let two = "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"},{\"index\":1,\"delta\":{},\"finish_reason\":\"length\"}]}\n\n";
+        let engine = [
+            chunk(" a", "null", "null"),
+            chunk(" b", "\"length\"", "null"),
+            two.into(),
+            "data: [DONE]\n\n".into(),
+        ]
+        .concat();
+        let (_, m) = run(&engine, ClientWants::default());
+        assert_eq!(m.finish_reasons(), ["length", "stop"]);
+    }
+
+    #[test]
     fn separate_usage_chunk_reaches_only_clients_that_asked() {
         let usage_chunk = format!("data: {{\"id\":\"c\",\"choices\":[],\"usage\":{U2}}}\n\n");
         let engine = [
