@@ -64,6 +64,10 @@ async fn handle(engine: Arc<Engine>, wire: Wire, headers: &HeaderMap, body: &[u8
             .get("x-request-id")
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned),
+        traceparent: headers
+            .get("traceparent")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned),
         model: String::new(),
         adapter: None,
         cache_salt: None,

@@ -14,6 +14,9 @@ use crate::lock::lock;
 pub struct LedgerEntry {
     /// The `x-request-id` header the caller sent.
     pub request_id: Option<String>,
+    /// The W3C `traceparent` header the caller sent (a traced gateway sends one).
+    #[serde(default)]
+    pub traceparent: Option<String>,
     /// The requested served name (base or LoRA).
     pub model: String,
     /// The LoRA adapter used, if the name was one.
@@ -123,6 +126,7 @@ mod tests {
     fn entry() -> LedgerEntry {
         LedgerEntry {
             request_id: Some("r".into()),
+            traceparent: None,
             model: "m".into(),
             adapter: None,
             cache_salt: None,

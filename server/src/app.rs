@@ -96,7 +96,7 @@ pub struct App {
 pub async fn build(pool: PgPool, options: AppOptions) -> anyhow::Result<App> {
     let tracker = TaskTracker::new();
     let cancel = CancellationToken::new();
-    let keys = Arc::new(KeyCache::new(pool.clone()));
+    let keys = Arc::new(KeyCache::new(pool.clone()).trusting(options.trusted_proxies.clone()));
     let routes = Arc::new(RouteTable::new(pool.clone(), options.gateway.upstream()));
     routes.reload().await?;
     let cut = CancellationToken::new();
@@ -177,6 +177,7 @@ pub async fn build(pool: PgPool, options: AppOptions) -> anyhow::Result<App> {
         metrics: request_metrics.clone(),
         bodies: bodies.clone(),
         inflight: options.journal.as_ref().map(|j| j.inflight.clone()),
+        trust_traceparent_from: options.gateway.trust_traceparent_from.clone(),
     });
 
     let activity = routes.activity().clone();
@@ -226,6 +227,7 @@ pub async fn build(pool: PgPool, options: AppOptions) -> anyhow::Result<App> {
     };
     tracker.spawn(reporter.run(options.replica_report_every, cancel.clone()));
 
+    let rating = Arc::new(crate::billing::lag::RatingLag::new(pool.clone()));
     let health = crate::health::router(crate::health::Health::new(
         pool.clone(),
         options.redis.clone(),
@@ -269,6 +271,7 @@ pub async fn build(pool: PgPool, options: AppOptions) -> anyhow::Result<App> {
         bodies,
         journal: options.journal.as_ref().map(|j| j.metrics.clone()),
         activity,
+        rating,
     });
     // `/metrics` is not on this router: platform-wide counters are for the operator's listener.
     let router = gateway::router(gateway.clone())

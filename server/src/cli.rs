@@ -26,6 +26,12 @@ pub struct Cli {
     /// request's span fields such as `request_id`) for a log pipeline.
     #[arg(long, env = "TF_LOG_FORMAT", default_value = "text", global = true)]
     pub log_format: crate::telemetry::logs::LogFormat,
+    /// Base URL of an OpenTelemetry collector's OTLP/HTTP receiver (`http://collector:4318`):
+    /// each `/v1` request's spans are exported to `<it>/v1/traces` (protobuf). Unset: no traces,
+    /// at no cost. `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` (a full URL) and `OTEL_SERVICE_NAME` are
+    /// honoured as the OpenTelemetry SDK defines them.
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT", global = true)]
+    pub otlp_endpoint: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -340,6 +346,12 @@ pub struct GatewayArgs {
     /// (longer: 503 with `retry-after`).
     #[arg(long, env = "TF_HOLD_LIMIT_MS", default_value_t = GatewayOptions::default().hold_limit_ms)]
     pub hold_limit_ms: u64,
+    /// Peers (comma-separated CIDRs) whose W3C `traceparent` a `/v1` request's trace joins, e.g.
+    /// an in-cluster caller or an ingress that traces. From any other peer the header is
+    /// ignored and the request starts a trace of its own: a client on the internet does not
+    /// choose trace ids. Default: none. Only with --otlp-endpoint.
+    #[arg(long, env = "TF_TRUST_TRACEPARENT_FROM", default_value = "", value_parser = clap::value_parser!(tf_app::ssr::client_addr::TrustedProxies))]
+    pub trust_traceparent_from: tf_app::ssr::client_addr::TrustedProxies,
 }
 
 impl From<&GatewayArgs> for GatewayOptions {
@@ -354,6 +366,7 @@ impl From<&GatewayArgs> for GatewayOptions {
             body_timeout_ms: a.body_timeout_ms,
             body_min_bytes_per_sec: a.body_min_bytes_per_sec,
             hold_limit_ms: a.hold_limit_ms,
+            trust_traceparent_from: a.trust_traceparent_from.clone(),
         }
     }
 }

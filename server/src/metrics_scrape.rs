@@ -15,6 +15,8 @@ pub struct MetricsSources {
     pub bodies: Arc<crate::bodies::capture::BodyCapture>,
     pub journal: Option<Arc<crate::journal::JournalMetrics>>,
     pub activity: Arc<crate::gateway::activity::Activity>,
+    /// Read from PostgreSQL when scraped (bounded; see `billing::lag`).
+    pub rating: Arc<crate::billing::lag::RatingLag>,
 }
 
 impl MetricsSources {
@@ -52,6 +54,7 @@ impl MetricsSources {
         if let Some(j) = &self.journal {
             j.render(&mut out);
         }
+        self.rating.render(&mut out, std::time::SystemTime::now());
         out
     }
 }
@@ -61,14 +64,18 @@ pub fn router(sources: MetricsSources) -> Router {
     Router::new().route(
         "/metrics",
         axum::routing::get(move || {
-            let body = sources.render();
-            std::future::ready((
-                [(
-                    axum::http::header::CONTENT_TYPE,
-                    "text/plain; version=0.0.4",
-                )],
-                body,
-            ))
+            let sources = sources.clone();
+            async move {
+                sources.rating.refresh().await;
+                let body = sources.render();
+                (
+                    [(
+                        axum::http::header::CONTENT_TYPE,
+                        "text/plain; version=0.0.4",
+                    )],
+                    body,
+                )
+            }
         }),
     )
 }

@@ -66,7 +66,9 @@ impl TrustedProxies {
         self.0.is_empty()
     }
 
-    fn trusts(&self, ip: IpAddr) -> bool {
+    /// Whether `ip` is in one of the blocks (the gateway also uses the type for the peers whose
+    /// `traceparent` it adopts).
+    pub fn trusts(&self, ip: IpAddr) -> bool {
         self.0.iter().any(|b| b.contains(ip))
     }
 

@@ -9,6 +9,7 @@
 //! | function | what |
 //! | --- | --- |
 //! | [`live_run`], [`rate_batch`], [`drain`] | the continuous run and rating batches (the rater task) |
+//! | [`queue_status`] | what waits to be rated (the rating-lag gauges) |
 //! | [`versions`], [`prices_at`], [`prices_of_version`], [`set_price`], [`set_prices`] | price book (append-only, forward only) |
 //! | [`add_tier`], [`set_tenant_tier`] | tiers |
 //! | [`rerate`], [`runs_of`] | a new run for a tenant and period under one version |
@@ -38,6 +39,20 @@ pub async fn rate_batch(pool: &PgPool, run: i64, limit: i32) -> sqlx::Result<i64
         .fetch_one(pool)
         .await?;
     Ok(i64::from(n))
+}
+
+/// The live run's work list: how many events wait (counted up to `cap`, so a huge backlog costs a
+/// bounded index scan) and the oldest one's request id (a UUIDv7: when its request started).
+/// Both read through `rating_queue`'s primary key.
+pub async fn queue_status(pool: &PgPool, cap: i64) -> sqlx::Result<(i64, Option<Uuid>)> {
+    let row = sqlx::query!(
+        r#"SELECT (SELECT count(*) FROM (SELECT 1 FROM rating_queue LIMIT $1) q) AS "depth!",
+                  (SELECT request_id FROM rating_queue ORDER BY request_id LIMIT 1) AS oldest"#,
+        cap
+    )
+    .fetch_one(pool)
+    .await?;
+    Ok((row.depth, row.oldest))
 }
 
 /// Rates batches of `run` until none is left; returns the events taken up.

@@ -9,7 +9,9 @@
 //! time, and an address whose unknown keys pass [`FAILURES_PER_WINDOW`] gets 429 instead of 401
 //! for the rest of the window, its lookups one at a time. A key is always looked up before the
 //! address is judged, so a key that exists is never refused for its neighbours' failures (an
-//! office or a NAT shares one address), not even by a replica whose cache is empty.
+//! office or a NAT shares one address), not even by a replica whose cache is empty. Behind a
+//! trusted proxy the address is the client the proxy names in `X-Forwarded-For`, as the portal's
+//! login throttle counts it; IPv6 clients count per /64.
 //!
 //! A rotated key carries the end of its grace period in its cache entry and is refused from that
 //! instant on by the cache itself, with no notification needed. `last_used_at` is kept cheaply: a
@@ -27,6 +29,8 @@ use sqlx::PgPool;
 use tf_core::accounts::TenantStatus;
 use time::OffsetDateTime;
 use uuid::Uuid;
+
+use tf_app::ssr::client_addr::TrustedProxies;
 
 use super::error::GatewayError;
 
@@ -96,6 +100,8 @@ pub struct KeyCache {
     marked: Cache<Uuid, Instant>,
     epoch: AtomicU64,
     lookups: AtomicU64,
+    /// Proxies whose `X-Forwarded-For` names the client the failure limiter counts.
+    trusted_proxies: TrustedProxies,
     /// `last_used_at` rows written since start.
     last_used_writes: AtomicU64,
 }
@@ -113,8 +119,16 @@ impl KeyCache {
             marked: Cache::new(KNOWN_ENTRIES),
             epoch: AtomicU64::new(0),
             lookups: AtomicU64::new(0),
+            trusted_proxies: TrustedProxies::default(),
             last_used_writes: AtomicU64::new(0),
         }
+    }
+
+    /// Counts key failures by the client a trusted proxy names (`--trusted-proxies`, as the
+    /// portal's login throttle does) instead of by the proxy's own address.
+    pub fn trusting(mut self, proxies: TrustedProxies) -> Self {
+        self.trusted_proxies = proxies;
+        self
     }
 
     /// Key lookups sent to PostgreSQL since start (what a flood of bad keys would drive up).
@@ -146,14 +160,16 @@ impl KeyCache {
         Some((e.lookup, fresh))
     }
 
-    /// Authenticates the `Authorization` header of a request from `client` (its address, when
-    /// known, for the failure limiter).
+    /// Authenticates the `Authorization` header of a request from `peer` (the socket's address,
+    /// when known, for the failure limiter: it counts the peer, or behind a trusted proxy the
+    /// client its `X-Forwarded-For` names).
     pub async fn authenticate(
         &self,
         headers: &HeaderMap,
-        client: Option<IpAddr>,
+        peer: Option<IpAddr>,
     ) -> Result<Principal, GatewayError> {
         let secret = bearer(headers).ok_or(GatewayError::MissingKey)?;
+        let client = peer.map(|p| self.client(p, headers));
         let hash = tf_core::keys::hash_secret(secret);
         let lookup = match self.cached(&hash) {
             Some((lookup, true)) => lookup,
@@ -176,6 +192,17 @@ impl KeyCache {
                 None => GatewayError::InvalidKey,
             }),
         }
+    }
+
+    /// The address the failure limiter counts for a request from `peer`. INVARIANT: behind a
+    /// trusted proxy a flooding client is refused and its neighbours are not (test:
+    /// hardening::bad_keys_count_by_the_client_a_trusted_proxy_names).
+    fn client(&self, peer: IpAddr, headers: &HeaderMap) -> IpAddr {
+        let forwarded = headers
+            .get_all("x-forwarded-for")
+            .iter()
+            .filter_map(|v| v.to_str().ok());
+        self.trusted_proxies.client(peer, forwarded)
     }
 
     /// Queues the key for the next `last_used_at` write unless it was queued within the minute.

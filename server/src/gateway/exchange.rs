@@ -31,6 +31,8 @@ const MAX_ERROR_BODY: usize = 64 * 1024;
 /// What the exchange needs besides the accounting.
 pub struct Exchange {
     pub upstream: Arc<Upstream>,
+    /// The W3C `traceparent` sent upstream (traces on), so the engine's spans join the trace.
+    pub traceparent: Option<http::HeaderValue>,
     pub endpoint: Endpoint,
     pub body: Bytes,
     /// The client asked for a stream. The engine is always asked for one (with usage), and a
@@ -69,7 +71,8 @@ pub async fn run(x: Exchange, ctx: MeterContext) -> Reply {
         () = cut.cancelled() => None,
         answered = tokio::time::timeout(
             x.upstream.first_byte_timeout,
-            x.upstream.send(x.endpoint, request_id, x.body),
+            x.upstream
+                .send_traced(x.endpoint, request_id, x.traceparent.as_ref(), x.body),
         ) => Some(answered),
     };
     let failed = |pending: &mut Pending| {

@@ -25,6 +25,7 @@ use crate::endpoint::Endpoint;
 use crate::metering::context::{settle, MeterContext, Pending};
 use crate::telemetry::logs::InSpan;
 use crate::telemetry::requests::{ErrorLabel, ModelSeries};
+use crate::telemetry::traces;
 use crate::usage::{Provenance, UsageEvent, UsageStatus};
 
 // The body is taken unread: the key is checked from the headers first, so an unauthenticated
@@ -50,9 +51,10 @@ pub async fn messages(State(gw): State<Gateway>, req: Request) -> Response {
     serve(gw, Endpoint::Messages, req).await
 }
 
-/// The client's address, for the key-failure limiter (absent when served without one, as in a
-/// router driven directly).
-fn client_addr(extensions: &axum::http::Extensions) -> Option<std::net::IpAddr> {
+/// The TCP peer, for the key-failure limiter (which counts the client a trusted proxy names
+/// instead) and the traceparent trust; absent when served without one, as in a router driven
+/// directly.
+fn peer_addr(extensions: &axum::http::Extensions) -> Option<std::net::IpAddr> {
     extensions
         .get::<ConnectInfo<SocketAddr>>()
         .map(|c| c.0.ip())
@@ -70,8 +72,8 @@ pub async fn models(State(gw): State<Gateway>, req: Request) -> Response {
 }
 
 async fn list_models(gw: &Gateway, req: Request) -> Response {
-    let client = client_addr(req.extensions());
-    let principal = match gw.keys.authenticate(req.headers(), client).await {
+    let peer = peer_addr(req.extensions());
+    let principal = match gw.keys.authenticate(req.headers(), peer).await {
         Ok(p) => p,
         Err(e) => return e.into_response(),
     };
@@ -101,29 +103,77 @@ pub async fn unknown_route() -> Response {
         .into_response()
 }
 
-/// Runs one request inside its `request` span (every log line of the handler names its id),
-/// counts its answer for `/metrics`, and returns the id as `x-request-id`.
+/// Runs one request inside its `request` span (every log line of the handler names its id; with
+/// traces on, it is the request's trace span), counts its answer for `/metrics`, and returns the
+/// id as `x-request-id`.
 async fn serve(gw: Gateway, endpoint: Endpoint, req: Request) -> Response {
     let id = Uuid::now_v7();
-    let span = tracing::info_span!("request", request_id = %id);
+    // The `otel.*` fields are recorded only with traces on, so log lines are unchanged without.
+    let span = tracing::info_span!(
+        "request",
+        request_id = %id,
+        otel.name = tracing::field::Empty,
+        otel.kind = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
+    );
+    if traces::on() {
+        open_trace(&gw, &span, endpoint, &req);
+    }
     let mut model = None;
     let mut response = async {
         handle(gw.clone(), endpoint, req, id, &mut model)
             .await
             .unwrap_or_else(|e| super::envelope::render(endpoint, e))
     }
-    .instrument(span)
+    .instrument(span.clone())
     .await;
+    let error = response.extensions().get::<ErrorLabel>().copied();
     gw.metrics.answered(
         endpoint.index(),
         model.as_deref(),
         response.status().as_u16(),
-        response.extensions().get::<ErrorLabel>().copied(),
+        error,
     );
+    if traces::on() {
+        close_trace(&span, response.status(), error);
+    }
     if let Ok(v) = HeaderValue::from_str(&id.to_string()) {
         response.headers_mut().insert("x-request-id", v);
     }
     response
+}
+
+/// The GenAI operation name of an endpoint (OpenTelemetry's `gen_ai.operation.name` values).
+fn operation(endpoint: Endpoint) -> &'static str {
+    match endpoint {
+        Endpoint::Chat => "chat",
+        Endpoint::Completions => "text_completion",
+    }
+}
+
+/// Starts the request's trace: kind server, the operation, and the caller's trace when the peer
+/// is one whose `traceparent` is trusted (`--trust-traceparent-from`); from anyone else the
+/// header is ignored, so a client cannot join or forge another trace.
+fn open_trace(gw: &Gateway, span: &tracing::Span, endpoint: Endpoint, req: &Request) {
+    use tracing_opentelemetry::OpenTelemetrySpanExt;
+    span.record("otel.kind", "server");
+    span.record("otel.name", operation(endpoint));
+    span.set_attribute("gen_ai.operation.name", operation(endpoint));
+    if peer_addr(req.extensions()).is_some_and(|p| gw.trust_traceparent_from.trusts(p)) {
+        traces::adopt_parent(span, req.headers());
+    }
+}
+
+/// The answer's status on the request's span; a 5xx is an error of the service.
+fn close_trace(span: &tracing::Span, status: StatusCode, error: Option<ErrorLabel>) {
+    use tracing_opentelemetry::OpenTelemetrySpanExt;
+    span.set_attribute("http.response.status_code", i64::from(status.as_u16()));
+    if let Some(e) = error {
+        span.set_attribute("error.type", e.code);
+    }
+    if status.is_server_error() {
+        span.record("otel.status_code", "error");
+    }
 }
 
 async fn handle(
@@ -137,7 +187,8 @@ async fn handle(
     let headers = parts.headers;
     let principal = gw
         .keys
-        .authenticate(&headers, client_addr(&parts.extensions))
+        .authenticate(&headers, peer_addr(&parts.extensions))
+        .instrument(traces::span(|| tracing::info_span!("auth")))
         .await?;
     let body = body::read(&headers, body, gw.max_body_bytes, gw.body_timing).await?;
     let req = request::parse(&body)?;
@@ -151,6 +202,18 @@ async fn handle(
     *model = Some(gw.metrics.model(&route.base));
     if !endpoint.serves(route.kind) {
         return Err(wrong_kind(endpoint, &route.served_name));
+    }
+    let span = tracing::Span::current();
+    if traces::on() {
+        use opentelemetry::trace::TraceContextExt;
+        use tracing_opentelemetry::OpenTelemetrySpanExt;
+        // The GenAI span name; the span has started (its `auth` child did), so it is renamed
+        // on the OpenTelemetry span itself.
+        span.context()
+            .span()
+            .update_name(format!("{} {}", operation(endpoint), route.served_name));
+        span.set_attribute("gen_ai.request.model", route.served_name.clone());
+        span.set_attribute("tf.tenant.id", principal.tenant_id.to_string());
     }
     if route.starting {
         return Err(GatewayError::ModelStarting(route.served_name.clone()));
@@ -205,7 +268,12 @@ async fn handle(
     let prompt_estimate = std::sync::OnceLock::new();
     let estimate =
         || *prompt_estimate.get_or_init(|| req.admission_prompt_tokens(endpoint, &route.policy));
-    let admitted = match gw.quota.admit(admit, estimate).await {
+    let admitted = match gw
+        .quota
+        .admit(admit, estimate)
+        .instrument(traces::span(|| tracing::info_span!("admission")))
+        .await
+    {
         Ok(admitted) => admitted,
         Err(refusal) => {
             crate::metering::refusal::record_refusal(gw.sink.as_ref(), event, started).await;
@@ -232,12 +300,19 @@ async fn handle(
         holds: Some(route.activity.begin(route.adapter_activity.as_ref())),
         first_token: None,
         inflight: None,
+        span: if traces::on() {
+            span
+        } else {
+            tracing::Span::none()
+        },
     };
     // The in-flight record's prompt (the number admission used, if it asked for one).
     let inflight_prompt = gw.inflight.is_some().then(estimate);
     let cold = route.asleep;
     let (route, ctx) = if cold {
-        let (route, mut ctx) = hold(&gw, principal.tenant_id, &req.model, route, ctx).await?;
+        let (route, mut ctx) = hold(&gw, principal.tenant_id, &req.model, route, ctx)
+            .instrument(traces::span(|| tracing::info_span!("hold")))
+            .await?;
         // The cold time to first token: the first content chunk (the meter calls this; every
         // request streams upstream, a whole answer is assembled from the stream).
         let metrics = gw.fleet_metrics.clone();
@@ -256,7 +331,17 @@ async fn handle(
         .as_ref()
         .map(|log| log.start(&ctx.event, inflight_prompt.unwrap_or(0)));
 
+    // The engine's side of the trace hangs under this span (its `traceparent`), which lasts
+    // until the engine's stream ends.
+    let upstream_span = traces::span(|| {
+        tracing::info_span!(
+            "upstream",
+            otel.kind = "client",
+            server.address = %route.upstream.base_url,
+        )
+    });
     let x = Exchange {
+        traceparent: traces::traceparent(&upstream_span),
         upstream: route.upstream.clone(),
         endpoint,
         body: Bytes::from(upstream_body),
@@ -264,7 +349,9 @@ async fn handle(
         wants,
         max_body_bytes: gw.max_body_bytes.max(64 << 20),
     };
-    let reply = exchange::run(x, ctx).await;
+    let reply = exchange::run(x, ctx)
+        .instrument(upstream_span.clone())
+        .await;
     let mut response = match reply {
         Reply::Failed(e) => {
             if let Some(c) = capture {
@@ -273,8 +360,13 @@ async fn handle(
             super::envelope::render(endpoint, e)
         }
         Reply::Stream(stream) => {
-            // The body is polled after this handler returns: its log lines keep the request span.
-            let stream = InSpan::current(Box::into_pin(stream));
+            // The body is polled after this handler returns: its log lines keep the request span
+            // (the upstream span's parent, when traces are on).
+            let stream = if upstream_span.is_none() {
+                InSpan::current(Box::into_pin(stream))
+            } else {
+                InSpan::new(Box::into_pin(stream), upstream_span)
+            };
             let body = match capture {
                 None => Body::from_stream(stream),
                 Some(c) => Body::from_stream(c.stream(stream)),

@@ -28,6 +28,8 @@ pub struct GatewayOptions {
     /// Longest a request for an idle (asleep) model is held while it wakes, in milliseconds;
     /// longer: 503 with `retry-after`.
     pub hold_limit_ms: u64,
+    /// Peers whose W3C `traceparent` a request's trace joins (default: none).
+    pub trust_traceparent_from: tf_app::ssr::client_addr::TrustedProxies,
 }
 
 impl Default for GatewayOptions {
@@ -42,6 +44,7 @@ impl Default for GatewayOptions {
             body_timeout_ms: 10_000,
             body_min_bytes_per_sec: 65_536,
             hold_limit_ms: 120_000,
+            trust_traceparent_from: Default::default(),
         }
     }
 }

@@ -42,6 +42,8 @@ pub struct GatewayInner {
     /// The journal's in-flight log (`None` without a journal): every forwarded request is
     /// written there, so a crash bills what was in flight.
     pub inflight: Option<Arc<crate::journal::inflight::InflightLog>>,
+    /// Peers whose `traceparent` is adopted (`telemetry::traces`).
+    pub trust_traceparent_from: tf_app::ssr::client_addr::TrustedProxies,
 }
 
 impl Gateway {

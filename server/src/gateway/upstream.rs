@@ -92,7 +92,18 @@ impl Upstream {
         request_id: Uuid,
         body: Bytes,
     ) -> Result<UpstreamResponse, UpstreamFailure> {
+        self.send_traced(endpoint, request_id, None, body).await
+    }
+
+    /// [`Self::send`] with a W3C `traceparent` header (the request's trace, when traces are on).
+    pub async fn send_traced(
+        &self,
+        endpoint: Endpoint,
+        request_id: Uuid,
+        traceparent: Option<&HeaderValue>,
+        body: Bytes,
+    ) -> Result<UpstreamResponse, UpstreamFailure> {
         let path = &self.paths[endpoint.index()];
-        self.pool.send(path, request_id, body).await
+        self.pool.send(path, request_id, traceparent, body).await
     }
 }

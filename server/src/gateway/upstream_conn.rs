@@ -126,9 +126,11 @@ impl ConnPool {
         self: &Arc<Self>,
         path: &str,
         request_id: Uuid,
+        traceparent: Option<&HeaderValue>,
         body: Bytes,
     ) -> Result<UpstreamResponse, UpstreamFailure> {
-        let request = upstream_wire::request_head(path, &self.host, request_id, body.len());
+        let request =
+            upstream_wire::request_head(path, &self.host, request_id, traceparent, body.len());
         let mut retried = false;
         let mut tcp = loop {
             let (mut tcp, reused) = match self.take_idle().filter(|_| !retried) {

@@ -38,9 +38,15 @@ pub enum WireError {
     Truncated,
 }
 
-/// The request head for a POST of `body_len` bytes of JSON. Header names are lower-case, as
-/// hyper sent them.
-pub fn request_head(path: &str, host: &HeaderValue, request_id: Uuid, body_len: usize) -> Vec<u8> {
+/// The request head for a POST of `body_len` bytes of JSON, with the trace's `traceparent` when
+/// there is one. Header names are lower-case, as hyper sent them.
+pub fn request_head(
+    path: &str,
+    host: &HeaderValue,
+    request_id: Uuid,
+    traceparent: Option<&HeaderValue>,
+    body_len: usize,
+) -> Vec<u8> {
     let mut id = Uuid::encode_buffer();
     let id = request_id.hyphenated().encode_lower(&mut id);
     let mut head = Vec::with_capacity(160 + path.len() + host.len());
@@ -50,6 +56,10 @@ pub fn request_head(path: &str, host: &HeaderValue, request_id: Uuid, body_len: 
     head.extend_from_slice(host.as_bytes());
     head.extend_from_slice(b"\r\ncontent-type: application/json\r\nx-request-id: ");
     head.extend_from_slice(id.as_bytes());
+    if let Some(tp) = traceparent {
+        head.extend_from_slice(b"\r\ntraceparent: ");
+        head.extend_from_slice(tp.as_bytes());
+    }
     head.extend_from_slice(b"\r\ncontent-length: ");
     head.extend_from_slice(body_len.to_string().as_bytes());
     head.extend_from_slice(b"\r\n\r\n");
@@ -357,12 +367,29 @@ mod tests {
             "/v1/chat/completions",
             &HeaderValue::from_static("e:8000"),
             id,
+            None,
             12,
         );
         assert_eq!(
             std::str::from_utf8(&h).unwrap(),
             "POST /v1/chat/completions HTTP/1.1\r\nhost: e:8000\r\ncontent-type: application/json\r\n\
              x-request-id: 00000000-0000-0000-0000-000000000000\r\ncontent-length: 12\r\n\r\n"
+        );
+        let tp =
+            HeaderValue::from_static("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01");
+        let h = request_head(
+            "/v1/completions",
+            &HeaderValue::from_static("e"),
+            id,
+            Some(&tp),
+            2,
+        );
+        assert_eq!(
+            std::str::from_utf8(&h).unwrap(),
+            "POST /v1/completions HTTP/1.1\r\nhost: e\r\ncontent-type: application/json\r\n\
+             x-request-id: 00000000-0000-0000-0000-000000000000\r\n\
+             traceparent: 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\r\n\
+             content-length: 2\r\n\r\n"
         );
     }
 

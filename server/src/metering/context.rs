@@ -37,6 +37,9 @@ pub struct MeterContext {
     /// The request's in-flight record (the journal's `inflight` log): progress is written while
     /// it streams; dropped after the event is recorded, it writes the request's end.
     pub inflight: Option<crate::journal::inflight::Ticket>,
+    /// The request's span, where the outcome's trace attributes go (token usage); a disabled
+    /// span when traces are off.
+    pub span: tracing::Span,
 }
 
 impl MeterContext {
@@ -82,6 +85,7 @@ impl MeterContext {
         event.status = status;
         event.ttft_ms = ttft_ms;
         event.duration_ms = i32::try_from(self.started.elapsed().as_millis()).unwrap_or(i32::MAX);
+        crate::telemetry::traces::record_usage(&self.span, &event);
         // Quota first: the spend is queued for Redis before the event exists, and every writer
         // to PostgreSQL waits until Redis has it (`Quota::spend_flushed`), so Redis never counts
         // less than PostgreSQL has billed and the reconciler only ever raises counters.

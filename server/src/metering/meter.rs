@@ -16,6 +16,9 @@ use super::sse::SseEvent;
 use super::typed::{Dialect, TypedMeter};
 use crate::usage::Usage;
 
+/// Most distinct finish reasons kept per stream (an engine names a handful at most).
+pub const MAX_FINISH_REASONS: usize = 8;
+
 /// What the client asked for in `stream_options`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ClientWants {
@@ -80,6 +83,8 @@ struct ChunkInfo {
     usage_only: bool,
     generated: bool,
     finished: bool,
+    /// The finish reasons this chunk's choices give (empty for almost every chunk).
+    finish_reasons: Vec<String>,
     error: bool,
 }
 
@@ -109,6 +114,10 @@ fn inspect(raw: &Bytes, data: &Bytes) -> Option<ChunkInfo> {
         // usage_chunk_without_choices_is_the_usage_chunk).
         usage_only: choices.is_empty() && has_usage,
         finished: choices.iter().any(|c| c.finish_reason.is_some()),
+        finish_reasons: choices
+            .iter()
+            .filter_map(|c| c.finish_reason.as_deref().map(str::to_owned))
+            .collect(),
         usage_span,
         has_usage,
         model_span,
@@ -138,6 +147,8 @@ pub struct StreamMeter {
     generated_chunks: u64,
     saw_done: bool,
     saw_error: bool,
+    /// The distinct finish reasons seen, first ones first (a trace attribute; bounded).
+    finish_reasons: Vec<String>,
     /// A finished chunk with usage held back one event, to learn whether the engine sends a
     /// separate usage chunk (then the client gets that one) or none (then this one is it).
     held: Option<Held>,
@@ -230,6 +241,11 @@ impl StreamMeter {
         }
         self.saw_error
     }
+    /// The distinct finish reasons the engine gave (`stop`, `length`, ...), at most
+    /// [`MAX_FINISH_REASONS`].
+    pub fn finish_reasons(&self) -> &[String] {
+        &self.finish_reasons
+    }
 
     /// How a chunk's usage is changed when the client must not see it.
     fn hidden(&self) -> UsageEdit {
@@ -297,6 +313,13 @@ impl StreamMeter {
             return;
         };
         self.saw_error |= info.error;
+        for reason in info.finish_reasons {
+            if self.finish_reasons.len() < MAX_FINISH_REASONS
+                && !self.finish_reasons.contains(&reason)
+            {
+                self.finish_reasons.push(reason);
+            }
+        }
         if let (true, Some((start, end))) = (info.has_usage, info.usage_span) {
             self.last_usage = Some(event.raw.slice(start..end));
             self.usage_final = info.usage_only || info.finished;
@@ -400,6 +423,20 @@ mod tests {
         format!(
             "data: {{\"id\":\"c\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{content}\"}},\"finish_reason\":{finish}}}]}}\n\n"
         )
+    }
+
+    #[test]
+    fn finish_reasons_are_kept_once_each() {
+        let two = "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"},{\"index\":1,\"delta\":{},\"finish_reason\":\"length\"}]}\n\n";
+        let engine = [
+            chunk(" a", "null", "null"),
+            chunk(" b", "\"length\"", "null"),
+            two.into(),
+            "data: [DONE]\n\n".into(),
+        ]
+        .concat();
+        let (_, m) = run(&engine, ClientWants::default());
+        assert_eq!(m.finish_reasons(), ["length", "stop"]);
     }
 
     #[test]

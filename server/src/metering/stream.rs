@@ -251,6 +251,7 @@ impl<B: EngineBody> MeteredStream<B> {
             End::Cut => (Some(self.error_event(CUT_EVENT)), false),
         };
         let ttft = self.ttft;
+        crate::telemetry::traces::record_finish_reasons(&ctx.span, self.meter.finish_reasons());
         if matches!(status, UsageStatus::ClientAbort | UsageStatus::Interrupted) {
             // INVARIANT: an aborted stream bills every token the engine sent before it saw the
             // hang-up, including those still on the wire (test: reconciliation, exact for

@@ -315,6 +315,97 @@ async fn a_valid_key_behind_an_address_full_of_bad_keys_is_served(pool: PgPool) 
     assert_eq!(models(restarted.addr, fresh).await, 200);
 }
 
+/// Behind a trusted proxy (the test's loopback peer plays the ingress), bad keys count against
+/// the client its `X-Forwarded-For` names, per IPv4 address or IPv6 /64: one flooding client is
+/// refused, its neighbours behind the same ingress are not. From a peer that is not a trusted
+/// proxy the header is ignored (a client cannot spread its failures over invented addresses).
+#[sqlx::test(migrations = "../migrations")]
+async fn bad_keys_count_by_the_client_a_trusted_proxy_names(pool: PgPool) {
+    let t = TestApp::builder(pool)
+        .trusted_proxies("127.0.0.1/32")
+        .start()
+        .await;
+    let good = t.tenant("acme").await.key;
+    let models = |http: reqwest::Client, forwarded: String, key: String| {
+        let url = t.url("/v1/models");
+        async move {
+            http.get(url)
+                .bearer_auth(key)
+                .header("x-forwarded-for", forwarded)
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        }
+    };
+    let ingress = t.http.clone();
+    let over = tokenfactory::gateway::auth::FAILURES_PER_WINDOW + 3;
+    let mut last = 0;
+    for i in 0..over {
+        last = models(
+            ingress.clone(),
+            "203.0.113.7".into(),
+            format!("tf-bad-a{i}"),
+        )
+        .await;
+    }
+    assert_eq!(last, 429, "the flooding client is refused");
+    assert_eq!(
+        models(ingress.clone(), "198.51.100.20".into(), "tf-bad-b".into()).await,
+        401,
+        "its neighbour behind the same ingress is not"
+    );
+    assert_eq!(
+        models(ingress.clone(), "203.0.113.7".into(), good.clone()).await,
+        200,
+        "a real key from the flooding client still works"
+    );
+
+    // IPv6: one /64 is one client, whichever addresses in it are used.
+    for i in 0..over {
+        let addr = format!("2001:db8:1:2::{:x}", i + 1);
+        last = models(ingress.clone(), addr, format!("tf-bad-c{i}")).await;
+    }
+    assert_eq!(last, 429);
+    assert_eq!(
+        models(
+            ingress.clone(),
+            "2001:db8:1:2:ffff::9".into(),
+            "tf-bad-d".into()
+        )
+        .await,
+        429,
+        "same /64"
+    );
+    assert_eq!(
+        models(ingress.clone(), "2001:db8:1:3::1".into(), "tf-bad-e".into()).await,
+        401,
+        "another /64"
+    );
+
+    // 127.0.0.2 is not a trusted proxy: its forwarded addresses are ignored, all its failures
+    // are its own.
+    let direct = reqwest::Client::builder()
+        .local_address(std::net::IpAddr::from([127, 0, 0, 2]))
+        .build()
+        .unwrap();
+    for i in 0..over {
+        last = models(
+            direct.clone(),
+            format!("192.0.2.{i}"),
+            format!("tf-bad-f{i}"),
+        )
+        .await;
+    }
+    assert_eq!(last, 429);
+    assert_eq!(
+        models(ingress, "192.0.2.200".into(), "tf-bad-g".into()).await,
+        401,
+        "the addresses it named were never counted"
+    );
+}
+
 #[sqlx::test(migrations = "../migrations")]
 async fn engine_control_fields_are_stripped_and_salts_cannot_be_borrowed(pool: PgPool) {
     let t = TestApp::builder(pool.clone()).start().await;

@@ -492,6 +492,65 @@ fn every_query_names_what_is_exported(scrape: &Scrape) {
     assert!(series_named > queries.len(), "{series_named}");
 }
 
+/// Rating lag: with no rater running, the stored events wait in the rating queue; every scrape
+/// shows how many and how old the oldest is (growing while it waits), and once they are rated
+/// both fall to zero.
+#[sqlx::test(migrations = "../migrations")]
+async fn rating_lag_shows_what_waits_to_be_rated(pool: PgPool) {
+    let t = TestApp::builder(pool.clone()).without_rater().start().await;
+    let scrape = parse(&t.metrics().await);
+    assert_eq!(value(&scrape, "tf_rating_queue_events", &[]), 0.0);
+    assert_eq!(value(&scrape, "tf_rating_lag_seconds", &[]), 0.0);
+
+    let acme = t.tenant("acme").await;
+    let sent = std::time::Instant::now();
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let r = t
+            .post(&acme.key, "/v1/chat/completions", chat(BASE, "hello", 3))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        ids.push(request_id(&r));
+        r.bytes().await.unwrap();
+    }
+    for id in &ids {
+        t.event(id).await;
+    }
+    // A scrape reads the queue at most once a second: wait for one that has the three events,
+    // then for the age to pass a second (it is an age, not a timestamp).
+    let lag = eventually(Duration::from_secs(5), "three events waiting", || async {
+        let scrape = parse(&t.metrics().await);
+        (value(&scrape, "tf_rating_queue_events", &[]) == 3.0)
+            .then(|| value(&scrape, "tf_rating_lag_seconds", &[]))
+    })
+    .await;
+    assert!(lag <= sent.elapsed().as_secs_f64() + 0.01, "{lag}");
+    eventually(
+        Duration::from_secs(5),
+        "the lag to grow past 1 s",
+        || async { value(&parse(&t.metrics().await), "tf_rating_lag_seconds", &[]) >= 1.0 },
+    )
+    .await;
+    assert!(
+        value(&parse(&t.metrics().await), "tf_rating_lag_seconds", &[])
+            <= sent.elapsed().as_secs_f64() + 0.01
+    );
+
+    let rated =
+        tokenfactory::billing::rater::pass(&pool, 100, &tokio_util::sync::CancellationToken::new())
+            .await
+            .unwrap();
+    assert_eq!(rated, 3);
+    eventually(Duration::from_secs(5), "an empty rating queue", || async {
+        let scrape = parse(&t.metrics().await);
+        value(&scrape, "tf_rating_queue_events", &[]) == 0.0
+            && value(&scrape, "tf_rating_lag_seconds", &[]) == 0.0
+    })
+    .await;
+}
+
 #[sqlx::test(migrations = "../migrations")]
 async fn json_logs_name_the_request_on_its_lines(pool: PgPool) {
     let logs = Logs::default();

@@ -84,6 +84,7 @@ pub struct TestAppBuilder {
     lifecycle: tokenfactory::lifecycle::LifecycleOptions,
     trusted_proxies: tf_app::ssr::client_addr::TrustedProxies,
     max_keys_per_tenant: u32,
+    rater: bool,
 }
 
 impl TestApp {
@@ -104,6 +105,7 @@ impl TestApp {
             lifecycle: tokenfactory::lifecycle::LifecycleOptions::default(),
             trusted_proxies: Default::default(),
             max_keys_per_tenant: tf_core::keys::DEFAULT_MAX_KEYS_PER_TENANT,
+            rater: true,
         }
     }
 }
@@ -170,6 +172,12 @@ impl TestAppBuilder {
     /// Most working keys a tenant may have (default: the server's default).
     pub fn max_keys_per_tenant(mut self, cap: u32) -> Self {
         self.max_keys_per_tenant = cap;
+        self
+    }
+
+    /// No billing rater in this app (usage waits in the rating queue until a test rates it).
+    pub fn without_rater(mut self) -> Self {
+        self.rater = false;
         self
     }
 
@@ -252,6 +260,11 @@ impl TestAppBuilder {
             lifecycle: self.lifecycle,
             trusted_proxies: self.trusted_proxies,
             max_keys_per_tenant: self.max_keys_per_tenant,
+            rater: if self.rater {
+                AppOptions::default().rater
+            } else {
+                None
+            },
             ..AppOptions::default()
         };
         let app = app::build(self.pool.clone(), options).await.unwrap();
