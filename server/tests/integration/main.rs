@@ -59,6 +59,7 @@ mod settings_portal;
 mod sink_contract;
 mod slow_bodies;
 mod spend_order;
+mod tracing_otlp;
 mod upstream_conn;
 mod usage_portal;
 mod whole_from_stream;

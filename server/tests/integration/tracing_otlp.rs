@@ -10,7 +10,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may fail loudly
 
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 use std::sync::{Mutex, OnceLock};
