@@ -44,6 +44,8 @@ fn event(tenant: Uuid, served: &str, adapter: bool, at: OffsetDateTime) -> Usage
         prompt_tokens: 10,
         cached_tokens: 3,
         completion_tokens: 7,
+        reasoning_tokens: 0,
+        endpoint: tf_core::endpoint::Endpoint::Chat,
         provenance: Provenance::Engine,
         status: UsageStatus::Ok,
         stream: false,
@@ -83,6 +85,8 @@ async fn an_adapter_price_wins_for_its_adapter_only_and_invoices_list_models(poo
             continuous_usage: false,
             denied_fields: None,
             prompt_estimator: "byte-bound",
+            kind: "chat",
+            nvext_allowed: None,
         }],
     )
     .await

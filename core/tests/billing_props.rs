@@ -186,6 +186,8 @@ impl Case<'_> {
                         prompt_tokens: prompt,
                         cached_tokens: cached,
                         completion_tokens: completion,
+                        reasoning_tokens: 0,
+                        endpoint: tf_core::endpoint::Endpoint::Chat,
                         provenance: Provenance::Engine,
                         status: UsageStatus::Ok,
                         stream: false,

@@ -61,6 +61,10 @@ pub async fn embeddings(
         cancelled: false,
         died: false,
         status: 0,
+        traceparent: headers
+            .get("traceparent")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned),
     };
     let mut guard = LedgerGuard::new(engine.ledger.clone(), entry);
     let fail = |guard: &mut LedgerGuard, error: ApiError| {

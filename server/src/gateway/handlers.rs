@@ -146,8 +146,11 @@ async fn serve(gw: Gateway, endpoint: Endpoint, req: Request) -> Response {
 /// The GenAI operation name of an endpoint (OpenTelemetry's `gen_ai.operation.name` values).
 fn operation(endpoint: Endpoint) -> &'static str {
     match endpoint {
-        Endpoint::Chat => "chat",
+        // Responses and Anthropic Messages are conversations too: the semantic conventions'
+        // `chat` (`gen_ai.system` is not set: the engine behind is the same for every endpoint).
+        Endpoint::Chat | Endpoint::Responses | Endpoint::Messages => "chat",
         Endpoint::Completions => "text_completion",
+        Endpoint::Embeddings => "embeddings",
     }
 }
 

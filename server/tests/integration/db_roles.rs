@@ -76,6 +76,8 @@ fn event(tenant: Uuid, at: OffsetDateTime) -> UsageEvent {
         prompt_tokens: 10,
         cached_tokens: 3,
         completion_tokens: 7,
+        reasoning_tokens: 0,
+        endpoint: tf_core::endpoint::Endpoint::Chat,
         provenance: Provenance::Engine,
         status: UsageStatus::Ok,
         stream: false,

@@ -29,6 +29,7 @@ const WINDOW_S: i64 = 30 * 86_400;
 
 fn template(floor: i32, ceiling: i32, idle: Option<i32>) -> TemplateRow {
     TemplateRow {
+        kind: "chat".to_owned(),
         model: "m".into(),
         image: String::new(),
         tensor_parallel_size: 1,
@@ -111,6 +112,8 @@ fn event(
         prompt_tokens: tokens * 3 / 5,
         cached_tokens: 0,
         completion_tokens: tokens - tokens * 3 / 5,
+        reasoning_tokens: 0,
+        endpoint: tf_core::endpoint::Endpoint::Chat,
         provenance: Provenance::Engine,
         status: UsageStatus::Ok,
         stream: false,

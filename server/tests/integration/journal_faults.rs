@@ -352,9 +352,11 @@ async fn a_sigkill_bills_what_was_in_flight_once(pool: PgPool) {
         });
     }
     // Past the first progress record of every stream (written at 1 s).
-    eventually(Duration::from_secs(20), "1.5 s of tokens on every stream", || async {
-        relayed.iter().all(|c| c.load(Ordering::SeqCst) >= 150)
-    })
+    eventually(
+        Duration::from_secs(20),
+        "1.5 s of tokens on every stream",
+        || async { relayed.iter().all(|c| c.load(Ordering::SeqCst) >= 150) },
+    )
     .await;
     gw.kill().await;
     let received: Vec<i64> = relayed
