@@ -102,8 +102,8 @@ pub struct ModelSeries {
     tpot: Histogram,
     input_usage: Histogram,
     output_usage: Histogram,
-    /// Prompt, cached, completion tokens.
-    tokens: [AtomicU64; 3],
+    /// Prompt, cached (part of prompt), completion, reasoning (part of completion) tokens.
+    tokens: [AtomicU64; 4],
 }
 
 impl ModelSeries {
@@ -248,9 +248,14 @@ impl RequestMetrics {
             .observe_micros(tok(e.prompt_tokens).saturating_mul(1_000_000));
         s.output_usage
             .observe_micros(tok(e.completion_tokens).saturating_mul(1_000_000));
-        for (i, n) in [e.prompt_tokens, e.cached_tokens, e.completion_tokens]
-            .into_iter()
-            .enumerate()
+        for (i, n) in [
+            e.prompt_tokens,
+            e.cached_tokens,
+            e.completion_tokens,
+            e.reasoning_tokens,
+        ]
+        .into_iter()
+        .enumerate()
         {
             s.tokens[i].fetch_add(tok(n), Ordering::Relaxed);
         }
@@ -337,10 +342,13 @@ impl RequestMetrics {
             out,
             "tf_tokens_total",
             "counter",
-            "Tokens metered by kind (prompt, cached: part of prompt, completion) and base model.",
+            "Tokens metered by kind (prompt, cached: part of prompt, completion, reasoning: part of completion) and base model.",
         );
         for s in &models {
-            for (i, kind) in ["prompt", "cached", "completion"].iter().enumerate() {
+            for (i, kind) in ["prompt", "cached", "completion", "reasoning"]
+                .iter()
+                .enumerate()
+            {
                 let _ = writeln!(
                     out,
                     "tf_tokens_total{{{},kind=\"{kind}\"}} {}",

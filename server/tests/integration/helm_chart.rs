@@ -600,3 +600,45 @@ fn monitoring_objects_render_when_enabled() {
         serde_json::from_str(dashboard["data"]["tokenfactory.json"].as_str().unwrap()).unwrap();
     assert!(json["panels"].as_array().unwrap().len() > 20);
 }
+
+/// Traces are off unless a collector is named; set, the pod gets the endpoint and the trusted
+/// traceparent peers, and both parse as the server parses them.
+#[test]
+fn traces_are_off_by_default_and_on_with_a_collector() {
+    let env_of = |docs: &[Value]| -> Vec<(String, String)> {
+        let d = find(docs, "Deployment", "tf");
+        d["spec"]["template"]["spec"]["containers"][0]["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|e| {
+                Some((
+                    e["name"].as_str()?.to_owned(),
+                    e["value"].as_str()?.to_owned(),
+                ))
+            })
+            .collect()
+    };
+    let off = env_of(&render("tf", "serving"));
+    assert!(off
+        .iter()
+        .all(|(k, _)| k != "OTEL_EXPORTER_OTLP_ENDPOINT" && k != "TF_TRUST_TRACEPARENT_FROM"));
+    let on = env_of(&render_with("tf", "serving", |v| {
+        v["tracing"]["otlpEndpoint"] = json!("http://otel-collector:4318");
+        v["tracing"]["trustTraceparentFrom"] = json!("10.0.0.0/8");
+    }));
+    let get = |k: &str| on.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+    assert_eq!(
+        get("OTEL_EXPORTER_OTLP_ENDPOINT").as_deref(),
+        Some("http://otel-collector:4318")
+    );
+    let trusted: tf_app::ssr::client_addr::TrustedProxies =
+        get("TF_TRUST_TRACEPARENT_FROM").unwrap().parse().unwrap();
+    assert!(!trusted.is_empty());
+    let mut bad = default_values();
+    bad["tracing"]["otlpEndpoint"] = json!("otel-collector:4318");
+    assert!(
+        check_values(&bad).is_err(),
+        "an endpoint without a scheme is refused at install"
+    );
+}

@@ -388,6 +388,7 @@ async fn metrics_count_a_scripted_mix_exactly(pool: PgPool) {
         ),
         ("cached", |e| e.cached_tokens),
         ("completion", |e| e.completion_tokens),
+        ("reasoning", |e| e.reasoning_tokens),
     ] {
         let sum: i64 = events.iter().map(of).sum();
         assert_eq!(
