@@ -109,6 +109,17 @@ struct KeyForm {
     member: crate::ssr::member::Member,
 }
 
+/// The member as the audit log names them (`key.create`, `key.rotate`, `key.revoke` rows are
+/// written in each action's transaction: `tf_core::member_ops`).
+#[cfg(feature = "ssr")]
+fn actor<'a>(m: &'a crate::ssr::member::Member, ip: &'a str) -> tf_core::operator::Actor<'a> {
+    tf_core::operator::Actor {
+        user_id: Some(m.user.id),
+        name: &m.user.email,
+        source_ip: Some(ip),
+    }
+}
+
 /// The CSRF token, then the signed-in member, who must be allowed to manage keys; `None` when
 /// nobody is signed in (redirected to the login).
 #[cfg(feature = "ssr")]
@@ -158,8 +169,12 @@ pub async fn create_key(
         return back(&jar, Some(Flash::KeyNameInvalid));
     };
     let cap = portal.deps.max_keys_per_tenant;
+    let ip = crate::ssr::session::client_ip().await;
+    let actor = actor(&m, &ip);
     let (row, secret) =
-        match tf_core::keys::issue_capped(&portal.deps.pool, m.tenant.id, name, cap).await {
+        match tf_core::member_ops::create_key(&portal.deps.pool, &actor, m.tenant.id, name, cap)
+            .await
+        {
             Ok(issued) => issued,
             Err(tf_core::keys::IssueError::TooMany { cap }) => {
                 return back(&jar, Some(Flash::KeyLimit { cap }));
@@ -198,9 +213,11 @@ pub async fn revoke_key(
     let Ok(id) = key.parse::<uuid::Uuid>() else {
         return back(&jar, Some(Flash::NoSuchKey));
     };
-    let revoked = tf_core::db::keys::revoke_of_tenant(&portal.deps.pool, m.tenant.id, id)
-        .await
-        .map_err(|e| internal("revoking a key", e))?;
+    let ip = crate::ssr::session::client_ip().await;
+    let revoked =
+        tf_core::member_ops::revoke_key(&portal.deps.pool, &actor(&m, &ip), m.tenant.id, id)
+            .await
+            .map_err(|e| internal("revoking a key", e))?;
     match revoked {
         Some(_) => {
             tracing::info!(tenant = %m.tenant.name, key = %id, "key revoked in the portal");
@@ -241,9 +258,11 @@ pub async fn rotate_key(
     let Ok(id) = key.parse::<uuid::Uuid>() else {
         return back(&jar, Some(Flash::NoSuchKey));
     };
-    let rotated = tf_core::keys::rotate(&portal.deps.pool, m.tenant.id, id, grace)
-        .await
-        .map_err(|e| internal("rotating a key", e))?;
+    let ip = crate::ssr::session::client_ip().await;
+    let rotated =
+        tf_core::member_ops::rotate_key(&portal.deps.pool, &actor(&m, &ip), m.tenant.id, id, grace)
+            .await
+            .map_err(|e| internal("rotating a key", e))?;
     let Some(r) = rotated else {
         return back(&jar, Some(Flash::NoSuchKey));
     };

@@ -134,13 +134,24 @@ pub async fn change_password(
     let hash = accounts::hash_password(&password)
         .await
         .map_err(|e| internal("hashing a password", e))?;
-    tf_core::db::members::set_password_hash(pool, m.user.id, &hash)
-        .await
-        .map_err(|e| internal("saving a password", e))?;
-    // Every session of the user ends, this one included; this browser continues in a new one.
-    tf_core::db::sessions::delete_of_user(pool, m.user.id)
-        .await
-        .map_err(|e| internal("ending sessions", e))?;
+    // Every session of the user ends, this one included (this browser continues in a new one),
+    // in the transaction that stores the hash and writes the `user.change_password` audit row.
+    let ip = session::client_ip().await;
+    let actor = tf_core::operator::Actor {
+        user_id: Some(m.user.id),
+        name: &m.user.email,
+        source_ip: Some(&ip),
+    };
+    tf_core::member_ops::change_password(
+        pool,
+        &actor,
+        m.user.id,
+        Some(m.tenant.id),
+        &m.user.email,
+        &hash,
+    )
+    .await
+    .map_err(|e| internal("saving a password", e))?;
     session::sign_in(&s, m.user.id).await?;
     tracing::info!(user = %m.user.id, "password changed in the portal");
     back(&jar, "/settings", Some(Flash::PasswordChanged))

@@ -676,3 +676,65 @@ async fn a_tenant_cannot_create_keys_past_its_cap(pool: PgPool) {
     create_key(b, "four").await;
     assert_eq!(count().await, 3);
 }
+
+/// Issue 31: every key action a member takes in the portal is in the audit log, written in the
+/// action's transaction, naming who, from where, and which key (by prefix, never the secret).
+#[sqlx::test(migrations = "../migrations")]
+async fn portal_key_actions_are_audited_with_the_member_and_the_key(pool: PgPool) {
+    let t = TestApp::builder(pool).start().await;
+    let acme = member(&t, "acme").await;
+    let secret = create_key(&acme.browser, "backend").await;
+    let id = key_id(&t.pool, &secret).await;
+    post_form(
+        &acme.browser,
+        "/api/rotate_key",
+        &[("key", &id.to_string()), ("grace", "0")],
+    )
+    .await;
+    let rotated: Uuid = sqlx::query_scalar(
+        "SELECT id FROM api_keys WHERE tenant_id = $1 AND revoked_at IS NULL AND expires_at IS NULL",
+    )
+    .bind(acme.tenant)
+    .fetch_one(&t.pool)
+    .await
+    .unwrap();
+    post_form(
+        &acme.browser,
+        "/api/revoke_key",
+        &[("key", &rotated.to_string())],
+    )
+    .await;
+
+    let rows: Vec<(String, String, Option<Uuid>, Option<Uuid>, String)> = sqlx::query_as(
+        "SELECT action, target, actor_user_id, tenant_id, actor FROM audit_log
+         WHERE action LIKE 'key.%' ORDER BY id",
+    )
+    .fetch_all(&t.pool)
+    .await
+    .unwrap();
+    let prefixes: Vec<String> =
+        sqlx::query_scalar("SELECT prefix FROM api_keys WHERE tenant_id = $1 ORDER BY created_at")
+            .bind(acme.tenant)
+            .fetch_all(&t.pool)
+            .await
+            .unwrap();
+    let actions: Vec<(&str, &str)> = rows.iter().map(|r| (r.0.as_str(), r.1.as_str())).collect();
+    assert_eq!(
+        actions,
+        vec![
+            ("key.create", prefixes[0].as_str()),
+            ("key.rotate", prefixes[0].as_str()),
+            ("key.revoke", prefixes[1].as_str()),
+        ]
+    );
+    for r in &rows {
+        assert_eq!(r.3, Some(acme.tenant));
+        assert!(r.2.is_some(), "the member is named");
+        assert_eq!(r.4, "ada@acme.test");
+    }
+    let all: String = sqlx::query_scalar("SELECT string_agg(detail::text, ' ') FROM audit_log")
+        .fetch_one(&t.pool)
+        .await
+        .unwrap();
+    assert!(!all.contains(&secret), "no secret in the audit log");
+}

@@ -187,4 +187,14 @@ async fn a_password_change_needs_the_current_one_and_ends_other_sessions(pool: P
     assert_eq!(sessions_of(&p.pool, MEMBER).await, 1);
     assert_redirect(&p.browser().login(MEMBER, PASSWORD).await, "/login");
     assert_redirect(&p.browser().login(MEMBER, new).await, "/");
+    // One audit row, for the successful change only, naming the member and never the hash.
+    let rows: Vec<(String, String, String)> = sqlx::query_as(
+        "SELECT actor, target, detail::text FROM audit_log WHERE action = 'user.change_password'",
+    )
+    .fetch_all(&p.pool)
+    .await
+    .unwrap();
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!((rows[0].0.as_str(), rows[0].1.as_str()), (MEMBER, MEMBER));
+    assert!(!rows[0].2.contains("argon2"), "{}", rows[0].2);
 }
