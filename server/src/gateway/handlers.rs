@@ -303,6 +303,7 @@ async fn handle(
         holds: Some(route.activity.begin(route.adapter_activity.as_ref())),
         first_token: None,
         inflight: None,
+        inflight_start: None,
         span: if traces::on() {
             span
         } else {
@@ -327,12 +328,12 @@ async fn handle(
     let upstream_body =
         req.upstream_body(endpoint, true, &route, principal.tenant_id, default_cap)?;
     let mut ctx = ctx;
-    // Written as it is forwarded (not before: a request refused or held without the engine
-    // seeing it is never billed from the log).
-    ctx.inflight = gw
+    // Written once the engine answers (`Pending::mark_answered`): a request refused, held or
+    // lost before the engine had it is never billed from the log.
+    ctx.inflight_start = gw
         .inflight
-        .as_ref()
-        .map(|log| log.start(&ctx.event, inflight_prompt.unwrap_or(0)));
+        .clone()
+        .map(|log| (log, inflight_prompt.unwrap_or(0)));
 
     // The engine's side of the trace hangs under this span (its `traceparent`), which lasts
     // until the engine's stream ends.

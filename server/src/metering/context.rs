@@ -37,6 +37,9 @@ pub struct MeterContext {
     /// The request's in-flight record (the journal's `inflight` log): progress is written while
     /// it streams; dropped after the event is recorded, it writes the request's end.
     pub inflight: Option<crate::journal::inflight::Ticket>,
+    /// The in-flight log and the prompt estimate, until the engine answers: the record starts
+    /// then, never before (a crash before the engine had the request bills nothing for it).
+    pub inflight_start: Option<(std::sync::Arc<crate::journal::inflight::InflightLog>, u64)>,
     /// The request's span, where the outcome's trace attributes go (token usage); a disabled
     /// span when traces are off.
     pub span: tracing::Span,
@@ -146,6 +149,11 @@ impl Pending {
     /// The engine answered: from now on a hang-up bills the estimated prompt.
     pub fn mark_answered(&mut self) {
         self.answered = true;
+        if let Some(ctx) = &mut self.ctx {
+            if let Some((log, prompt)) = ctx.inflight_start.take() {
+                ctx.inflight = Some(log.start(&ctx.event, prompt));
+            }
+        }
     }
 }
 
