@@ -401,6 +401,5 @@ async fn a_sigkill_bills_what_was_in_flight_once(pool: PgPool) {
     assert_eq!(generations, 1, "old in-flight generations are removed");
     let again = usage_store::query(&pool, None, None, None).await.unwrap();
     assert_eq!(again.len(), STREAMS);
-    gw.terminate();
-    assert_eq!(gw.wait().await, Some(0));
+    gw.kill().await;
 }
