@@ -705,7 +705,9 @@ async fn portal_key_actions_are_audited_with_the_member_and_the_key(pool: PgPool
     )
     .await;
 
-    let rows: Vec<(String, String, Option<Uuid>, Option<Uuid>, String)> = sqlx::query_as(
+    /// (action, target, actor user, tenant, actor name)
+    type Row = (String, String, Option<Uuid>, Option<Uuid>, String);
+    let rows: Vec<Row> = sqlx::query_as(
         "SELECT action, target, actor_user_id, tenant_id, actor FROM audit_log
          WHERE action LIKE 'key.%' ORDER BY id",
     )
