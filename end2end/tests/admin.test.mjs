@@ -153,9 +153,10 @@ test("the economics and fleet pages work with JavaScript off", async () => {
     assert.equal(res.status(), 200);
     const economics = await page.textContent("main");
     assert.match(economics, /Economics/);
-    // The demo costs its simulated bases, so every base has figures, not an empty table.
+    // The demo costs its simulated bases (two chat bases and the embedding base), so every base
+    // has figures, not an empty table.
     assert.doesNotMatch(economics, /No cost in effect/);
-    assert.equal(await page.locator("section.base-economics p.cost", { hasText: "per GPU-hour" }).count(), 2);
+    assert.equal(await page.locator("section.base-economics p.cost", { hasText: "per GPU-hour" }).count(), 3);
     assert.ok((await page.locator('form[action="/api/admin_set_base_cost"]').count()) === 1, "cost form");
     assert.ok((await page.locator('form[action="/admin/economics"]').count()) >= 1, "what-if form");
     await page.screenshot({ path: join(shots, "admin-economics.png"), fullPage: true });

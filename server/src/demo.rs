@@ -183,7 +183,8 @@ pub async fn costs(pool: &PgPool, now: time::OffsetDateTime) -> anyhow::Result<(
     let day_start = now
         .to_offset(time::UtcOffset::UTC)
         .replace_time(time::Time::MIDNIGHT);
-    for (base, _) in local_sim::BASES {
+    let bases = local_sim::BASES.map(|(b, _)| b);
+    for base in bases.into_iter().chain([local_sim::EMBEDDING_BASE]) {
         if costed.contains(base) {
             continue;
         }

@@ -141,7 +141,9 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         .routes
         .snapshot()
         .visible(uuid::Uuid::nil())
-        .first()
+        .iter()
+        // The printed curl line is a chat completion: an embedding base would answer 400.
+        .find(|r| crate::endpoint::Endpoint::Chat.serves(r.kind))
         .map(|r| r.served_name.clone());
     print_banner(
         addr,
