@@ -26,6 +26,9 @@ use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+/// What [`trickle`] returns as the answer when the connection was reset before any answer bytes.
+const RESET: &str = "<reset>";
+
 /// Sends `head` and `start`, then one byte every 100 ms; returns how long the server took to
 /// close the connection (`None`: still open after 5 s) and what it answered.
 async fn trickle(addr: SocketAddr, head: String, start: Vec<u8>) -> (Option<Duration>, String) {
@@ -39,7 +42,15 @@ async fn trickle(addr: SocketAddr, head: String, start: Vec<u8>) -> (Option<Dura
     while opened.elapsed() < Duration::from_secs(5) {
         tokio::select! {
             read = tcp.read(&mut buf) => match read {
-                Ok(0) | Err(_) => {
+                Ok(0) => {
+                    return (Some(opened.elapsed()), String::from_utf8_lossy(&answer).into());
+                }
+                // The server closed with our last byte unread: the kernel answers it with a
+                // reset, which can overtake the 408 already sent (a race of TCP, not the server).
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset && answer.is_empty() => {
+                    return (Some(opened.elapsed()), RESET.to_owned());
+                }
+                Err(_) => {
                     return (Some(opened.elapsed()), String::from_utf8_lossy(&answer).into());
                 }
                 Ok(n) => answer.extend_from_slice(&buf[..n]),
@@ -125,17 +136,30 @@ async fn a_slow_body_flood_is_cut_and_v1_keeps_answering(pool: PgPool) {
     }
 
     let mut slowest = Duration::ZERO;
+    let mut timed_out = 0;
     for c in flood {
         let (closed, answer) = c.await.unwrap();
         let closed = closed.expect("a slow login body was cut");
         slowest = slowest.max(closed);
-        assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+        assert!(
+            answer.starts_with("HTTP/1.1 408") || answer == RESET,
+            "{answer}"
+        );
+        timed_out += usize::from(answer.starts_with("HTTP/1.1 408"));
     }
+    // A reset can overtake the 408 now and then; most clients read it.
+    assert!(timed_out >= 200, "{timed_out} of 250 read the 408");
+    let mut refused = 0;
     for c in slow_uploads {
         let (closed, answer) = c.await.unwrap();
         slowest = slowest.max(closed.expect("a slow upload was cut"));
-        assert!(answer.starts_with("HTTP/1.1 4"), "{answer}");
+        assert!(
+            answer.starts_with("HTTP/1.1 4") || answer == RESET,
+            "{answer}"
+        );
+        refused += usize::from(answer.starts_with("HTTP/1.1 4"));
     }
+    assert!(refused >= 40, "{refused} of 50 read the refusal");
     println!("300 slow bodies, the last cut after {slowest:?}");
     assert!(slowest < Duration::from_secs(3), "{slowest:?}");
 
