@@ -16,10 +16,9 @@ use crate::fleet_support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::lifecycle::valid_adapter;
+use common::lifecycle::{self, valid_adapter};
 use common::{chat, eventually, TestApp};
 use fleet_support::fake_kube::{FakeKube, GRAPHS};
-use futures::StreamExt;
 use sqlx::PgPool;
 use tf_engine_sim::SimConfig;
 use tokenfactory::fleet::dynamo_render::graph_name;
@@ -123,22 +122,7 @@ async fn a_cotenants_stream_flows_through_start_rollout_stop_and_delete(pool: Pg
         .await
         .unwrap();
     assert_eq!(r.status(), 200);
-    let reader = tokio::spawn(async move {
-        let mut stream = r.bytes_stream();
-        let (mut buf, mut stamps, mut done) = (String::new(), Vec::new(), false);
-        while let Some(chunk) = stream.next().await {
-            buf.push_str(&String::from_utf8_lossy(&chunk.unwrap()));
-            while let Some(end) = buf.find("\n\n") {
-                let event: String = buf.drain(..end + 2).collect();
-                if event.contains("[DONE]") {
-                    done = true;
-                } else if event.contains("\"content\"") && !event.contains("\"content\":\"\"") {
-                    stamps.push(Instant::now());
-                }
-            }
-        }
-        (stamps, done)
-    });
+    let reader = lifecycle::stamp_tokens(r);
 
     let mut marks = Vec::new();
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -182,21 +166,7 @@ async fn a_cotenants_stream_flows_through_start_rollout_stop_and_delete(pool: Pg
     let (stamps, done) = reader.await.unwrap();
     assert!(done, "the stream ended normally");
     assert_eq!(stamps.len(), TOKENS as usize, "every token arrived");
-    let last = *stamps.last().unwrap();
-    for (what, at) in &marks {
-        assert!(*at < last, "the stream was still flowing when {what}");
-        assert!(
-            stamps
-                .iter()
-                .any(|s| *s > *at && *s < *at + Duration::from_millis(500)),
-            "a token within 500 ms after {what}"
-        );
-    }
-    let worst = stamps.windows(2).map(|w| w[1] - w[0]).max().unwrap();
-    assert!(
-        worst < Duration::from_millis(750),
-        "longest gap between tokens {worst:?}"
-    );
+    lifecycle::assert_flowed_through(&stamps, &marks);
     // The offered base keeps its graph; every body the fake received passed the CRD schema.
     assert_eq!(fake.names(GRAPHS), vec![graph_name(KBASE)]);
     assert_eq!(fake.violations(), Vec::<String>::new());

@@ -2,7 +2,7 @@
 //! offered on it, multipart uploads built by hand, and generated adapters.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use sqlx::PgPool;
@@ -192,4 +192,47 @@ impl TestApp {
             .map(|v| v.to_str().unwrap().to_owned());
         (status, retry, r.json().await.unwrap_or(Value::Null))
     }
+}
+
+/// Reads a streamed chat answer on a task of its own, stamping when each content chunk arrived;
+/// resolves to the stamps and whether `[DONE]` came.
+pub fn stamp_tokens(r: reqwest::Response) -> tokio::task::JoinHandle<(Vec<Instant>, bool)> {
+    use futures::StreamExt;
+    tokio::spawn(async move {
+        let mut stream = r.bytes_stream();
+        let (mut buf, mut stamps, mut done) = (String::new(), Vec::new(), false);
+        while let Some(chunk) = stream.next().await {
+            buf.push_str(&String::from_utf8_lossy(&chunk.unwrap()));
+            while let Some(end) = buf.find("\n\n") {
+                let event: String = buf.drain(..end + 2).collect();
+                if event.contains("[DONE]") {
+                    done = true;
+                } else if event.contains("\"content\"") && !event.contains("\"content\":\"\"") {
+                    stamps.push(Instant::now());
+                }
+            }
+        }
+        (stamps, done)
+    })
+}
+
+/// The stream kept flowing through every marked operation: it ended after each, a token came
+/// within 500 ms after each, and no gap between tokens reached 750 ms (a loaded machine's slack
+/// over the 40 ms a token of a 25 tokens/s stream takes).
+pub fn assert_flowed_through(stamps: &[Instant], marks: &[(&str, Instant)]) {
+    let last = *stamps.last().unwrap();
+    for (what, at) in marks {
+        assert!(*at < last, "the stream was still flowing when {what}");
+        assert!(
+            stamps
+                .iter()
+                .any(|s| *s > *at && *s < *at + Duration::from_millis(500)),
+            "a token within 500 ms after {what}"
+        );
+    }
+    let worst = stamps.windows(2).map(|w| w[1] - w[0]).max().unwrap();
+    assert!(
+        worst < Duration::from_millis(750),
+        "longest gap between tokens {worst:?}"
+    );
 }
