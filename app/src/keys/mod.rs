@@ -107,17 +107,9 @@ struct KeyForm {
     session: tower_sessions::Session,
     jar: tower_cookies::Cookies,
     member: crate::ssr::member::Member,
-}
-
-/// The member as the audit log names them (`key.create`, `key.rotate`, `key.revoke` rows are
-/// written in each action's transaction: `tf_core::member_ops`).
-#[cfg(feature = "ssr")]
-fn actor<'a>(m: &'a crate::ssr::member::Member, ip: &'a str) -> tf_core::operator::Actor<'a> {
-    tf_core::operator::Actor {
-        user_id: Some(m.user.id),
-        name: &m.user.email,
-        source_ip: Some(ip),
-    }
+    /// The client's address, for the audit rows (`key.create`, `key.rotate`, `key.revoke`) that
+    /// `tf_core::member_ops` writes in each action's transaction.
+    ip: String,
 }
 
 /// The CSRF token, then the signed-in member, who must be allowed to manage keys; `None` when
@@ -143,6 +135,7 @@ async fn key_form(csrf: &str) -> Result<Option<KeyForm>, PortalError> {
         session: s,
         jar,
         member,
+        ip: session::client_ip().await,
     }))
 }
 
@@ -161,6 +154,7 @@ pub async fn create_key(
         session: s,
         jar,
         member: m,
+        ip,
     }) = key_form(&csrf).await?
     else {
         return Ok(());
@@ -169,8 +163,7 @@ pub async fn create_key(
         return back(&jar, Some(Flash::KeyNameInvalid));
     };
     let cap = portal.deps.max_keys_per_tenant;
-    let ip = crate::ssr::session::client_ip().await;
-    let actor = actor(&m, &ip);
+    let actor = m.actor(&ip);
     let (row, secret) =
         match tf_core::member_ops::create_key(&portal.deps.pool, &actor, m.tenant.id, name, cap)
             .await
@@ -206,6 +199,7 @@ pub async fn revoke_key(
         session: _,
         jar,
         member: m,
+        ip,
     }) = key_form(&csrf).await?
     else {
         return Ok(());
@@ -213,9 +207,8 @@ pub async fn revoke_key(
     let Ok(id) = key.parse::<uuid::Uuid>() else {
         return back(&jar, Some(Flash::NoSuchKey));
     };
-    let ip = crate::ssr::session::client_ip().await;
     let revoked =
-        tf_core::member_ops::revoke_key(&portal.deps.pool, &actor(&m, &ip), m.tenant.id, id)
+        tf_core::member_ops::revoke_key(&portal.deps.pool, &m.actor(&ip), m.tenant.id, id)
             .await
             .map_err(|e| internal("revoking a key", e))?;
     match revoked {
@@ -244,6 +237,7 @@ pub async fn rotate_key(
         session: s,
         jar,
         member: m,
+        ip,
     }) = key_form(&csrf).await?
     else {
         return Ok(());
@@ -258,9 +252,8 @@ pub async fn rotate_key(
     let Ok(id) = key.parse::<uuid::Uuid>() else {
         return back(&jar, Some(Flash::NoSuchKey));
     };
-    let ip = crate::ssr::session::client_ip().await;
     let rotated =
-        tf_core::member_ops::rotate_key(&portal.deps.pool, &actor(&m, &ip), m.tenant.id, id, grace)
+        tf_core::member_ops::rotate_key(&portal.deps.pool, &m.actor(&ip), m.tenant.id, id, grace)
             .await
             .map_err(|e| internal("rotating a key", e))?;
     let Some(r) = rotated else {

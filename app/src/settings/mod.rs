@@ -137,14 +137,9 @@ pub async fn change_password(
     // Every session of the user ends, this one included (this browser continues in a new one),
     // in the transaction that stores the hash and writes the `user.change_password` audit row.
     let ip = session::client_ip().await;
-    let actor = tf_core::operator::Actor {
-        user_id: Some(m.user.id),
-        name: &m.user.email,
-        source_ip: Some(&ip),
-    };
     tf_core::member_ops::change_password(
         pool,
-        &actor,
+        &m.actor(&ip),
         m.user.id,
         Some(m.tenant.id),
         &m.user.email,

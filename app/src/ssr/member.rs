@@ -19,6 +19,17 @@ pub struct Member {
     pub display_name: String,
 }
 
+impl Member {
+    /// Who acts, for the audited operations of `tf_core` (`member_ops`), from `ip`.
+    pub fn actor<'a>(&'a self, ip: &'a str) -> tf_core::operator::Actor<'a> {
+        tf_core::operator::Actor {
+            user_id: Some(self.user.id),
+            name: &self.user.email,
+            source_ip: Some(ip),
+        }
+    }
+}
+
 /// The request's tenant member, if the session has one (admins have no tenant: `None`).
 pub async fn current(portal: &Portal, s: &Session) -> Result<Option<Member>, PortalError> {
     let Some(si) = session::signed_in(portal, s).await? else {

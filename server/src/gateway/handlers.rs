@@ -303,15 +303,15 @@ async fn handle(
         holds: Some(route.activity.begin(route.adapter_activity.as_ref())),
         first_token: None,
         inflight: None,
-        inflight_start: None,
+        // The in-flight record starts once the engine answers (`Pending::mark_answered`): a
+        // request refused, held or lost before the engine had it is never billed from the log.
+        inflight_start: gw.inflight.clone().map(|log| (log, estimate())),
         span: if traces::on() {
             span
         } else {
             tracing::Span::none()
         },
     };
-    // The in-flight record's prompt (the number admission used, if it asked for one).
-    let inflight_prompt = gw.inflight.is_some().then(estimate);
     let cold = route.asleep;
     let (route, ctx) = if cold {
         let (route, mut ctx) = hold(&gw, principal.tenant_id, &req.model, route, ctx)
@@ -327,13 +327,6 @@ async fn handle(
     };
     let upstream_body =
         req.upstream_body(endpoint, true, &route, principal.tenant_id, default_cap)?;
-    let mut ctx = ctx;
-    // Written once the engine answers (`Pending::mark_answered`): a request refused, held or
-    // lost before the engine had it is never billed from the log.
-    ctx.inflight_start = gw
-        .inflight
-        .clone()
-        .map(|log| (log, inflight_prompt.unwrap_or(0)));
 
     // The engine's side of the trace hangs under this span (its `traceparent`), which lasts
     // until the engine's stream ends.

@@ -12,6 +12,7 @@
 //! its file is deleted once every request started in it has ended, so the log stays small
 //! without ever rewriting a record that a crash could tear.
 
+use std::borrow::Cow;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -34,10 +35,14 @@ const SUFFIX: &str = ".log";
 /// One record of the log.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "k")]
-enum Entry {
-    /// Forwarded: the event's identity (tokens zero) and the gateway's prompt estimate.
+enum Entry<'a> {
+    /// Forwarded: the event's identity (tokens zero) and the gateway's prompt estimate; written
+    /// from the request's own event (no copy), read back owned.
     #[serde(rename = "s")]
-    Start { event: Box<UsageEvent>, prompt: u64 },
+    Start {
+        event: Cow<'a, UsageEvent>,
+        prompt: u64,
+    },
     /// Tokens relayed so far; `prompt`/`cached` once the engine reported them.
     #[serde(rename = "p")]
     Progress {
@@ -118,7 +123,7 @@ impl InflightLog {
     /// Records a forwarded request; the ticket writes its progress and end.
     pub fn start(self: &Arc<Self>, event: &UsageEvent, prompt_estimate: u64) -> Ticket {
         let entry = Entry::Start {
-            event: Box::new(event.clone()),
+            event: Cow::Borrowed(event),
             prompt: prompt_estimate,
         };
         let generation = match self.write(&entry, true) {
@@ -143,7 +148,7 @@ impl InflightLog {
     }
 
     /// One `write` of a whole record; a start is counted in the generation it lands in.
-    fn write(&self, entry: &Entry, start: bool) -> io::Result<Arc<Generation>> {
+    fn write(&self, entry: &Entry<'_>, start: bool) -> io::Result<Arc<Generation>> {
         let payload = serde_json::to_vec(entry).map_err(io::Error::other)?;
         let bytes = record::frame(&payload);
         let mut current = self.lock()?;
@@ -284,8 +289,10 @@ impl Recovery {
             match serde_json::from_slice::<Entry>(payload) {
                 Ok(Entry::Start { event, prompt }) => {
                     self.order.push(event.request_id);
-                    self.started
-                        .insert(event.request_id, (*event, prompt, Progress::default()));
+                    self.started.insert(
+                        event.request_id,
+                        (event.into_owned(), prompt, Progress::default()),
+                    );
                 }
                 Ok(Entry::Progress {
                     id,
