@@ -12,7 +12,7 @@ use time::{Date, OffsetDateTime};
 use uuid::Uuid;
 
 use crate::accounts::AccountError;
-use crate::db::{billing as db, invoicing, periods};
+use crate::db::{billing as db, documents, invoicing, periods};
 use crate::money::Rates;
 use crate::operator::{record, Actor};
 
@@ -501,4 +501,101 @@ pub async fn rerate(
     )
     .await?;
     Ok(run)
+}
+
+/// Text typed into a multi-line form field, as stored: line ends as `\n`, each line's trailing
+/// blanks and the whole text's surrounding blank lines dropped.
+fn lines_of(text: &str) -> String {
+    let lines: Vec<&str> = text.lines().map(str::trim_end).collect();
+    lines.join("\n").trim_matches('\n').to_owned()
+}
+
+/// Sets who issues invoices (the "From" of every invoice issued from now on; issued ones keep
+/// theirs), audited as `invoice.issuer` with what it replaced. Refused for an empty name, a name
+/// over 200 or an address over 1,000 characters, or terms outside 0 to 365 days.
+pub async fn set_issuer(
+    pool: &PgPool,
+    actor: &Actor<'_>,
+    new: &documents::Issuer,
+) -> Result<(), AccountError> {
+    let new = documents::Issuer {
+        name: new.name.trim().to_owned(),
+        address: lines_of(&new.address),
+        due_days: new.due_days,
+    };
+    if new.name.is_empty() || new.name.chars().count() > 200 {
+        return Err(AccountError::Invalid(
+            "the issuer's name is 1 to 200 characters".into(),
+        ));
+    }
+    if new.address.chars().count() > 1000 {
+        return Err(AccountError::Invalid(
+            "the issuer's address is at most 1,000 characters".into(),
+        ));
+    }
+    if !(0..=365).contains(&new.due_days) {
+        return Err(AccountError::Invalid(
+            "payment terms are 0 to 365 days".into(),
+        ));
+    }
+    let mut tx = pool.begin().await?;
+    let was = documents::set_issuer(&mut tx, &new).await?;
+    record(
+        &mut tx,
+        actor,
+        None,
+        "invoice.issuer",
+        &new.name,
+        json!({
+            "from": { "name": was.name, "address": was.address, "due_days": was.due_days },
+            "to": { "name": new.name, "address": new.address, "due_days": new.due_days },
+        }),
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// Sets where a tenant's invoices are addressed (the "Bill to" of invoices issued from now on),
+/// audited as `tenant.billing_address`. Owners do this for their own tenant in the portal; the
+/// tenant id comes from their session. Refused over 1,000 characters.
+pub async fn set_billing_address(
+    pool: &PgPool,
+    actor: &Actor<'_>,
+    tenant: Uuid,
+    address: &str,
+) -> Result<(), AccountError> {
+    let address = lines_of(address);
+    if address.chars().count() > 1000 {
+        return Err(AccountError::Invalid(
+            "a billing address is at most 1,000 characters".into(),
+        ));
+    }
+    let mut tx = pool.begin().await?;
+    let Some(was) = documents::set_billing_address(&mut tx, tenant, &address).await? else {
+        return Err(AccountError::NotFound("tenant".into()));
+    };
+    record(
+        &mut tx,
+        actor,
+        Some(tenant),
+        "tenant.billing_address",
+        "billing address",
+        json!({ "from": was, "to": address }),
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::lines_of;
+
+    #[test]
+    fn typed_lines_are_normalised() {
+        assert_eq!(lines_of("Acme\r\n1 Main St  \r\n\r\n"), "Acme\n1 Main St");
+        assert_eq!(lines_of("\n\nx\n"), "x");
+        assert_eq!(lines_of(""), "");
+    }
 }

@@ -59,6 +59,11 @@ test("the tenant's invoices with JavaScript off", { skip: !(email && password) }
     await live.locator("a").first().click();
     assert.equal(new URL(page.url()).pathname, "/invoices/current");
     assert.match(await page.locator("#invoice-total").innerText(), /^\$/);
+    // The draft as a document: who it is from and to, numbered only when issued.
+    assert.ok((await page.locator("#invoice-bill-to").innerText()).length > 0, "bill-to");
+    assert.ok((await page.locator("#invoice-issuer").innerText()).length > 0, "issuer");
+    assert.equal((await page.locator("#invoice-number").innerText()).trim(), "assigned when issued");
+    assert.match(await page.locator("#invoice-due").innerText(), /days after issue/);
     await page.screenshot({ path: join(shots, "invoice.png"), fullPage: true });
 
     const csv = await context.request.get("/invoices/current.csv");

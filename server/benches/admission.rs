@@ -159,6 +159,7 @@ fn main() {
                 key: limited_key_row.id,
                 graph: "bench",
                 price_key: "bench-base",
+                own_price_key: None,
                 max_tokens: Some(16),
                 sequences: 1,
             };
@@ -271,7 +272,7 @@ async fn many_tenants(pool: &sqlx::PgPool, tenants: usize, rounds: u64) {
                 for (tenant, key) in &subjects {
                     q.limits().limits(*tenant, *key).await;
                 }
-                q.limits().price(None, "bench-base").await;
+                q.limits().price(None, None, "bench-base").await;
             }
             let start = Instant::now();
             let mut tasks = Vec::new();
@@ -287,6 +288,7 @@ async fn many_tenants(pool: &sqlx::PgPool, tenants: usize, rounds: u64) {
                                 key,
                                 graph: "bench",
                                 price_key: "bench-base",
+                                own_price_key: None,
                                 max_tokens: Some(16),
                                 sequences: 1,
                             };

@@ -696,6 +696,18 @@ pub enum InvoicesAction {
     },
     /// Correct an issued invoice: a credit note; then `build` makes the new invoice.
     Correct { id: uuid::Uuid },
+    /// Who issues invoices (their "From") and the payment terms; copied onto each invoice when
+    /// it is issued. Without flags: shows them.
+    Issuer {
+        #[arg(long)]
+        name: Option<String>,
+        /// Address lines (and tax number); `\n` separates lines.
+        #[arg(long)]
+        address: Option<String>,
+        /// Days from issue to due date, 0 to 365.
+        #[arg(long)]
+        due_days: Option<i32>,
+    },
 }
 
 impl AdminCommand {

@@ -38,6 +38,27 @@ pub struct InvoiceRow {
     pub issued_at: Option<String>,
     /// The invoice a credit note corrects, or the one a new invoice replaces.
     pub corrects: Option<String>,
+    /// The document number (`INV-2026-000001`), given when issued.
+    pub number: Option<String>,
+}
+
+/// The invoice as a document: who issues it, who it is billed to, what it covers and when it is
+/// due. Fixed on the invoice when it is issued; a draft shows what it would be issued with now.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DocumentView {
+    /// `None` for a draft (numbered when issued).
+    pub number: Option<String>,
+    /// "From": the issuer's name and address, one entry per line.
+    pub issuer: Vec<String>,
+    /// "Bill to": the tenant's name and billing address, one entry per line.
+    pub bill_to: Vec<String>,
+    /// The events it covers by start time, `YYYY-MM-DD HH:MM` UTC: from (inclusive) to (exclusive).
+    pub covers_from: String,
+    pub covers_until: String,
+    /// `YYYY-MM-DD` UTC; `None` for a draft.
+    pub due: Option<String>,
+    /// Days from issue to the due date a draft will get.
+    pub due_days: i32,
 }
 
 /// An entry of an invoice: usage of one model (or base) with its three quantities, a credit or
@@ -75,12 +96,17 @@ pub struct InvoicesView {
     /// Prepaid credit left now: unexpired grants less what issued invoices burned.
     pub balance_micros: i64,
     pub grants: Vec<GrantView>,
+    /// Where the tenant's invoices are addressed (lines), and whether the viewer may change it
+    /// (owners).
+    pub billing_address: String,
+    pub can_manage: bool,
 }
 
 /// What `/invoices/{id}` shows.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InvoiceDetail {
     pub row: InvoiceRow,
+    pub document: DocumentView,
     /// Usage entries first (per model), then credits, then adjustments.
     pub entries: Vec<EntryView>,
 }
@@ -94,9 +120,55 @@ pub async fn fetch_invoices() -> Result<InvoicesView, PortalError> {
 
     let portal = Portal::current()?;
     let tenant = usage::session_tenant(&portal).await?;
-    invoices::list(&portal.deps.pool, tenant, time::OffsetDateTime::now_utc())
+    let mut view = invoices::list(&portal.deps.pool, tenant, time::OffsetDateTime::now_utc())
         .await
-        .map_err(|e| internal("loading the invoices", e))
+        .map_err(|e| internal("loading the invoices", e))?;
+    let s = crate::ssr::session::current().await?;
+    view.can_manage = crate::ssr::member::required(&portal, &s)
+        .await?
+        .role
+        .manages_tenant();
+    Ok(view)
+}
+
+/// Longest billing address (the column's CHECK).
+pub const MAX_BILLING_ADDRESS: usize = 1000;
+
+/// Sets where the tenant's invoices are addressed (owners), audited as
+/// `tenant.billing_address`. Invoices issued from then on carry it; issued ones keep theirs.
+#[server(prefix = "/api", endpoint = "save_billing_address")]
+pub async fn save_billing_address(
+    #[server(default)] csrf: String,
+    #[server(default)] address: String,
+) -> Result<(), PortalError> {
+    use crate::ssr::cookies::Flash;
+    use crate::ssr::form::{back, tenant_form, TenantForm};
+    use crate::ssr::{internal, session};
+    use tf_core::accounts::AccountError;
+
+    const BACK: &str = "/invoices";
+    let Some(TenantForm {
+        portal,
+        jar,
+        member: m,
+        ..
+    }) = tenant_form(&csrf, BACK, tf_core::TenantRole::manages_tenant).await?
+    else {
+        return Ok(());
+    };
+    let ip = session::client_ip().await;
+    match tf_core::billing_ops::set_billing_address(
+        &portal.deps.pool,
+        &m.actor(&ip),
+        m.tenant.id,
+        &address,
+    )
+    .await
+    {
+        Ok(()) => back(&jar, BACK, Some(Flash::BillingSaved)),
+        Err(AccountError::Invalid(_)) => back(&jar, BACK, Some(Flash::BillingInvalid)),
+        Err(e) => Err(internal("saving a billing address", e)),
+    }
 }
 
 /// One of the session tenant's invoices; `None` for an unknown id, a malformed one or another

@@ -9,9 +9,10 @@ use leptos_meta::Title;
 use leptos_router::hooks::use_params_map;
 
 use super::{
-    fetch_invoice, fetch_invoices, EntryView, GrantView, InvoiceDetail, InvoiceRow, InvoicesView,
+    fetch_invoice, fetch_invoices, DocumentView, EntryView, GrantView, InvoiceDetail, InvoiceRow,
+    InvoicesView, SaveBillingAddress, MAX_BILLING_ADDRESS,
 };
-use crate::frame::{framed, missing, Guarded, Head, WIDE};
+use crate::frame::{framed, missing, CsrfField, Guarded, Head, WIDE};
 use crate::model::{Access, PageState};
 use crate::money::{format_micros, group_thousands};
 use crate::PRODUCT;
@@ -33,7 +34,7 @@ pub fn InvoicePage() -> impl IntoView {
 }
 
 fn list_page(state: PageState) -> AnyView {
-    framed(state, WIDE, "Invoices", fetch_invoices(), |v, _| list(v))
+    framed(state, WIDE, "Invoices", fetch_invoices(), list)
 }
 
 fn n(v: i64) -> String {
@@ -62,6 +63,7 @@ fn invoice_row(r: InvoiceRow) -> AnyView {
     view! {
         <tr class=class data-id=r.id.clone() data-month=r.month.clone()>
             <td><a href=href>{r.month.clone()}</a></td>
+            <td class="number mono">{r.number.clone().unwrap_or_else(|| "–".to_owned())}</td>
             <td class="status">{status}</td>
             <td class="num usage">{format_micros(r.usage_micros)}</td>
             <td class="num credit">{format_micros(r.credit_micros)}</td>
@@ -92,9 +94,46 @@ fn grant_row(g: GrantView) -> AnyView {
     .into_any()
 }
 
-fn list(v: InvoicesView) -> AnyView {
+/// Where invoices are addressed: a form for owners, the address for everyone else.
+fn billing_panel(address: String, can_manage: bool, csrf: String) -> AnyView {
+    let shown = if address.is_empty() {
+        "No billing address yet: invoices are addressed to the tenant's name only.".to_owned()
+    } else {
+        address.clone()
+    };
+    if !can_manage {
+        return view! {
+            <section class="panel billing">
+                <h2>"Billing address"</h2>
+                <p class="address" id="billing-address">{shown}</p>
+                <p class="muted">"Only the tenant's owners change it."</p>
+            </section>
+        }
+        .into_any();
+    }
+    let save = ServerAction::<SaveBillingAddress>::new();
+    view! {
+        <section class="panel billing">
+            <h2>"Billing address"</h2>
+            <ActionForm action=save attr:class="stack">
+                <CsrfField token=csrf/>
+                <label for="billing-address">"Invoices are addressed to your tenant's name and \
+                    this address (company, street, city, country, tax number)"</label>
+                <textarea id="billing-address" name="address" rows="4"
+                    maxlength=MAX_BILLING_ADDRESS.to_string()>{address}</textarea>
+                <p class="muted">"Invoices issued from now on carry it; an issued invoice keeps \
+                    the address it was issued with."</p>
+                <button type="submit">"Save billing address"</button>
+            </ActionForm>
+        </section>
+    }
+    .into_any()
+}
+
+fn list(v: InvoicesView, csrf: String) -> AnyView {
     let empty = v.rows.is_empty();
     let grants = v.grants;
+    let billing = billing_panel(v.billing_address, v.can_manage, csrf);
     view! {
         <section class="panel credit">
             <h2>"Prepaid credit"</h2>
@@ -112,6 +151,7 @@ fn list(v: InvoicesView) -> AnyView {
                 </table>
             })}
         </section>
+        {billing}
         <p class="muted">"One invoice per calendar month (UTC). The open month's draft is \
             computed from the usage rated so far; an issued invoice never changes (a correction \
             is a credit note and a new invoice)."</p>
@@ -124,7 +164,7 @@ fn list(v: InvoicesView) -> AnyView {
         <table class="list invoices">
             <thead>
                 <tr>
-                    <th>"Month"</th><th>"Status"</th><th class="num">"Usage"</th>
+                    <th>"Month"</th><th>"Number"</th><th>"Status"</th><th class="num">"Usage"</th>
                     <th class="num">"Credits"</th><th class="num">"Adjustments"</th>
                     <th class="num">"Total"</th><th>"Issued (UTC)"</th><th>"Download"</th>
                 </tr>
@@ -195,43 +235,84 @@ pub(crate) enum Links {
     Admin,
 }
 
+/// Lines of an address block.
+fn address(lines: Vec<String>) -> AnyView {
+    lines
+        .into_iter()
+        .map(|l| view! { <span class="line">{l}</span> })
+        .collect_view()
+        .into_any()
+}
+
+/// The document's head: number, parties, period, issue and due dates.
+fn document(doc: DocumentView, r: &InvoiceRow, base: &str) -> AnyView {
+    let number = doc
+        .number
+        .unwrap_or_else(|| "assigned when issued".to_owned());
+    let due = doc.due.unwrap_or_else(|| {
+        format!(
+            "{} days after issue",
+            doc.due_days
+        )
+    });
+    view! {
+        <section class="document">
+            <div class="parties">
+                <div class="party from"><h2>"From"</h2>
+                    <address id="invoice-issuer">{address(doc.issuer)}</address></div>
+                <div class="party bill-to"><h2>"Bill to"</h2>
+                    <address id="invoice-bill-to">{address(doc.bill_to)}</address></div>
+            </div>
+            <dl class="facts">
+                <dt>"Number"</dt><dd id="invoice-number" class="mono">{number}</dd>
+                <dt>"Period (UTC)"</dt>
+                <dd id="invoice-period">{r.month.clone()} ": " {doc.covers_from} " to "
+                    {doc.covers_until} " (events started in that interval)"</dd>
+                <dt>"Issued (UTC)"</dt>
+                <dd>{r.issued_at.clone().unwrap_or_else(|| "not yet".to_owned())}</dd>
+                <dt>"Due (UTC)"</dt><dd id="invoice-due">{due}</dd>
+                <dt>"Status"</dt><dd class="status">{status_label(r)}</dd>
+                {r.corrects.clone().map(|c| view! {
+                    <dt>"Corrects"</dt><dd><a class="mono" href=format!("{base}/{c}")>{c.clone()}</a></dd>
+                })}
+            </dl>
+        </section>
+    }
+    .into_any()
+}
+
 pub(crate) fn detail(d: InvoiceDetail, links: Links) -> AnyView {
     let r = d.row;
-    let heading = if r.kind == "credit_note" {
-        format!("Credit note {}", r.month)
-    } else {
-        format!("Invoice {}", r.month)
+    let heading = match (r.kind.as_str(), &r.number) {
+        ("credit_note", Some(n)) => format!("Credit note {n}"),
+        ("credit_note", None) => format!("Credit note {}", r.month),
+        (_, Some(n)) => format!("Invoice {n}"),
+        (_, None) => format!("Invoice {} (draft)", r.month),
     };
     let (usage, other): (Vec<EntryView>, Vec<EntryView>) =
         d.entries.into_iter().partition(|e| e.kind == "usage");
     let csv = (links == Links::Tenant).then(|| {
         let href = format!("/invoices/{}.csv", r.id);
-        view! { <p><a class="button" href=href download="">"Download CSV"</a></p> }
+        view! { <a class="button" href=href download="">"Download CSV"</a> }
     });
     let base = match links {
         Links::Tenant => "/invoices",
         Links::Admin => "/admin/invoices",
     };
-    let status = status_label(&r);
     let live_note = r.live.then(|| {
         view! {
             <p class="notice" role="status">"The month is open: these figures are computed now \
                 from the usage rated so far and will change until the invoice is issued."</p>
         }
     });
+    let head = document(d.document, &r, base);
     let empty = usage.is_empty();
     view! {
         <h1>{heading}</h1>
         {live_note}
-        <dl class="facts">
-            <dt>"Period (UTC)"</dt><dd>{r.month.clone()}</dd>
-            <dt>"Status"</dt><dd class="status">{status}</dd>
-            <dt>"Issued (UTC)"</dt><dd>{r.issued_at.clone().unwrap_or_else(|| "–".to_owned())}</dd>
-            {r.corrects.clone().map(|c| view! {
-                <dt>"Corrects"</dt><dd><a class="mono" href=format!("{base}/{c}")>{c.clone()}</a></dd>
-            })}
-        </dl>
-        {csv}
+        {head}
+        <p class="no-print">{csv} <span class="muted">"Printable: your browser's Print \
+            (Ctrl+P) leaves out the navigation and buttons."</span></p>
         <div class="scroll">
         <table class="usage invoice">
             <thead>

@@ -5,13 +5,14 @@
 
 use sqlx::PgPool;
 use tf_core::db::billing::{self, Entry, Invoice};
+use tf_core::db::documents::{self, Document};
 use tf_core::db::invoicing::{self, Summary};
 use tf_core::period::month_of;
 use time::macros::format_description;
 use time::{Date, OffsetDateTime};
 use uuid::Uuid;
 
-use super::{EntryView, GrantView, InvoiceDetail, InvoiceRow, InvoicesView, CURRENT};
+use super::{DocumentView, EntryView, GrantView, InvoiceDetail, InvoiceRow, InvoicesView, CURRENT};
 use crate::error::PortalError;
 use crate::money::format_micros;
 use crate::ssr::{member, session, Portal};
@@ -45,6 +46,7 @@ fn row_of(s: Summary) -> InvoiceRow {
         total_micros: s.total_micros,
         issued_at: s.issued_at.map(minute),
         corrects: s.corrects.map(|c| c.to_string()),
+        number: s.number,
     }
 }
 
@@ -73,6 +75,35 @@ fn row_with_entries(i: &Invoice, entries: &[Entry], live: bool) -> InvoiceRow {
         total_micros: i.total_micros,
         issued_at: i.issued_at.map(minute),
         corrects: i.corrects.map(|c| c.to_string()),
+        number: None,
+    }
+}
+
+const DAY: &[time::format_description::BorrowedFormatItem<'static>] =
+    format_description!("[year]-[month]-[day]");
+
+/// The page's view of an invoice's document fields.
+fn document_view(i: &Invoice, d: Document) -> DocumentView {
+    let lines = |s: String| s.lines().map(str::to_owned).collect();
+    DocumentView {
+        number: d.number,
+        issuer: lines(d.issuer),
+        bill_to: lines(d.bill_to),
+        covers_from: minute(i.covers_from),
+        covers_until: minute(i.covers_until),
+        due: d.due_at.map(|t| t.format(DAY).unwrap_or_default()),
+        due_days: d.due_days,
+    }
+}
+
+/// An invoice's page: its row (numbered when issued), document fields and entries.
+fn detail_of(i: &Invoice, d: Document, entries: Vec<Entry>, live: bool) -> InvoiceDetail {
+    let mut row = row_with_entries(i, &entries, live);
+    row.number.clone_from(&d.number);
+    InvoiceDetail {
+        row,
+        document: document_view(i, d),
+        entries: entries.into_iter().map(entry_view).collect(),
     }
 }
 
@@ -132,6 +163,8 @@ pub async fn list(pool: &PgPool, tenant: Uuid, now: OffsetDateTime) -> sqlx::Res
         rows,
         balance_micros,
         grants,
+        billing_address: documents::billing_address(pool, tenant).await?,
+        can_manage: false,
     })
 }
 
@@ -145,12 +178,11 @@ pub async fn detail(
 ) -> sqlx::Result<Option<InvoiceDetail>> {
     let id = id.trim();
     if id == CURRENT {
-        return Ok(live_draft(pool, tenant, now)
-            .await?
-            .map(|(i, entries)| InvoiceDetail {
-                row: row_with_entries(&i, &entries, true),
-                entries: entries.into_iter().map(entry_view).collect(),
-            }));
+        let Some((i, entries)) = live_draft(pool, tenant, now).await? else {
+            return Ok(None);
+        };
+        let d = documents::of_draft(pool, tenant).await?;
+        return Ok(Some(detail_of(&i, d, entries, true)));
     }
     let Ok(id) = Uuid::parse_str(id) else {
         return Ok(None);
@@ -159,10 +191,10 @@ pub async fn detail(
         return Ok(None);
     };
     let entries = billing::invoice_entries(pool, tenant, id).await?;
-    Ok(Some(InvoiceDetail {
-        row: row_with_entries(&i, &entries, false),
-        entries: entries.into_iter().map(entry_view).collect(),
-    }))
+    let Some(d) = documents::of_invoice(pool, Some(tenant), id).await? else {
+        return Ok(None);
+    };
+    Ok(Some(detail_of(&i, d, entries, false)))
 }
 
 /// One CSV field of our own making: quoted when it holds a comma, quote or line break.
@@ -186,13 +218,15 @@ fn field(s: &str) -> String {
 
 /// The CSV of one invoice: a header, one row per entry as the detail page lists them (usage per
 /// model with its three quantities, credits, adjustments), then the total. Amounts are integer
-/// micro-units and, beside them, as shown on the page.
+/// micro-units and, beside them, as shown on the page. The last column is the document number
+/// (empty on a draft), appended so that readers of the earlier columns are unaffected.
 pub fn csv(d: &InvoiceDetail) -> String {
     let mut out = String::from(
         "invoice,month,status,kind,description,events,fresh_input_tokens,cached_input_tokens,\
-         output_tokens,amount_micros,amount\n",
+         output_tokens,amount_micros,amount,invoice_number\n",
     );
     let r = &d.row;
+    let number = r.number.as_deref().unwrap_or_default();
     let mut line = |kind: &str, e: Option<&EntryView>, amount: i64| {
         let cells = [
             field(&r.id),
@@ -206,6 +240,7 @@ pub fn csv(d: &InvoiceDetail) -> String {
             e.map_or(String::new(), |e| e.output_tokens.to_string()),
             amount.to_string(),
             quote(&format_micros(amount)),
+            field(number),
         ];
         out.push_str(&cells.join(","));
         out.push('\n');
@@ -215,6 +250,14 @@ pub fn csv(d: &InvoiceDetail) -> String {
     }
     line("total", None, r.total_micros);
     out
+}
+
+/// The CSV's file name: the document number once issued, else the tenant and month.
+fn csv_name(tenant: &str, d: &InvoiceDetail) -> String {
+    match &d.row.number {
+        Some(n) => format!("invoice-{n}.csv"),
+        None => format!("invoice-{tenant}-{}.csv", d.row.month),
+    }
 }
 
 /// What a GET of `/invoices/{id}.csv` gets.
@@ -250,7 +293,7 @@ pub async fn download(id: &str) -> Result<Download, PortalError> {
     .map_err(|e| crate::ssr::internal("loading an invoice for its CSV", e))?;
     Ok(match found {
         Some(d) => Download::Csv {
-            filename: format!("invoice-{}-{}.csv", m.tenant.name, d.row.month),
+            filename: csv_name(&m.tenant.name, &d),
             body: csv(&d),
         },
         None => Download::NotFound,

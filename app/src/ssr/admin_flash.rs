@@ -29,6 +29,10 @@ pub enum AdminFlash {
     /// The base already has a cost version from that instant.
     CostExists,
     NoSuchBase,
+    /// The invoice issuer's details were saved.
+    IssuerSaved,
+    /// An issuer field was empty, too long, or the terms out of 0 to 365 days.
+    IssuerInvalid,
     /// A price version was appended.
     PriceSaved,
     /// A rate was not a whole number of 0 or more, the key or tier was empty or unknown, the
@@ -78,6 +82,7 @@ impl AdminFlash {
                 | Self::SessionsEnded
                 | Self::CostSaved
                 | Self::PriceSaved
+                | Self::IssuerSaved
                 | Self::TierSaved
                 | Self::DraftBuilt
                 | Self::InvoiceIssued
@@ -109,6 +114,8 @@ const CODES: &[(AdminFlash, &str)] = &[
     (AdminFlash::CostExists, "cost-exists"),
     (AdminFlash::NoSuchBase, "no-such-base"),
     (AdminFlash::PriceSaved, "price-saved"),
+    (AdminFlash::IssuerSaved, "issuer-saved"),
+    (AdminFlash::IssuerInvalid, "issuer-invalid"),
     (AdminFlash::PriceInvalid, "price-invalid"),
     (AdminFlash::TierSaved, "tier-saved"),
     (AdminFlash::TierInvalid, "tier-invalid"),
@@ -232,6 +239,13 @@ impl AdminFlash {
                 "A grant is an amount in dollars above 0 (at most six decimals), a whole \
                  priority, and an expiry of YYYY-MM-DDTHH:MM (UTC) in the future or none: \
                  nothing was granted."
+            }
+            Self::IssuerSaved => {
+                "Issuer saved: invoices issued from now on carry it; issued ones keep theirs."
+            }
+            Self::IssuerInvalid => {
+                "The issuer needs a name (at most 200 characters), an address of at most 1,000 \
+                 characters and payment terms of 0 to 365 days: nothing was saved."
             }
             Self::IdleSaved => {
                 "Sleep policy saved: the fleet controller applies it on its next pass."

@@ -130,6 +130,10 @@ pub enum Flash {
     SettingsSaved,
     /// A settings form carried a value out of bounds.
     SettingsInvalid,
+    /// The tenant's billing address was saved (`/invoices`).
+    BillingSaved,
+    /// A billing address was refused (too long).
+    BillingInvalid,
     /// The password was changed.
     PasswordChanged,
     /// A password change was refused.
@@ -169,6 +173,8 @@ impl Flash {
             Self::LastOwner => "last-owner".to_owned(),
             Self::SettingsSaved => "settings-saved".to_owned(),
             Self::SettingsInvalid => "settings-invalid".to_owned(),
+            Self::BillingSaved => "billing-saved".to_owned(),
+            Self::BillingInvalid => "billing-invalid".to_owned(),
             Self::PasswordChanged => "password-changed".to_owned(),
             Self::PasswordRefused => "password-refused".to_owned(),
             Self::BodiesDeleted => "bodies-deleted".to_owned(),
@@ -208,6 +214,8 @@ impl Flash {
             "last-owner" => Some(Self::LastOwner),
             "settings-saved" => Some(Self::SettingsSaved),
             "settings-invalid" => Some(Self::SettingsInvalid),
+            "billing-saved" => Some(Self::BillingSaved),
+            "billing-invalid" => Some(Self::BillingInvalid),
             "password-changed" => Some(Self::PasswordChanged),
             "password-refused" => Some(Self::PasswordRefused),
             "bodies-deleted" => Some(Self::BodiesDeleted),
@@ -270,6 +278,8 @@ impl Flash {
             Self::LastOwner => "A tenant keeps at least one owner: make someone else owner first.".to_owned(),
             Self::SettingsSaved => "Settings saved.".to_owned(),
             Self::SettingsInvalid => "That value was not accepted: nothing was changed.".to_owned(),
+            Self::BillingSaved => "Billing address saved: invoices issued from now on are addressed to it.".to_owned(),
+            Self::BillingInvalid => "A billing address is at most 1,000 characters: nothing was changed.".to_owned(),
             Self::PasswordChanged => "Password changed. Your other sessions have ended.".to_owned(),
             Self::PasswordRefused => "The current password is wrong, or the new ones differ or are shorter than 10 characters.".to_owned(),
             Self::BodiesDeleted => "Every stored request body was deleted.".to_owned(),
@@ -295,6 +305,7 @@ impl Flash {
                 | Self::RoleChanged
                 | Self::MemberRemoved
                 | Self::SettingsSaved
+                | Self::BillingSaved
                 | Self::PasswordChanged
                 | Self::BodiesDeleted
                 | Self::Joined
@@ -347,6 +358,8 @@ mod tests {
             Flash::LastOwner,
             Flash::SettingsSaved,
             Flash::SettingsInvalid,
+            Flash::BillingSaved,
+            Flash::BillingInvalid,
             Flash::PasswordChanged,
             Flash::PasswordRefused,
             Flash::BodiesDeleted,

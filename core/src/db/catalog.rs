@@ -107,6 +107,9 @@ pub struct RouteRow {
     pub upstream_url: String,
     pub upstream_model: String,
     pub price_key: String,
+    /// An adapter's own price key (`adapter:<tenant>/<name>`), priced before `price_key` where
+    /// the book holds it; `None` for a base.
+    pub own_price_key: Option<String>,
     pub shared_cache: bool,
     pub continuous_usage: bool,
     pub denied_fields: Option<Vec<String>>,
@@ -135,7 +138,7 @@ pub async fn routes(pool: &PgPool) -> sqlx::Result<Vec<RouteRow>> {
         r#"SELECT b.name AS "served_name!", NULL::uuid AS "owner?", b.name AS "base!", NULL::uuid AS "adapter_id?",
                   NULL::int AS "adapter_version?", b.graph AS "graph!", b.upstream_url AS "upstream_url!",
                   b.upstream_model AS "upstream_model!", b.price_key AS "price_key!",
-                  b.shared_cache AS "shared_cache!", b.continuous_usage AS "continuous_usage!",
+                  NULL::text AS "own_price_key?", b.shared_cache AS "shared_cache!", b.continuous_usage AS "continuous_usage!",
                   b.denied_fields AS "denied_fields?", b.prompt_estimator AS "prompt_estimator!",
                   b.kind AS "kind!", b.nvext_allowed AS "nvext_allowed?", extract(epoch FROM b.created_at)::bigint AS "created!", 'ready' AS "state!",
                   COALESCE(g.state IN ('asleep', 'waking'), false) AS "asleep!",
@@ -144,7 +147,7 @@ pub async fn routes(pool: &PgPool) -> sqlx::Result<Vec<RouteRow>> {
            WHERE b.offered AND b.upstream_url <> ''
            UNION ALL
            SELECT a.name, a.tenant_id, b.name, a.id, a.version, b.graph, b.upstream_url, a.upstream_model,
-                  a.price_key, a.shared_cache, b.continuous_usage, b.denied_fields, b.prompt_estimator,
+                  a.price_key, adapter_price_key(t.name, a.name, true), a.shared_cache, b.continuous_usage, b.denied_fields, b.prompt_estimator,
                   b.kind, b.nvext_allowed, extract(epoch FROM a.created_at)::bigint, a.state,
                   COALESCE(g.state IN ('asleep', 'waking'), false)
                       OR a.state IN ('unloading', 'unloaded', 'reloading'),

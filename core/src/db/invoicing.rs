@@ -27,6 +27,8 @@ pub struct Summary {
     pub status: String,
     pub total_micros: i64,
     pub issued_at: Option<OffsetDateTime>,
+    /// The document number (`INV-2026-000001`), given when issued.
+    pub number: Option<String>,
     pub usage_micros: i64,
     /// Credits applied (zero or negative).
     pub credit_micros: i64,
@@ -43,7 +45,7 @@ pub async fn summaries(
     sqlx::query_as!(
         Summary,
         r#"SELECT i.id, i.tenant_id, t.name AS tenant_name, i.period_start, i.kind, i.corrects,
-                  i.status, i.total_micros, i.issued_at,
+                  i.status, i.total_micros, i.issued_at, i.number,
                   COALESCE(sum(x.amount_micros) FILTER (WHERE x.kind = 'usage'), 0)::bigint
                       AS "usage_micros!",
                   COALESCE(sum(x.amount_micros) FILTER (WHERE x.kind = 'credit'), 0)::bigint

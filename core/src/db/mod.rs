@@ -42,6 +42,7 @@ pub mod billing;
 pub mod bodies;
 pub mod catalog;
 pub mod dashboard;
+pub mod documents;
 pub mod economics;
 pub mod invoicing;
 pub mod keys;

@@ -11,6 +11,7 @@ use sqlx::PgPool;
 use tf_core::accounts;
 use tf_core::billing_ops::{self as ops, NewGrant, NewPrice};
 use tf_core::db::billing as db;
+use tf_core::db::documents;
 use tf_core::db::periods;
 use tf_core::money::{echo_money, Rates};
 use tf_core::operator::Actor;
@@ -238,7 +239,36 @@ pub async fn invoices(
         }
         InvoicesAction::Issue { id } => {
             ops::issue(pool, &Actor::CLI, id).await?;
-            say(out, &format!("issued {id}"))?;
+            let number = documents::of_invoice(pool, None, id)
+                .await?
+                .and_then(|d| d.number)
+                .unwrap_or_default();
+            say(out, &format!("issued {id} as {number}"))?;
+        }
+        InvoicesAction::Issuer {
+            name,
+            address,
+            due_days,
+        } => {
+            let was = documents::issuer(pool).await?;
+            let new = documents::Issuer {
+                name: name.unwrap_or_else(|| was.name.clone()),
+                address: address.map_or_else(|| was.address.clone(), |a| a.replace("\\n", "\n")),
+                due_days: due_days.unwrap_or(was.due_days),
+            };
+            if new != was {
+                ops::set_issuer(pool, &Actor::CLI, &new).await?;
+            }
+            let now = documents::issuer(pool).await?;
+            say(
+                out,
+                &format!(
+                    "issuer: {}\naddress: {}\ndue: {} days after issue",
+                    now.name,
+                    now.address.replace('\n', " / "),
+                    now.due_days
+                ),
+            )?;
         }
         InvoicesAction::Adjust {
             id,

@@ -258,6 +258,7 @@ async fn handle(
         key: principal.key_id,
         graph: &route.graph,
         price_key: &route.price_key,
+        own_price_key: route.own_price_key.as_deref(),
         // The same integer the engine reads: the request's own, else the cap sent upstream.
         // Embeddings generate nothing: no completion to reserve for.
         max_tokens: Some(if endpoint.generates() {

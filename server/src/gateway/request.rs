@@ -624,6 +624,7 @@ mod tests {
             ),
             upstream_model: "engine-m".into(),
             price_key: "m".into(),
+            own_price_key: None,
             salt,
             continuous_usage: true,
             policy: crate::engine_policy::EnginePolicy::default(),

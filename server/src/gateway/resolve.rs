@@ -36,6 +36,8 @@ pub struct Route {
     pub upstream: Arc<Upstream>,
     pub upstream_model: String,
     pub price_key: String,
+    /// An adapter's own price key, which admission prices before `price_key` (as the rater).
+    pub own_price_key: Option<String>,
     pub salt: SaltPolicy,
     pub continuous_usage: bool,
     /// Fields stripped from client bodies, and how prompts are estimated, for this base.
@@ -165,6 +167,7 @@ impl RouteTable {
                 graph: row.graph,
                 upstream_model: row.upstream_model,
                 price_key: row.price_key,
+                own_price_key: row.own_price_key,
                 salt: if row.shared_cache {
                     SaltPolicy::Shared
                 } else {

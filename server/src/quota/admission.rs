@@ -49,6 +49,8 @@ pub struct AdmitRequest<'a> {
     pub graph: &'a str,
     /// What the model is priced by (the usage event's price key).
     pub price_key: &'a str,
+    /// An adapter's own price key, priced before `price_key` where the book holds it.
+    pub own_price_key: Option<&'a str>,
     /// `max_tokens` (or `max_completion_tokens`) of the request, if it set one.
     pub max_tokens: Option<u64>,
     /// Sequences generated per request (`n`, or `best_of` when larger): each may use
@@ -141,7 +143,7 @@ impl Quota {
         let limits = inner.limits.limits(req.tenant, req.key).await;
         let rates = inner
             .limits
-            .price(limits.tier.as_deref(), req.price_key)
+            .price(limits.tier.as_deref(), req.own_price_key, req.price_key)
             .await;
         let (period, period_left_s) = plan::period(OffsetDateTime::now_utc());
         let target = Target {

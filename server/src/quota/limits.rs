@@ -267,13 +267,18 @@ impl LimitCache {
         }
     }
 
-    /// The rates `tier` pays for `price_key` now (the standard tier's where the tier has none;
-    /// zero when unpriced, as the rater charges an unpriced event nothing).
-    pub async fn price(&self, tier: Option<&str>, price_key: &str) -> Rates {
+    /// The rates `tier` pays now for an adapter's own key `own_key`, else for `price_key`, each
+    /// in the tier before the standard one (the order of the rater's `price_by_keys`); zero when
+    /// unpriced, as the rater charges an unpriced event nothing.
+    pub async fn price(&self, tier: Option<&str>, own_key: Option<&str>, price_key: &str) -> Rates {
         let of = |table: &Prices| {
-            let of = |tier: &str| table.get(tier).and_then(|t| t.get(price_key)).copied();
-            tier.and_then(of)
-                .or_else(|| of(STANDARD))
+            let find = |key: &str| {
+                let at = |tier: &str| table.get(tier).and_then(|t| t.get(key)).copied();
+                tier.and_then(at).or_else(|| at(STANDARD))
+            };
+            own_key
+                .and_then(find)
+                .or_else(|| find(price_key))
                 .unwrap_or_default()
         };
         let cached = || {

@@ -258,11 +258,11 @@ async fn invoices_show_hand_computed_figures_csv_and_nothing_of_another_tenant(p
         format!("attachment; filename=\"invoice-acme-{closed}.csv\"").as_str()
     );
     let expected = format!(
-        "invoice,month,status,kind,description,events,fresh_input_tokens,cached_input_tokens,output_tokens,amount_micros,amount\n\
-         {id},{closed},draft,usage,llama,2,933,400,577,6682,$0.006682\n\
-         {id},{closed},draft,usage,qwen,1,10,0,3,21,$0.000021\n\
-         {id},{closed},draft,credit,prepaid credit,0,0,0,0,-1000,-$0.001\n\
-         {id},{closed},draft,total,total,,,,,5703,$0.005703\n"
+        "invoice,month,status,kind,description,events,fresh_input_tokens,cached_input_tokens,output_tokens,amount_micros,amount,invoice_number\n\
+         {id},{closed},draft,usage,llama,2,933,400,577,6682,$0.006682,\n\
+         {id},{closed},draft,usage,qwen,1,10,0,3,21,$0.000021,\n\
+         {id},{closed},draft,credit,prepaid credit,0,0,0,0,-1000,-$0.001,\n\
+         {id},{closed},draft,total,total,,,,,5703,$0.005703,\n"
     );
     assert_eq!(res.text().await.unwrap(), expected);
 
@@ -337,7 +337,7 @@ async fn the_open_month_is_computed_live_and_nothing_is_stored(pool: PgPool) {
     assert_eq!(text_of(&html, "invoice-total"), "$3.00");
     let csv = b.get("/invoices/current.csv").await.text().await.unwrap();
     assert!(
-        csv.contains(",usage,llama,2,1500000,0,0,3000000,$3.00\n"),
+        csv.contains(",usage,llama,2,1500000,0,0,3000000,$3.00,\n"),
         "{csv}"
     );
 }

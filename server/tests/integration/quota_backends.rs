@@ -147,6 +147,7 @@ impl Subject {
             key: self.key,
             graph: "g",
             price_key: "b",
+            own_price_key: None,
             max_tokens: Some(16),
             sequences: 1,
         };

@@ -1,7 +1,7 @@
 //! `/admin/invoices`: every tenant's invoices with their subtotals, an Issue button on each draft
 //! (draft -> issued, immutable after, with a confirmation) and an adjustment form; a form to build
 //! a tenant's draft for a month now (from chosen re-rate runs), one to close a month early; and
-//! the credit grant form with each tenant's balance. Plain
+//! the credit grant form with each tenant's balance; the invoice issuer's details. Plain
 //! POSTs with the CSRF token through `tf_core::billing_ops`; works with JavaScript off.
 
 use leptos::prelude::*;
@@ -9,7 +9,8 @@ use leptos_meta::Title;
 
 use super::{
     admin_invoice, admin_invoices, AdminAdjustInvoice, AdminBuildInvoice, AdminClosePeriod,
-    AdminGrantCredit, AdminInvoiceItem, AdminInvoicesView, AdminIssueInvoice, TenantCredit,
+    AdminGrantCredit, AdminInvoiceItem, AdminInvoicesView, AdminIssueInvoice, AdminSetIssuer,
+    IssuerView, TenantCredit,
 };
 use crate::frame::{framed, CsrfField, Guarded, Head, WIDE};
 use crate::model::{Access, PageState};
@@ -103,6 +104,7 @@ fn row(i: AdminInvoiceItem, csrf: String) -> AnyView {
         <tr class=class data-id=i.id data-tenant=tenant>
             <td>{i.tenant}</td>
             <td><a href=href>{i.month}</a></td>
+            <td class="number mono">{i.number.unwrap_or_else(|| "–".to_owned())}</td>
             <td>{kind}</td>
             <td class="status">{i.status}</td>
             <td class="num">{format_micros(i.usage_micros)}</td>
@@ -128,6 +130,7 @@ fn body(v: AdminInvoicesView, csrf: String) -> AnyView {
     let build = ServerAction::<AdminBuildInvoice>::new();
     let close = ServerAction::<AdminClosePeriod>::new();
     let grant = ServerAction::<AdminGrantCredit>::new();
+    let issuer = issuer_panel(v.issuer, csrf.clone());
     let empty = v.invoices.is_empty();
     let rows = v
         .invoices
@@ -164,7 +167,8 @@ fn body(v: AdminInvoicesView, csrf: String) -> AnyView {
                     <div class="scroll">
                     <table class="list invoices">
                         <thead><tr>
-                            <th>"Tenant"</th><th>"Month"</th><th>"Kind"</th><th>"Status"</th>
+                            <th>"Tenant"</th><th>"Month"</th><th>"Number"</th><th>"Kind"</th>
+                            <th>"Status"</th>
                             <th class="num">"Usage"</th><th class="num">"Credits"</th>
                             <th class="num">"Adjustments"</th><th class="num">"Total"</th>
                             <th>"Issued (UTC)"</th>
@@ -221,6 +225,33 @@ fn body(v: AdminInvoicesView, csrf: String) -> AnyView {
                 tenant's monthly spend limit by what is left. Amounts are dollars, stored \
                 exactly as micro-units; a grant stops counting at its expiry instant."</p>
             <ul class="balances">{balances}</ul>
+        </section>
+        {issuer}
+    }
+    .into_any()
+}
+
+/// Who issues invoices, and the payment terms.
+fn issuer_panel(i: IssuerView, csrf: String) -> AnyView {
+    let save = ServerAction::<AdminSetIssuer>::new();
+    view! {
+        <section class="panel issuer">
+            <h2>"Invoice issuer"</h2>
+            <ActionForm action=save attr:class="stack">
+                <CsrfField token=csrf/>
+                <label for="issuer-name">"Name"</label>
+                <input id="issuer-name" type="text" name="name" required maxlength="200"
+                    value=i.name/>
+                <label for="issuer-address">"Address (and tax number)"</label>
+                <textarea id="issuer-address" name="address" rows="4" maxlength="1000">{i.address}</textarea>
+                <label for="issuer-due">"Payment terms (days from issue to due)"</label>
+                <input id="issuer-due" type="text" inputmode="numeric" name="due_days" size="4"
+                    value=i.due_days.to_string()/>
+                <button type="submit">"Save issuer"</button>
+            </ActionForm>
+            <p class="muted">"Copied onto each invoice when it is issued, with its number \
+                (INV-year-sequence; credit notes CN-year-sequence) and the tenant's billing \
+                address: later edits never change an issued invoice."</p>
         </section>
     }
     .into_any()

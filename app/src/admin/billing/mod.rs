@@ -72,6 +72,17 @@ pub struct AdminInvoiceItem {
     pub adjustment_micros: i64,
     pub total_micros: i64,
     pub issued_at: Option<String>,
+    /// The document number, once issued.
+    pub number: Option<String>,
+}
+
+/// Who issues invoices (the "From" of the invoices issued from now on).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IssuerView {
+    pub name: String,
+    pub address: String,
+    /// Payment terms: days from issue to due.
+    pub due_days: i32,
 }
 
 /// A tenant's credit, for the grant form's side.
@@ -90,6 +101,7 @@ pub struct AdminInvoicesView {
     pub tenants: Vec<TenantCredit>,
     /// `YYYY-MM`, the open month (the build form's default).
     pub open_month: String,
+    pub issuer: IssuerView,
 }
 
 /// What `/admin/invoices/{id}` shows: whose invoice, and the invoice as its tenant sees it.
@@ -205,6 +217,38 @@ pub async fn admin_set_price(
         }
         Err(AccountError::Invalid(_)) => f.back(BACK, Some(AdminFlash::PriceInvalid)),
         Err(e) => Err(internal("setting a price", e)),
+    }
+}
+
+/// Sets who issues invoices and the payment terms, audited as `invoice.issuer`.
+#[server(prefix = "/api", endpoint = "admin_set_issuer")]
+pub async fn admin_set_issuer(
+    #[server(default)] csrf: String,
+    #[server(default)] name: String,
+    #[server(default)] address: String,
+    #[server(default)] due_days: String,
+) -> Result<(), PortalError> {
+    use crate::ssr::admin_flash::AdminFlash;
+    use crate::ssr::internal;
+    use tf_core::accounts::AccountError;
+    use tf_core::db::documents::Issuer;
+
+    const BACK: &str = "/admin/invoices";
+    let Some(f) = super::form(&csrf, BACK).await? else {
+        return Ok(());
+    };
+    let Ok(due_days) = due_days.trim().parse::<i32>() else {
+        return f.back(BACK, Some(AdminFlash::IssuerInvalid));
+    };
+    let issuer = Issuer {
+        name,
+        address,
+        due_days,
+    };
+    match tf_core::billing_ops::set_issuer(&f.portal.deps.pool, &f.actor(), &issuer).await {
+        Ok(()) => f.back(BACK, Some(AdminFlash::IssuerSaved)),
+        Err(AccountError::Invalid(_)) => f.back(BACK, Some(AdminFlash::IssuerInvalid)),
+        Err(e) => Err(internal("saving the invoice issuer", e)),
     }
 }
 

@@ -8,8 +8,8 @@ use time::macros::format_description;
 use time::{Date, Month, OffsetDateTime};
 
 use super::{
-    AdminInvoiceItem, AdminInvoicesView, PriceItem, PricesView, TenantCredit, TenantTierItem,
-    VersionItem,
+    AdminInvoiceItem, AdminInvoicesView, IssuerView, PriceItem, PricesView, TenantCredit,
+    TenantTierItem, VersionItem,
 };
 use tf_core::period::month_of;
 
@@ -95,6 +95,7 @@ pub async fn invoices(pool: &PgPool, now: OffsetDateTime) -> sqlx::Result<AdminI
             adjustment_micros: s.adjustment_micros,
             total_micros: s.total_micros,
             issued_at: s.issued_at.and_then(|t| t.format(MINUTE).ok()),
+            number: s.number,
         })
         .collect();
     let balances: std::collections::HashMap<_, _> = billing::credit_balances(pool, None)
@@ -109,10 +110,16 @@ pub async fn invoices(pool: &PgPool, now: OffsetDateTime) -> sqlx::Result<AdminI
             tenant: t.name,
         })
         .collect();
+    let issuer = tf_core::db::documents::issuer(pool).await?;
     Ok(AdminInvoicesView {
         invoices,
         tenants,
         open_month: month_of(now).format(MONTH).unwrap_or_default(),
+        issuer: IssuerView {
+            name: issuer.name,
+            address: issuer.address,
+            due_days: issuer.due_days,
+        },
     })
 }
 

@@ -103,7 +103,7 @@ fn body(t: TenantDetail, csrf: String) -> AnyView {
             <div class="scroll">
             <table class="list keys">
                 <thead><tr><th>"Key"</th><th>"Name"</th><th>"Requests/min"</th>
-                    <th>"Tokens/min"</th><th>"Spend/month (micros)"</th><th></th></tr></thead>
+                    <th>"Tokens/min"</th><th>"Spend/month ($)"</th><th></th></tr></thead>
                 <tbody>{keys}</tbody>
             </table>
             </div>
