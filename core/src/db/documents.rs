@@ -18,7 +18,8 @@ pub struct Document {
     pub bill_to: String,
     /// `None` for a draft.
     pub due_at: Option<OffsetDateTime>,
-    /// The payment terms a draft will be issued with (days from issue to due).
+    /// The payment terms (days from issue to due): the invoice's own once issued, else those a
+    /// draft would be issued with now.
     pub due_days: i32,
 }
 
@@ -32,7 +33,9 @@ pub async fn of_invoice(
         Document,
         r#"SELECT i.number, COALESCE(i.issuer, invoice_issuer_text(), '') AS "issuer!",
                   COALESCE(i.bill_to, invoice_bill_to(i.tenant_id), '') AS "bill_to!",
-                  i.due_at, (SELECT due_days FROM invoice_issuer) AS "due_days!"
+                  i.due_at,
+                  COALESCE(extract(day FROM i.due_at - i.issued_at)::int,
+                           (SELECT due_days FROM invoice_issuer)) AS "due_days!"
            FROM invoices i WHERE i.id = $2 AND ($1::uuid IS NULL OR i.tenant_id = $1)"#,
         tenant,
         id,
