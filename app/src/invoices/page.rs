@@ -311,7 +311,7 @@ pub(crate) fn detail(d: InvoiceDetail, links: Links) -> AnyView {
         <h1>{heading}</h1>
         {live_note}
         {head}
-        <p class="no-print">{csv} <span class="muted">"Printable: your browser's Print \
+        <p class="no-print actions-line">{csv} <span class="muted">"Printable: your browser's Print \
             (Ctrl+P) leaves out the navigation and buttons."</span></p>
         <div class="scroll">
         <table class="usage invoice">

@@ -93,7 +93,7 @@ fn body(t: TenantDetail, csrf: String) -> AnyView {
             <h2>"Tenant limits"</h2>
             {tenant_limits_form(&t.name, &t.limits, csrf)}
             <p class="muted">
-                "Empty means no limit. Spend is in micro-units per calendar month (UTC); caps \
+                "Empty means no limit. Spend is dollars per calendar month (UTC), stored exactly as micro-units; caps \
                  apply per serving graph. Every server applies a change within a second."
             </p>
         </section>
