@@ -8,8 +8,8 @@ use sqlx::{PgExecutor, PgPool};
 use time::{Date, Duration, OffsetDateTime};
 use uuid::Uuid;
 
-use crate::economics::attribution::{self, Share, TenantMargin, Use};
 use super::economics::BaseDay;
+use crate::economics::attribution::{self, Share, TenantMargin, Use};
 use crate::economics::{Figures, Served};
 
 /// Each tenant and served model's use of `base` in `[from, to)`: requests, tokens, and the idle
@@ -119,7 +119,11 @@ pub async fn attribution(
 }
 
 /// The attribution of one base-day of [`super::economics::days`] (its figures already read).
-pub async fn of_row(pool: &PgPool, row: &BaseDay, now: OffsetDateTime) -> sqlx::Result<Attribution> {
+pub async fn of_row(
+    pool: &PgPool,
+    row: &BaseDay,
+    now: OffsetDateTime,
+) -> sqlx::Result<Attribution> {
     let (base, day) = (row.base.as_str(), row.day);
     let from = day.midnight().assume_utc();
     let to = (from + Duration::DAY).min(now.max(from));

@@ -2,8 +2,12 @@
 //! database: a generated 30-day trace of known shape (a steady base, a bursty base, a base
 //! serving one long-tail adapter called three times a day) whose costs and cold starts under two
 //! policies each are worked out by hand below; `admin economics advise --apply` changing the
-//! policy with its audit rows; and `admin economics attribution` adding up to the base's cost
-//! to the micro, the idle floor landing on the tenant whose requests it waited for.
+//! policy with its audit rows; `admin economics attribution` adding up to the base's cost to
+//! the micro, the idle floor landing on the tenant whose requests it waited for; a policy applied
+//! through `operator::set_serving_policy` surviving the start-up template upsert; and
+//! `/admin/economics` showing the advice, the frontier chart and the attribution, its Apply form
+//! (CSRF, audited with the admin as actor), and the tenant page's gross margin, read like a
+//! browser with JavaScript off.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may fail loudly
 
@@ -641,15 +645,24 @@ async fn the_economics_page_advises_attributes_and_applies_with_csrf(pool: PgPoo
     assert!(html.contains(r#"<figure class="chart frontier">"#));
     assert!(html.contains("cold starts over the 30 days (count)"));
     assert!(html.contains("GPU cost over the 30 days (USD)"));
-    assert!(html.contains("floor 1 · 5m (recommended)"), "the point is labelled");
+    assert!(
+        html.contains("floor 1 · 5m (recommended)"),
+        "the point is labelled"
+    );
     assert!(html.contains("floor 2 · always on (current)"));
     assert!(html.contains(r#"class="mark recommended""#));
     assert!(html.contains(r#"class="mark current""#));
     assert!(html.contains("at most 3 cold starts a day on average"));
     // The weights and the attribution: yesterday's $172.80 (two replicas all day) is acme's.
     assert!(html.contains("fresh prompt token 1, cached prompt token 0.1, completion token 1"));
-    assert!(html.contains("the largest remainder"), "the remainder rule is stated");
-    assert!(html.contains("GPU cost $172.80 of which idle floor"), "{html}");
+    assert!(
+        html.contains("the largest remainder"),
+        "the remainder rule is stated"
+    );
+    assert!(
+        html.contains("GPU cost $172.80 of which idle floor"),
+        "{html}"
+    );
     assert!(html.contains(r#"href="/admin/tenants/acme""#));
     // The charts are scaled to the data: the duty cycle (0.0XX %) is labelled on its bar.
     assert!(html.contains(r#"class="value""#));
@@ -698,7 +711,10 @@ async fn the_economics_page_advises_attributes_and_applies_with_csrf(pool: PgPoo
     let res = apply(&b, form(token, "3")).await;
     assert_redirect(&res, back);
     assert_eq!(policy_of(&pool, "tail").await, (1, 2, Some(300)));
-    assert!(b.html("/admin/economics").await.contains("nothing was changed"));
+    assert!(b
+        .html("/admin/economics")
+        .await
+        .contains("nothing was changed"));
 
     // The tenant page: acme's gross margin on tail this month (revenue less attributed cost).
     let tenant = b.html("/admin/tenants/acme").await;

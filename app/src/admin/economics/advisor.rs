@@ -322,8 +322,11 @@ pub fn section(a: AdvisorView, base: &str, b: &BudgetView, day: &str, csrf: Stri
         .into_any();
     };
     let current = a.current().cloned();
-    let saving = current.as_ref().map_or(0, |c| c.gpu_cost_micros.saturating_sub(rec.gpu_cost_micros));
-    let recommendation = format!(
+    let saving = current
+        .as_ref()
+        .map_or(0, |c| c.gpu_cost_micros.saturating_sub(rec.gpu_cost_micros));
+    let recommendation =
+        format!(
         "Recommended: {}: GPU cost {} over the {} days, {} cold starts, {} of requests waited{}.",
         rec.label(),
         crate::money::format_micros(rec.gpu_cost_micros),

@@ -82,7 +82,11 @@ pub fn section(a: AttributionView, base: &str, day: &str) -> AnyView {
                 .tenant
                 .clone()
                 .unwrap_or_else(|| "(unattributed)".to_owned());
-            let class = if s.tenant.is_none() { "unattributed" } else { "share" };
+            let class = if s.tenant.is_none() {
+                "unattributed"
+            } else {
+                "share"
+            };
             view! {
                 <tr class=class>
                     <td>{who}</td>

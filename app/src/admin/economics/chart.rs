@@ -11,11 +11,11 @@ use leptos::prelude::*;
 use crate::money::group_thousands;
 
 pub const WIDTH: i64 = 720;
-pub const HEIGHT: i64 = 250;
+pub const HEIGHT: i64 = 260;
 const LEFT: i64 = 76;
 const RIGHT: i64 = 16;
 /// Room above the plot for the value labels (written upward from the bar's end).
-const TOP: i64 = 56;
+const TOP: i64 = 66;
 const BOTTOM: i64 = 24;
 /// The scale's steps.
 const STEPS: i64 = 4;
@@ -93,6 +93,19 @@ pub fn scale(values: impl Iterator<Item = i64> + Clone) -> (i64, i64, i64) {
     (low, high, step)
 }
 
+/// A bar's value: two decimals up to 100 %, whole percentages beyond (`-23,035 %`, rounded
+/// half away from zero), so a label stays short enough to write above its bar.
+pub fn bar_value(bp: i64) -> String {
+    if bp.unsigned_abs() < 10_000 {
+        return percent(bp);
+    }
+    let sign = if bp < 0 { "-" } else { "" };
+    format!(
+        "{sign}{} %",
+        group_thousands((bp.unsigned_abs() + 50) / 100)
+    )
+}
+
 /// A tick's label: whole percentages when the step allows (`-3,000,000 %`), else two decimals.
 fn tick_label(bp: i64, step: i64) -> String {
     if step % 100 == 0 {
@@ -140,7 +153,7 @@ pub fn layout(points: &[Point], name: &str) -> Layout {
                 // A value too small to see still shows as a hairline.
                 height: height.max(i64::from(bp != 0)),
                 negative: bp < 0,
-                value: percent(bp),
+                value: bar_value(bp),
                 label_x: mid + 4,
                 label_y: y.min(zero_y) - 3,
                 title: format!("{}: {name} {}", p.label, percent(bp)),
@@ -261,10 +274,13 @@ mod tests {
         let below = HEIGHT - BOTTOM - chart.zero_y;
         assert!((neg.height - below * 23_035 / 30_000).abs() <= 1);
         assert!(neg.y + neg.height <= HEIGHT - BOTTOM, "inside the plot");
-        assert_eq!(neg.value, "-23,035.00 %");
+        assert_eq!(neg.value, "-23,035 %", "whole percentages beyond 100 %");
         assert_eq!(neg.label_y, chart.zero_y - 3, "written above the zero line");
         assert_eq!(pos.value, "50.00 %");
-        assert!(pos.height >= 1, "a small positive bar is a hairline at least");
+        assert!(
+            pos.height >= 1,
+            "a small positive bar is a hairline at least"
+        );
         assert!(chart.ticks.iter().any(|(_, l)| l == "-30,000 %"));
     }
 

@@ -49,7 +49,10 @@ pub fn axis(max: i64) -> (i64, i64) {
         return (STEPS, 1);
     }
     let step = nice_step((max + STEPS - 1) / STEPS);
-    ((max.saturating_add(step - 1) / step).saturating_mul(step), step)
+    (
+        (max.saturating_add(step - 1) / step).saturating_mul(step),
+        step,
+    )
 }
 
 fn at(v: i64, high: i64, length: i64) -> i64 {
@@ -185,7 +188,7 @@ pub fn FrontierChart(rows: Vec<PolicyRow>, days: i64, caption: String) -> impl I
             <figcaption>
                 {caption}
                 <ul class="legend">
-                    <li><span class="swatch line"></span>"the frontier: no other policy is both cheaper and has fewer cold starts"</li>
+                    <li><span class="swatch line frontier-swatch"></span>"the frontier: no other policy is both cheaper and has fewer cold starts"</li>
                     <li>"ringed: recommended"</li>
                     <li>"squared: current"</li>
                 </ul>

@@ -9,8 +9,8 @@ use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::hooks::use_query_map;
 
-use super::chart::{percent, Point, RatioChart};
 use super::advisor::BudgetView;
+use super::chart::{percent, Point, RatioChart};
 use super::{
     admin_economics, AdminSetBaseCost, BaseEconomics, CostItem, EconomicsParams, EconomicsView,
     Figures, Weights, WhatIfView,

@@ -13,8 +13,8 @@ use time::{Date, Duration, OffsetDateTime, PrimitiveDateTime};
 use super::advisor::{AdvisorView, BudgetView, PolicyRow};
 use super::attribution::{AttributionView, MarginRow, ShareRow};
 use super::{
-    BaseEconomics, ChartDay, CostItem, EconomicsParams, EconomicsView, WhatIfOutcome, WhatIfView,
-    Weights,
+    BaseEconomics, ChartDay, CostItem, EconomicsParams, EconomicsView, Weights, WhatIfOutcome,
+    WhatIfView,
 };
 use std::collections::BTreeMap;
 use tf_core::db::advisor::{self as advice_db, AdviseError};
@@ -167,7 +167,9 @@ pub fn budget(params: &EconomicsParams) -> (BudgetView, Budget, u16) {
         match max_starts.parse::<i64>() {
             Ok(n) if n >= 0 => Budget::MaxColdStartsPerDay(n),
             _ => {
-                notices.push("Cold starts a day are a whole number of 0 or more: using 1 % of requests.");
+                notices.push(
+                    "Cold starts a day are a whole number of 0 or more: using 1 % of requests.",
+                );
                 Budget::MaxColdSharePpm(10_000)
             }
         }

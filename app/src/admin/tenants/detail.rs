@@ -115,7 +115,8 @@ fn body(t: TenantDetail, csrf: String) -> AnyView {
 
 /// The tenant's gross margin per base this month (issue 36).
 fn margins_panel(t: &TenantDetail) -> AnyView {
-    let pct = |v: Option<i64>| v.map_or_else(|| "–".to_owned(), crate::admin::economics::chart::percent);
+    let pct =
+        |v: Option<i64>| v.map_or_else(|| "–".to_owned(), crate::admin::economics::chart::percent);
     let rows = t
         .margins
         .iter()
@@ -133,7 +134,10 @@ fn margins_panel(t: &TenantDetail) -> AnyView {
         })
         .collect_view();
     let (revenue, cost) = t.margins.iter().fold((0i64, 0i64), |(r, c), m| {
-        (r.saturating_add(m.revenue_micros), c.saturating_add(m.cost_micros))
+        (
+            r.saturating_add(m.revenue_micros),
+            c.saturating_add(m.cost_micros),
+        )
     });
     let empty = t.margins.is_empty();
     view! {
