@@ -176,23 +176,6 @@ pub async fn admin_apply_policy(
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::back_to;
-
-    #[test]
-    fn apply_goes_back_to_the_same_advice_and_nowhere_else() {
-        assert_eq!(
-            back_to("llama-sim", "14", "starts", "0.01", "3"),
-            "/admin/economics?days=14&budget=starts&max_share=0.01&max_starts=3#advisor-llama-sim"
-        );
-        assert_eq!(
-            back_to("a b", "//evil", "x", "1&y=2", ""),
-            "/admin/economics"
-        );
-    }
-}
-
 fn percent_of_ppm(ppm: i64) -> String {
     super::chart::percent((ppm + 50) / 100)
 }
@@ -401,4 +384,21 @@ pub fn section(a: AdvisorView, base: &str, b: &BudgetView, day: &str, csrf: Stri
         </section>
     }
     .into_any()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::back_to;
+
+    #[test]
+    fn apply_goes_back_to_the_same_advice_and_nowhere_else() {
+        assert_eq!(
+            back_to("llama-sim", "14", "starts", "0.01", "3"),
+            "/admin/economics?days=14&budget=starts&max_share=0.01&max_starts=3#advisor-llama-sim"
+        );
+        assert_eq!(
+            back_to("a b", "//evil", "x", "1&y=2", ""),
+            "/admin/economics"
+        );
+    }
 }
