@@ -161,6 +161,32 @@ test("the economics and fleet pages work with JavaScript off", async () => {
     assert.ok((await page.locator('form[action="/admin/economics"]').count()) >= 1, "what-if form");
     await page.screenshot({ path: join(shots, "admin-economics.png"), fullPage: true });
 
+    // The advisor (issue 36) for the demo's chat base: the candidate policies with an Apply
+    // form each, the recommendation, and the cost versus cold-start frontier drawn on the server.
+    // The budget is a GET form that works without script.
+    const advisor = page.locator('section.advisor[data-base="llama-3.1-8b-sim"]');
+    assert.equal(await advisor.count(), 1, "an advisor section for the demo base");
+    assert.match(await advisor.locator("p.recommendation").textContent(), /^Recommended: floor \d+ · /);
+    assert.ok((await advisor.locator("table.advisor-policies tbody tr").count()) >= 5, "candidate policies");
+    assert.ok((await advisor.locator('form[action="/api/admin_apply_policy"]').count()) >= 4, "Apply forms");
+    const frontier = advisor.locator("figure.frontier svg");
+    assert.equal(await frontier.count(), 1);
+    assert.ok(await frontier.isVisible());
+    assert.match(await frontier.textContent(), /cold starts over the 30 days \(count\)/);
+    assert.match(await frontier.textContent(), /\(recommended/);
+    assert.equal(await advisor.locator("circle.mark.recommended").count(), 1);
+    const budget = advisor.locator("form.budget");
+    await budget.locator('input[value="starts"]').check();
+    await budget.locator('input[name="max_starts"]').fill("2");
+    await budget.locator('input[name="days"]').fill("7");
+    await Promise.all([page.waitForURL((u) => u.searchParams.get("budget") === "starts"), budget.locator('button[type="submit"]').click()]);
+    const advised = page.locator('section.advisor[data-base="llama-3.1-8b-sim"]');
+    assert.match(await advised.textContent(), /at most 2 cold starts a day on average/);
+    assert.match(await advised.locator("figure.frontier svg").textContent(), /over the 7 days/);
+    // The weights and the attribution's rules are written on the page.
+    assert.match(await page.textContent("p.weights"), /cached prompt token 0\.1/);
+    await advised.screenshot({ path: join(shots, "admin-economics-advisor.png") });
+
     // Fleet: the cold-start figures, and a sleep-policy form per base that works without script.
     await page.goto("/admin/fleet");
     const fleet = await page.textContent("main");

@@ -844,7 +844,7 @@ pub struct AdviseArgs {
     pub max_cold_starts_per_day: Option<i64>,
     /// The cold start assumed, in seconds, when the graph's history holds no wake in the days
     /// (else the median measured wake is used).
-    #[arg(long, default_value_t = 120)]
+    #[arg(long, default_value_t = tf_core::economics::advisor::FALLBACK_COLD_START_MS / 1000)]
     pub cold_start_secs: i64,
     /// Set the recommended floor and idle policy (`fleet.floor` and `fleet.idle_policy` audit
     /// rows, actor `cli`).

@@ -67,6 +67,10 @@ pub enum AdminFlash {
     IdleSaved,
     /// The idle duration did not parse or was out of range.
     IdleInvalid,
+    /// A base's floor and idle policy were set from the advisor.
+    PolicyApplied,
+    /// The floor was not 1 to the base's ceiling, or the idle time out of range.
+    PolicyInvalid,
 }
 
 impl AdminFlash {
@@ -90,6 +94,7 @@ impl AdminFlash {
                 | Self::AdjustmentSaved
                 | Self::CreditGranted
                 | Self::IdleSaved
+                | Self::PolicyApplied
         )
     }
 }
@@ -135,6 +140,8 @@ const CODES: &[(AdminFlash, &str)] = &[
     (AdminFlash::CreditInvalid, "credit-invalid"),
     (AdminFlash::IdleSaved, "idle-saved"),
     (AdminFlash::IdleInvalid, "idle-invalid"),
+    (AdminFlash::PolicyApplied, "policy-applied"),
+    (AdminFlash::PolicyInvalid, "policy-invalid"),
 ];
 
 impl AdminFlash {
@@ -253,6 +260,14 @@ impl AdminFlash {
             Self::IdleInvalid => {
                 "Choose always on, or idle after 1 s to 30 days (90, 90s, 10m, 1h30m): nothing \
                  was saved."
+            }
+            Self::PolicyApplied => {
+                "Serving policy applied (floor and sleep policy, audited): the fleet controller \
+                 rolls it out on its next pass, and a restart keeps it."
+            }
+            Self::PolicyInvalid => {
+                "A floor is 1 to the base's ceiling and an idle time 1 s to 30 days (or always \
+                 on): nothing was changed."
             }
         }
     }

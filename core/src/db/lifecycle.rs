@@ -69,6 +69,12 @@ pub struct SleepFacts {
 
 /// Offers `name` as a base served by `fleet` from `template` (idempotent by name). Its URL stays
 /// empty (not routable) until the controller has a graph for it.
+///
+/// Start-up calls this for every template again. The template's floor and idle-after are written
+/// only when they differ from what the template said last time (`file_policy`): a policy an
+/// operator applied since (`operator::set_serving_policy`, `operator::set_idle_policy`) is kept
+/// across restarts while the file is unchanged (its floor capped at a lowered ceiling), and an
+/// edited file wins. Tested by `economics_advisor::an_applied_policy_survives_the_start_up_upsert`.
 pub async fn offer_base(
     pool: &PgPool,
     fleet: &str,
@@ -100,16 +106,22 @@ pub async fn offer_base(
     sqlx::query!(
         "INSERT INTO base_templates (base_model_id, model, image, tensor_parallel_size, quantization,
              max_loras, max_lora_rank, extra_args, gpus_per_replica, replicas_min, replicas_max,
-             env_from_secret, config_json, tokenizer_json, allow_dora, idle_after_secs)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)
+             env_from_secret, config_json, tokenizer_json, allow_dora, idle_after_secs, file_policy)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16,
+             jsonb_build_object('floor', $10::int4, 'idle_after_secs', $16::int4))
          ON CONFLICT (base_model_id) DO UPDATE SET model = EXCLUDED.model, image = EXCLUDED.image,
              tensor_parallel_size = EXCLUDED.tensor_parallel_size, quantization = EXCLUDED.quantization,
              max_loras = EXCLUDED.max_loras, max_lora_rank = EXCLUDED.max_lora_rank,
              extra_args = EXCLUDED.extra_args, gpus_per_replica = EXCLUDED.gpus_per_replica,
-             replicas_min = EXCLUDED.replicas_min, replicas_max = EXCLUDED.replicas_max,
+             replicas_min = CASE WHEN base_templates.file_policy = EXCLUDED.file_policy
+                 THEN LEAST(base_templates.replicas_min, EXCLUDED.replicas_max)
+                 ELSE EXCLUDED.replicas_min END,
+             replicas_max = EXCLUDED.replicas_max,
              env_from_secret = EXCLUDED.env_from_secret, config_json = EXCLUDED.config_json,
              tokenizer_json = EXCLUDED.tokenizer_json, allow_dora = EXCLUDED.allow_dora,
-             idle_after_secs = EXCLUDED.idle_after_secs, updated_at = now()",
+             idle_after_secs = CASE WHEN base_templates.file_policy = EXCLUDED.file_policy
+                 THEN base_templates.idle_after_secs ELSE EXCLUDED.idle_after_secs END,
+             file_policy = EXCLUDED.file_policy, updated_at = now()",
         id,
         t.model,
         t.image,

@@ -36,6 +36,10 @@ const BUCKET_MS: i64 = 60_000;
 const BP: i128 = 10_000;
 const PPM: i128 = 1_000_000;
 
+/// The cold start assumed when a base's history holds no measured wake (the CLI's
+/// `--cold-start-secs` default and the admin page's).
+pub const FALLBACK_COLD_START_MS: i64 = 120_000;
+
 /// The idle-after durations tried, in seconds, and always on (`None`).
 pub const IDLE_CANDIDATES: [Option<i64>; 5] =
     [Some(300), Some(900), Some(3_600), Some(14_400), None];

@@ -2,8 +2,12 @@
 //! database: a generated 30-day trace of known shape (a steady base, a bursty base, a base
 //! serving one long-tail adapter called three times a day) whose costs and cold starts under two
 //! policies each are worked out by hand below; `admin economics advise --apply` changing the
-//! policy with its audit rows; and `admin economics attribution` adding up to the base's cost
-//! to the micro, the idle floor landing on the tenant whose requests it waited for.
+//! policy with its audit rows; `admin economics attribution` adding up to the base's cost to
+//! the micro, the idle floor landing on the tenant whose requests it waited for; a policy applied
+//! through `operator::set_serving_policy` surviving the start-up template upsert; and
+//! `/admin/economics` showing the advice, the frontier chart and the attribution, its Apply form
+//! (CSRF, audited with the admin as actor), and the tenant page's gross margin, read like a
+//! browser with JavaScript off.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may fail loudly
 
@@ -494,4 +498,243 @@ async fn attribution_adds_up_and_the_idle_floor_follows_the_waits(pool: PgPool) 
         .map(|s| s["share"]["cost_micros"].as_i64().unwrap())
         .sum();
     assert_eq!(total, json["gpu_cost_micros"].as_i64().unwrap());
+}
+
+async fn policy_of(pool: &PgPool, base: &str) -> (i32, i32, Option<i32>) {
+    sqlx::query_as(
+        "SELECT t.replicas_min, t.replicas_max, t.idle_after_secs FROM base_templates t
+           JOIN base_models b ON b.id = t.base_model_id WHERE b.name = $1",
+    )
+    .bind(base)
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+fn template_file(dir: &std::path::Path, replicas: i32, replicas_max: i32, idle: Option<i32>) {
+    let idle = idle.map_or_else(String::new, |s| format!("idle_after_secs: {s}\n"));
+    std::fs::write(
+        dir.join("filed.yaml"),
+        format!(
+            "base: filed\nmodel: m/filed\nreplicas: {replicas}\nreplicas_max: {replicas_max}\n\
+             {idle}config_json: {{hidden_size: 32, num_attention_heads: 2, \
+             num_key_value_heads: 1, intermediate_size: 64, num_hidden_layers: 1}}\n"
+        ),
+    )
+    .unwrap();
+}
+
+async fn start_up(pool: &PgPool, dir: &std::path::Path) {
+    use tokenfactory::fleet::templates;
+    templates::apply(pool, "local-sim", &templates::load(dir).unwrap())
+        .await
+        .unwrap();
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn an_applied_policy_survives_the_start_up_upsert(pool: PgPool) {
+    // The demo's bases, as `serve --demo` offers them at every start.
+    use tokenfactory::fleet::local_sim;
+    local_sim::offer(&pool).await.unwrap();
+    let demo = local_sim::DEMO_BASE;
+    assert_eq!(policy_of(&pool, demo).await, (2, 2, None));
+    operator::set_serving_policy(&pool, &Actor::CLI, demo, 1, Some(300))
+        .await
+        .unwrap();
+    local_sim::offer(&pool).await.unwrap();
+    assert_eq!(
+        policy_of(&pool, demo).await,
+        (1, 2, Some(300)),
+        "a restart keeps the applied policy"
+    );
+
+    // Template files (`TF_BASE_TEMPLATES`): unchanged files keep an applied policy, an edited
+    // file's policy wins, a lowered ceiling caps an applied floor.
+    let dir = tempfile::tempdir().unwrap();
+    template_file(dir.path(), 1, 3, Some(600));
+    start_up(&pool, dir.path()).await;
+    assert_eq!(policy_of(&pool, "filed").await, (1, 3, Some(600)));
+    operator::set_serving_policy(&pool, &Actor::CLI, "filed", 3, None)
+        .await
+        .unwrap();
+    start_up(&pool, dir.path()).await;
+    assert_eq!(policy_of(&pool, "filed").await, (3, 3, None), "kept");
+    template_file(dir.path(), 1, 2, Some(600));
+    start_up(&pool, dir.path()).await;
+    assert_eq!(
+        policy_of(&pool, "filed").await,
+        (2, 2, None),
+        "the file's ceiling, the applied floor under it"
+    );
+    template_file(dir.path(), 2, 2, Some(900));
+    start_up(&pool, dir.path()).await;
+    assert_eq!(
+        policy_of(&pool, "filed").await,
+        (2, 2, Some(900)),
+        "an edited file's policy is the newer word"
+    );
+    // The fleet page's sleep policy alone is kept too.
+    operator::set_idle_policy(
+        &pool,
+        &Actor::CLI,
+        "filed",
+        operator::IdleScope::Graph,
+        Some(120),
+    )
+    .await
+    .unwrap();
+    start_up(&pool, dir.path()).await;
+    assert_eq!(policy_of(&pool, "filed").await, (2, 2, Some(120)));
+}
+
+async fn apply(
+    b: &common::portal::Browser,
+    form: Vec<(&'static str, String)>,
+) -> reqwest::Response {
+    let pairs: Vec<(&str, &str)> = form.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    b.post("/api/admin_apply_policy", &pairs).await
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn the_economics_page_advises_attributes_and_applies_with_csrf(pool: PgPool) {
+    use common::portal::{assert_redirect, csrf, ADMIN, MEMBER, PASSWORD};
+    use reqwest::StatusCode;
+
+    let portal = common::TestApp::builder(pool)
+        .shared_redis()
+        .start_portal()
+        .await;
+    let pool = portal.pool.clone();
+    let acme: Uuid = sqlx::query_scalar("SELECT id FROM tenants WHERE name = 'acme'")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    // The long-tail base of the CLI test, on the portal's clock: two replicas always on (warm
+    // since 31 days ago), one adapter of acme's called at 03:00, 11:00 and 19:00 each day.
+    let id = base(&pool, "tail", 2, 2, None).await;
+    let today = OffsetDateTime::now_utc().date().midnight().assume_utc();
+    sqlx::query(
+        "INSERT INTO lifecycle_history (entity, entity_id, name, to_state, replicas, floor, at)
+         VALUES ('graph', $1, 'tail', 'ready', 2, 2, $2)",
+    )
+    .bind(id)
+    .bind(today - Duration::days(31))
+    .execute(&pool)
+    .await
+    .unwrap();
+    let events: Vec<UsageEvent> = (1..=30)
+        .flat_map(|d| [3, 11, 19].map(move |h| today - Duration::days(d) + Duration::hours(h)))
+        .map(|at| event("tail", Some("tail-ft"), acme, at, 100))
+        .collect();
+    store(&pool, &events).await;
+    rate(&pool).await;
+
+    let b = portal.browser();
+    assert_redirect(&b.login(ADMIN, PASSWORD).await, "/admin");
+    let yesterday = (today - Duration::days(1)).date();
+    let query = format!("/admin/economics?day={yesterday}&budget=starts&max_starts=3&days=30");
+    let html = b.html(&query).await;
+    // The advisor: three wakes a day allowed, 5 min idle on one replica is cheapest (as the CLI
+    // says), and the frontier chart with its axes, marks and labels.
+    assert!(html.contains(r#"id="advisor-tail""#), "{html}");
+    assert!(
+        html.contains("Recommended: floor 1 · 5m: GPU cost $37.80 over the 30 days"),
+        "no wake measured: the assumed 120 s; 90 wakes x (120 + 300) s x $1 per 1,000 s: {html}"
+    );
+    assert!(html.contains("than the current floor 2 · always on"));
+    assert!(html.contains(r#"<figure class="chart frontier">"#));
+    assert!(html.contains("cold starts over the 30 days (count)"));
+    assert!(html.contains("GPU cost over the 30 days (USD)"));
+    assert!(
+        html.contains("floor 1 · 5m (recommended)"),
+        "the point is labelled"
+    );
+    assert!(html.contains("floor 2 · always on (current)"));
+    assert!(html.contains(r#"class="mark recommended""#));
+    assert!(html.contains(r#"class="mark current""#));
+    assert!(html.contains("at most 3 cold starts a day on average"));
+    // The weights and the attribution: yesterday's $172.80 (two replicas all day) is acme's.
+    assert!(html.contains("fresh prompt token 1, cached prompt token 0.1, completion token 1"));
+    assert!(
+        html.contains("the largest remainder"),
+        "the remainder rule is stated"
+    );
+    assert!(
+        html.contains("GPU cost $172.80 of which idle floor"),
+        "{html}"
+    );
+    assert!(html.contains(r#"href="/admin/tenants/acme""#));
+    // The charts are scaled to the data: the duty cycle (0.0XX %) is labelled on its bar.
+    assert!(html.contains(r#"class="value""#));
+
+    // Apply: refused without the right token, then set and audited with the admin as actor.
+    let token = csrf(&html);
+    let form = |t: String, floor: &'static str| {
+        vec![
+            ("csrf", t),
+            ("base", "tail".to_owned()),
+            ("floor", floor.to_owned()),
+            ("idle", "300".to_owned()),
+            ("days", "30".to_owned()),
+            ("budget", "starts".to_owned()),
+            ("max_share", "0.01".to_owned()),
+            ("max_starts", "3".to_owned()),
+        ]
+    };
+    let refused = apply(&b, form("wrong".into(), "1")).await;
+    assert!(refused.status().is_redirection() || refused.status() == StatusCode::FORBIDDEN);
+    assert_eq!(policy_of(&pool, "tail").await, (2, 2, None));
+    let back = "/admin/economics?days=30&budget=starts&max_share=0.01&max_starts=3#advisor-tail";
+    let res = apply(&b, form(token.clone(), "1")).await;
+    assert_redirect(&res, back);
+    assert_eq!(policy_of(&pool, "tail").await, (1, 2, Some(300)));
+    let audit: Vec<(String, String)> = sqlx::query_as(
+        "SELECT action, actor FROM audit_log
+          WHERE target = 'tail' AND action LIKE 'fleet.%' ORDER BY id",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        audit,
+        [
+            ("fleet.floor".to_owned(), ADMIN.to_owned()),
+            ("fleet.idle_policy".to_owned(), ADMIN.to_owned())
+        ]
+    );
+    let after = b
+        .html("/admin/economics?days=30&budget=starts&max_starts=3")
+        .await;
+    assert!(after.contains("Serving policy applied"), "flash");
+    assert!(after.contains("(the current policy)"));
+    // A floor above the ceiling changes nothing.
+    let res = apply(&b, form(token, "3")).await;
+    assert_redirect(&res, back);
+    assert_eq!(policy_of(&pool, "tail").await, (1, 2, Some(300)));
+    assert!(b
+        .html("/admin/economics")
+        .await
+        .contains("nothing was changed"));
+
+    // The tenant page: acme's gross margin on tail this month (revenue less attributed cost).
+    let tenant = b.html("/admin/tenants/acme").await;
+    assert!(tenant.contains("Gross margin in"), "{tenant}");
+    assert!(tenant.contains(r#"data-base="tail""#), "{tenant}");
+
+    // A tenant user gets 403 from the page and the form, and nothing changes.
+    let m = portal.browser();
+    assert_redirect(&m.login(MEMBER, PASSWORD).await, "/");
+    let res = m.get("/admin/economics").await;
+    assert_eq!(res.status(), StatusCode::FORBIDDEN);
+    assert!(!res.text().await.unwrap().contains("advisor-tail"));
+    let token = m.token_on("/keys").await;
+    let pairs = [
+        ("csrf", token.as_str()),
+        ("base", "tail"),
+        ("floor", "2"),
+        ("idle", ""),
+    ];
+    let res = m.post("/api/admin_apply_policy", &pairs).await;
+    assert_eq!(res.status(), StatusCode::FORBIDDEN);
+    assert_eq!(policy_of(&pool, "tail").await, (1, 2, Some(300)));
 }

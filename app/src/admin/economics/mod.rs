@@ -1,10 +1,15 @@
-//! `/admin/economics` (issue 17): per base, what a million tokens really cost on a UTC day at the
-//! duty cycle measured, the last 30 days of duty cycle and margin, a what-if computed on the
-//! server, and the form that appends a base's cost version. The arithmetic is
-//! `tf_core::economics`; the server half is `crate::ssr::economics`. Money is integer micro-units,
-//! ratios basis points (10,000 = 100 %), each rounded once, half-up.
+//! `/admin/economics` (issues 17 and 36): per base, what a million tokens really cost on a UTC
+//! day at the duty cycle measured, the last 30 days of duty cycle and margin, who the day's cost
+//! is for (`tf_core::economics::attribution`), the floor and idle-policy advisor
+//! (`tf_core::economics::advisor`) with its Apply buttons, a what-if computed on the server, and
+//! the form that appends a base's cost version. The arithmetic is `tf_core::economics`; the
+//! server half is [`server`]. Money is integer micro-units, ratios basis points (10,000 = 100 %),
+//! each rounded once, half-up.
 
+pub mod advisor;
+pub mod attribution;
 pub mod chart;
+pub mod frontier;
 pub mod page;
 #[cfg(feature = "ssr")]
 pub mod server;
@@ -23,6 +28,13 @@ pub struct EconomicsParams {
     pub price: Option<String>,
     pub floor: Option<String>,
     pub tokens: Option<String>,
+    /// The advisor's window in whole UTC days before today (default 30).
+    pub days: Option<String>,
+    /// The advisor's budget: `share` (at most `max_share` of requests wait for a wake, a
+    /// fraction such as `0.01`; the default) or `starts` (at most `max_starts` wakes a day).
+    pub budget: Option<String>,
+    pub max_share: Option<String>,
+    pub max_starts: Option<String>,
 }
 
 /// A cost version as shown.
@@ -59,6 +71,20 @@ pub struct BaseEconomics {
     pub versions: Vec<CostItem>,
     pub figures: Figures,
     pub chart: Vec<ChartDay>,
+    /// Who the day's cost is for (`None`: nothing to split that day).
+    pub attribution: Option<attribution::AttributionView>,
+    /// The advisor's replay of the base's window (templated, costed bases), or why not.
+    pub advisor: Option<advisor::AdvisorView>,
+}
+
+/// The capacity weights of the token kinds, in thousandths, as the data layer counts load
+/// (`tf_core::economics::Served::load_milli`): the duty cycle, the idle floor, the advisor's
+/// replicas and the attribution's used cost all use them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Weights {
+    pub fresh_prompt_milli: i64,
+    pub cached_prompt_milli: i64,
+    pub completion_milli: i64,
 }
 
 /// What the what-if comes to.
@@ -93,6 +119,9 @@ pub struct EconomicsView {
     pub what_if: WhatIfView,
     /// Why part of the query string was ignored.
     pub notice: Option<String>,
+    pub weights: Weights,
+    /// The advisor's budget form as filled in.
+    pub budget: advisor::BudgetView,
 }
 
 /// The economics of every base on a day, and a what-if.

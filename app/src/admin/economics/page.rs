@@ -1,16 +1,19 @@
 //! `/admin/economics`: per base, what a million tokens cost on a UTC day at full load and at the
 //! duty cycle measured, the price earned, the margin and the floor's idle cost; 30 days of duty
-//! cycle and margin as a server-drawn chart; a what-if (a GET form, computed on the server); and
-//! the form that appends a base's cost version (POST with CSRF). Works with JavaScript off.
+//! cycle and of margin as server-drawn charts scaled to the data; who the day's cost is for
+//! ([`super::attribution`]); the floor and idle-policy advisor with its Apply buttons
+//! ([`super::advisor`]); a what-if (a GET form, computed on the server); and the form that
+//! appends a base's cost version (POST with CSRF). Works with JavaScript off.
 
 use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::hooks::use_query_map;
 
+use super::advisor::BudgetView;
 use super::chart::{percent, Point, RatioChart};
 use super::{
     admin_economics, AdminSetBaseCost, BaseEconomics, CostItem, EconomicsParams, EconomicsView,
-    Figures, WhatIfView,
+    Figures, Weights, WhatIfView,
 };
 use crate::admin::count;
 use crate::frame::{framed, CsrfField, Guarded, WIDE};
@@ -34,6 +37,10 @@ fn page(state: PageState) -> AnyView {
         price: query.get("price"),
         floor: query.get("floor"),
         tokens: query.get("tokens"),
+        days: query.get("days"),
+        budget: query.get("budget"),
+        max_share: query.get("max_share"),
+        max_starts: query.get("max_starts"),
     };
     framed(state, WIDE, "Economics", admin_economics(params), body)
 }
@@ -140,17 +147,31 @@ fn facts(f: &Figures) -> AnyView {
     .into_any()
 }
 
-fn base_panel(b: BaseEconomics, day: &str) -> AnyView {
-    let points = b
-        .chart
-        .iter()
-        .map(|d| Point {
-            label: d.day.get(5..).unwrap_or(&d.day).to_owned(),
-            bar_bp: d.duty_cycle_bp,
-            line_bp: d.margin_bp,
-        })
-        .collect();
-    let caption = format!("{}: duty cycle and margin share, 30 days to {day}", b.base);
+fn base_panel(b: BaseEconomics, day: &str, budget: &BudgetView, csrf: String) -> AnyView {
+    let points = |f: fn(&super::ChartDay) -> Option<i64>| -> Vec<Point> {
+        b.chart
+            .iter()
+            .map(|d| Point {
+                label: d.day.get(5..).unwrap_or(&d.day).to_owned(),
+                value_bp: f(d),
+            })
+            .collect()
+    };
+    let duty = points(|d| d.duty_cycle_bp);
+    let margin = points(|d| d.margin_bp);
+    let duty_caption = format!("{}: duty cycle, 30 days to {day}", b.base);
+    let margin_caption = format!(
+        "{}: margin share of revenue, 30 days to {day} (no bar: no revenue that day)",
+        b.base
+    );
+    let attribution = b
+        .attribution
+        .clone()
+        .map(|a| super::attribution::section(a, &b.base, day));
+    let advisor = b
+        .advisor
+        .clone()
+        .map(|a| super::advisor::section(a, &b.base, budget, day, csrf));
     let uncosted = b.figures.uncosted_replica_seconds;
     let versions = b.versions.clone();
     view! {
@@ -164,8 +185,10 @@ fn base_panel(b: BaseEconomics, day: &str) -> AnyView {
                     hours(uncosted))}</p>
             })}
             {facts(&b.figures)}
-            <RatioChart points=points caption=caption bar_name="duty cycle"
-                line_name="margin share"/>
+            <RatioChart points=duty caption=duty_caption name="duty cycle"/>
+            <RatioChart points=margin caption=margin_caption name="margin share"/>
+            {attribution}
+            {advisor}
             {(!versions.is_empty()).then(|| view! {
                 <details>
                     <summary>{format!("Cost versions ({})", versions.len())}</summary>
@@ -265,8 +288,33 @@ fn cost_form(catalog: Vec<String>, csrf: String) -> AnyView {
     .into_any()
 }
 
+/// The token weights as the data layer counts load: `1`, `0.1`.
+fn weight(milli: i64) -> String {
+    let (whole, frac) = (milli / 1000, milli % 1000);
+    if frac == 0 {
+        return whole.to_string();
+    }
+    let mut f = format!("{frac:03}");
+    while f.ends_with('0') {
+        f.pop();
+    }
+    format!("{whole}.{f}")
+}
+
+fn weights_line(w: &Weights) -> String {
+    format!(
+        "Token weights (the load the duty cycle, the idle floor, the advisor and the \
+         attribution count): fresh prompt token {}, cached prompt token {}, completion token {}.",
+        weight(w.fresh_prompt_milli),
+        weight(w.cached_prompt_milli),
+        weight(w.completion_milli)
+    )
+}
+
 fn body(v: EconomicsView, csrf: String) -> AnyView {
     let day = v.day.clone();
+    let budget = v.budget.clone();
+    let weights = weights_line(&v.weights);
     let empty = v.bases.is_empty();
     let costed: Vec<String> = v
         .bases
@@ -281,16 +329,18 @@ fn body(v: EconomicsView, csrf: String) -> AnyView {
             <button type="submit">"Show"</button>
         </form>
         <p class="muted">
-            "A replica is warm while its graph is ready. Duty cycle: tokens served (prompt + \
-             completion) over what the warm replicas could serve at peak. The floor's idle cost \
+            "A replica is warm while its graph is ready. Duty cycle: the load served (tokens at \
+             the weights below) over what the warm replicas could serve at peak. The floor's idle cost \
              is its cost times the share of its capacity unused (traffic fills the floor first). \
              Money in micro-units and ratios in basis points, each rounded once, half-up; the \
              margin is revenue minus GPU cost as shown. Revenue is billing's rated charges \
              (the live rating run); usage the rater has not reached yet is not counted. Today \
              counts up to now."
         </p>
+        <p class="muted weights">{weights}</p>
+        {budget.notice.clone().map(|m| view! { <p class="notice" role="status">{m}</p> })}
         {empty.then(|| view! { <p class="muted">"No base has costs, graph history or usage in these 30 days."</p> })}
-        {v.bases.into_iter().map(|b| base_panel(b, &day)).collect_view()}
+        {v.bases.into_iter().map(|b| base_panel(b, &day, &budget, csrf.clone())).collect_view()}
         {what_if_panel(v.what_if, &day, &costed)}
         {cost_form(v.catalog, csrf)}
     }

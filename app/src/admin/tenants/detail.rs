@@ -89,6 +89,7 @@ fn body(t: TenantDetail, csrf: String) -> AnyView {
                 <tr><th>"Spend this month (billed)"</th><td>{format_micros(t.spend_micros)}</td></tr>
             </table>
         </section>
+        {margins_panel(&t)}
         <section class="panel">
             <h2>"Tenant limits"</h2>
             {tenant_limits_form(&t.name, &t.limits, csrf)}
@@ -107,6 +108,65 @@ fn body(t: TenantDetail, csrf: String) -> AnyView {
                 <tbody>{keys}</tbody>
             </table>
             </div>
+        </section>
+    }
+    .into_any()
+}
+
+/// The tenant's gross margin per base this month (issue 36).
+fn margins_panel(t: &TenantDetail) -> AnyView {
+    let pct =
+        |v: Option<i64>| v.map_or_else(|| "–".to_owned(), crate::admin::economics::chart::percent);
+    let rows = t
+        .margins
+        .iter()
+        .map(|m| {
+            view! {
+                <tr data-base=m.base.clone()>
+                    <td><a href=format!("/admin/economics#advisor-{}", m.base)>{m.base.clone()}</a></td>
+                    <td class="num">{m.days}</td>
+                    <td class="num">{format_micros(m.revenue_micros)}</td>
+                    <td class="num">{format_micros(m.cost_micros)}</td>
+                    <td class="num">{format_micros(m.margin_micros)}</td>
+                    <td class="num">{pct(m.margin_bp)}</td>
+                </tr>
+            }
+        })
+        .collect_view();
+    let (revenue, cost) = t.margins.iter().fold((0i64, 0i64), |(r, c), m| {
+        (
+            r.saturating_add(m.revenue_micros),
+            c.saturating_add(m.cost_micros),
+        )
+    });
+    let empty = t.margins.is_empty();
+    view! {
+        <section class="panel gross-margin">
+            <h2>{format!("Gross margin in {}", t.month)}</h2>
+            {if empty {
+                view! { <p class="muted">"No usage or rated revenue on any base this month."</p> }.into_any()
+            } else {
+                view! {
+                    <table class="list">
+                        <thead><tr><th>"Base"</th><th class="num">"Days"</th><th class="num">"Revenue"</th>
+                            <th class="num">"Attributed GPU cost"</th><th class="num">"Gross margin"</th>
+                            <th class="num">"Margin share"</th></tr></thead>
+                        <tbody>{rows}</tbody>
+                        <tfoot><tr class="total"><th>"All bases"</th><td></td>
+                            <td class="num">{format_micros(revenue)}</td>
+                            <td class="num">{format_micros(cost)}</td>
+                            <td class="num">{format_micros(revenue.saturating_sub(cost))}</td>
+                            <td></td></tr></tfoot>
+                    </table>
+                }
+                .into_any()
+            }}
+            <p class="muted">
+                "Gross margin: the tenant's rated revenue (the live rating run) less the GPU cost \
+                 attributed to it, day by day as on the economics page: the used cost by the \
+                 load of its tokens, the idle floor by the idle time its requests were waited \
+                 for (see /admin/economics for the rule). Today counts up to now."
+            </p>
         </section>
     }
     .into_any()

@@ -69,6 +69,18 @@ pub struct ModelUsage {
     pub cost_micros: i64,
 }
 
+/// The tenant's gross margin on one base this month (issue 36): its rated revenue less the GPU
+/// cost attributed to it (`tf_core::economics::attribution`, day by day, summed).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BaseMargin {
+    pub base: String,
+    pub days: i64,
+    pub revenue_micros: i64,
+    pub cost_micros: i64,
+    pub margin_micros: i64,
+    pub margin_bp: Option<i64>,
+}
+
 /// What `/admin/tenants/{name}` shows.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TenantDetail {
@@ -82,6 +94,8 @@ pub struct TenantDetail {
     pub spend_micros: i64,
     pub limits: LimitFields,
     pub keys: Vec<KeyLimits>,
+    /// Gross margin per base this month, by base.
+    pub margins: Vec<BaseMargin>,
 }
 
 #[cfg(feature = "ssr")]
@@ -186,7 +200,23 @@ pub async fn admin_tenant(
     let keys = db::overview::keys_with_limits(pool, t.id)
         .await
         .map_err(|e| internal("reading a tenant's key limits", e))?;
+    let now = time::OffsetDateTime::now_utc();
+    let days = u16::try_from((now.date() - month).whole_days() + 1).unwrap_or(31);
+    let margins = db::attribution::tenant_margins(pool, t.id, month, days, now)
+        .await
+        .map_err(|e| internal("attributing a tenant's cost", e))?
+        .into_iter()
+        .map(|m| BaseMargin {
+            base: m.base,
+            days: m.days,
+            revenue_micros: m.revenue_micros,
+            cost_micros: m.cost_micros,
+            margin_micros: m.margin_micros,
+            margin_bp: m.margin_bp,
+        })
+        .collect();
     Ok(Some(TenantDetail {
+        margins,
         name: t.name,
         display_name: t.display_name,
         suspended: t.status == tf_core::TenantStatus::Suspended,
