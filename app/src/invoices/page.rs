@@ -249,12 +249,9 @@ fn document(doc: DocumentView, r: &InvoiceRow, base: &str) -> AnyView {
     let number = doc
         .number
         .unwrap_or_else(|| "assigned when issued".to_owned());
-    let due = doc.due.unwrap_or_else(|| {
-        format!(
-            "{} days after issue",
-            doc.due_days
-        )
-    });
+    let due = doc
+        .due
+        .unwrap_or_else(|| format!("{} days after issue", doc.due_days));
     view! {
         <section class="document">
             <div class="parties">

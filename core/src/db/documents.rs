@@ -67,12 +67,9 @@ pub struct Issuer {
 }
 
 pub async fn issuer(db: impl PgExecutor<'_>) -> sqlx::Result<Issuer> {
-    sqlx::query_as!(
-        Issuer,
-        "SELECT name, address, due_days FROM invoice_issuer"
-    )
-    .fetch_one(db)
-    .await
+    sqlx::query_as!(Issuer, "SELECT name, address, due_days FROM invoice_issuer")
+        .fetch_one(db)
+        .await
 }
 
 /// Replaces the issuer's details; returns what they were (locked until the transaction ends).

@@ -3,7 +3,7 @@
 //! the four prices (own or base key, tier or standard) the book holds, the limit cache's rates
 //! equal the rater's `price_by_keys`, for a tenant in a tier and one without.
 
-#![expect(
+#![allow(
     clippy::unwrap_used,
     reason = "a test helper that fails should fail the test loudly"
 )]
@@ -27,14 +27,23 @@ fn rates(case: i64, slot: i64) -> Rates {
 async fn admission_prices_an_adapter_as_the_rater_does(pool: PgPool) {
     billing::add_tier(&pool, "gold").await.unwrap();
     // Slots: 0 own key in gold, 1 own key standard, 2 base key in gold, 3 base key standard.
-    let slots = [("own", "gold"), ("own", "standard"), ("base", "gold"), ("base", "standard")];
+    let slots = [
+        ("own", "gold"),
+        ("own", "standard"),
+        ("base", "gold"),
+        ("base", "standard"),
+    ];
     let keys = |case: i64| (format!("adapter:acme/bot{case}"), format!("base{case}"));
     let mut book = Vec::new();
     for case in 0..16_i64 {
         let (own, base) = keys(case);
         for (slot, (which, tier)) in slots.iter().enumerate() {
             if case & (1 << slot) != 0 {
-                let key = if *which == "own" { own.clone() } else { base.clone() };
+                let key = if *which == "own" {
+                    own.clone()
+                } else {
+                    base.clone()
+                };
                 book.push((key, *tier, rates(case, i64::try_from(slot).unwrap())));
             }
         }
@@ -80,7 +89,10 @@ async fn admission_prices_an_adapter_as_the_rater_does(pool: PgPool) {
             } else {
                 Rates::default()
             };
-            assert_eq!(base_only, expected, "base only, case {case:04b}, tier {tier:?}");
+            assert_eq!(
+                base_only, expected,
+                "base only, case {case:04b}, tier {tier:?}"
+            );
         }
     }
     assert!(priced >= 20, "most combinations have a price: {priced}");

@@ -6,6 +6,7 @@
 
 #![expect(
     clippy::unwrap_used,
+    clippy::panic,
     reason = "a test helper that fails should fail the test loudly"
 )]
 
@@ -57,10 +58,17 @@ async fn priced(pool: &PgPool) {
         cached_per_m: 0,
         output_per_m: 2_000_000,
     };
-    billing::set_price(pool, datetime!(2000-01-01 0:00 UTC), "m", "standard", rates, "t")
-        .await
-        .unwrap()
-        .unwrap();
+    billing::set_price(
+        pool,
+        datetime!(2000-01-01 0:00 UTC),
+        "m",
+        "standard",
+        rates,
+        "t",
+    )
+    .await
+    .unwrap()
+    .unwrap();
 }
 
 async fn rated(pool: &PgPool, tenant: Uuid, at: &[OffsetDateTime]) {
@@ -112,13 +120,21 @@ async fn issued_invoices_are_numbered_without_gaps_and_keep_their_parties(pool: 
         rated(
             &pool,
             t,
-            &[datetime!(2026-05-10 12:00 UTC), datetime!(2026-06-10 12:00 UTC)],
+            &[
+                datetime!(2026-05-10 12:00 UTC),
+                datetime!(2026-06-10 12:00 UTC),
+            ],
         )
         .await;
     }
-    ops::set_billing_address(&pool, &Actor::CLI, acme, "Acme Labs GmbH\r\nMain St 1  \r\nBerlin\r\n")
-        .await
-        .unwrap();
+    ops::set_billing_address(
+        &pool,
+        &Actor::CLI,
+        acme,
+        "Acme Labs GmbH\r\nMain St 1  \r\nBerlin\r\n",
+    )
+    .await
+    .unwrap();
     let issuer = Issuer {
         name: "GPU Cloud Ltd".into(),
         address: "1 Dock Rd\nLondon\nVAT GB123".into(),
@@ -133,7 +149,10 @@ async fn issued_invoices_are_numbered_without_gaps_and_keep_their_parties(pool: 
     let d = document(&pool, acme_may).await;
     assert_eq!(d.number, None);
     assert_eq!(d.due_at, None);
-    assert_eq!(d.bill_to, "Acme Labs (acme)\nAcme Labs GmbH\nMain St 1\nBerlin");
+    assert_eq!(
+        d.bill_to,
+        "Acme Labs (acme)\nAcme Labs GmbH\nMain St 1\nBerlin"
+    );
     assert_eq!(d.issuer, "GPU Cloud Ltd\n1 Dock Rd\nLondon\nVAT GB123");
     assert_eq!(d.due_days, 14);
 
@@ -172,9 +191,15 @@ async fn issued_invoices_are_numbered_without_gaps_and_keep_their_parties(pool: 
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(issued.due_at, Some(inv.issued_at.unwrap() + Duration::days(14)));
+    assert_eq!(
+        issued.due_at,
+        Some(inv.issued_at.unwrap() + Duration::days(14))
+    );
     let globex_doc = document(&pool, globex_may).await;
-    assert_eq!(globex_doc.bill_to, "globex (globex)", "no display name, no address");
+    assert_eq!(
+        globex_doc.bill_to, "globex (globex)",
+        "no display name, no address"
+    );
     ops::set_billing_address(&pool, &Actor::CLI, acme, "Acme Labs Inc\nParis")
         .await
         .unwrap();
@@ -280,7 +305,10 @@ async fn the_pages_show_the_document_and_the_csv_names_its_number(pool: PgPool) 
     )
     .await;
     assert_eq!(to, "/invoices");
-    assert!(owner.html("/invoices").await.contains("Acme Labs GmbH\nBerlin"));
+    assert!(owner
+        .html("/invoices")
+        .await
+        .contains("Acme Labs GmbH\nBerlin"));
     assert_eq!(
         documents::billing_address(&pool, acme).await.unwrap(),
         "Acme Labs GmbH\nBerlin"
@@ -305,7 +333,11 @@ async fn the_pages_show_the_document_and_the_csv_names_its_number(pool: PgPool) 
         &admin,
         "/admin/invoices",
         "/api/admin_set_issuer",
-        &[("name", "GPU Cloud Ltd"), ("address", "1 Dock Rd\nLondon"), ("due_days", "14")],
+        &[
+            ("name", "GPU Cloud Ltd"),
+            ("address", "1 Dock Rd\nLondon"),
+            ("due_days", "14"),
+        ],
     )
     .await;
     assert_eq!(documents::issuer(&pool).await.unwrap().due_days, 14);
@@ -313,7 +345,11 @@ async fn the_pages_show_the_document_and_the_csv_names_its_number(pool: PgPool) 
         &admin,
         "/admin/invoices",
         "/api/admin_set_issuer",
-        &[("name", "GPU Cloud Ltd"), ("address", ""), ("due_days", "fourteen")],
+        &[
+            ("name", "GPU Cloud Ltd"),
+            ("address", ""),
+            ("due_days", "fourteen"),
+        ],
     )
     .await;
     assert_eq!(
