@@ -6,8 +6,8 @@
 
 use leptos::prelude::*;
 
-use super::advisor::PolicyRow;
 use super::chart::nice_step;
+use super::policy::PolicyRow;
 use crate::money::{format_micros, group_thousands};
 
 pub const WIDTH: i64 = 720;

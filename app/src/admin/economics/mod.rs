@@ -11,6 +11,7 @@ pub mod attribution;
 pub mod chart;
 pub mod frontier;
 pub mod page;
+pub mod policy;
 #[cfg(feature = "ssr")]
 pub mod server;
 
