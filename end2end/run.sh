@@ -19,7 +19,7 @@ command -v npm >/dev/null 2>&1 || { SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo; 
 
 cargo build -q -p tokenfactory
 DATABASE_URL="postgres://postgres@127.0.0.1:5432/$db" TF_LISTEN="127.0.0.1:$port" \
-  TF_JOURNAL_DIR="$work/journal" TF_REDIS_PREFIX="e2e:$$:" TF_DEMO_STATE="$work/demo.json" \
+  TF_METRICS_LISTEN="127.0.0.1:0" TF_JOURNAL_DIR="$work/journal" TF_REDIS_PREFIX="e2e:$$:" TF_DEMO_STATE="$work/demo.json" \
   target/debug/tokenfactory serve --demo --allow-owner-role > "$work/serve.log" 2> "$work/serve.err" &
 server=$!
 cleanup() {
