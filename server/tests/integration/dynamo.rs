@@ -340,7 +340,26 @@ async fn messages_through_dynamo_bill_the_engines_prompt_count(pool: PgPool) {
     let body = json!({"model": MODEL, "max_tokens": 5, "messages": [{"role": "user", "content": "hello there from the messages api"}]});
     let (status, truth) = direct(&url, "/messages", &body).await;
     if status == 404 {
-        eprintln!("Dynamo's frontend does not serve /v1/messages (started without --enable-anthropic-api): {truth}");
+        // Without the flag Dynamo has no such route: its flat 404 reaches the client in the
+        // Anthropic envelope, billed nothing.
+        let r = t
+            .post(&a.key, "/v1/messages", body)
+            .header("anthropic-version", "2023-06-01")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 404);
+        let id = request_id(&r);
+        let b: Value = r.json().await.unwrap();
+        assert_eq!(b["type"], "error", "{b}");
+        assert!(
+            b["error"]["type"].is_string() && b["error"]["message"].is_string(),
+            "{b}"
+        );
+        let ev = t.event(&id).await;
+        assert_eq!(ev.status, UsageStatus::UpstreamError);
+        assert_eq!((ev.prompt_tokens, ev.completion_tokens), (0, 0));
+        eprintln!("Dynamo's frontend does not serve /v1/messages (started without --enable-anthropic-api): {truth}; the client got {b}");
         return;
     }
     assert_eq!(status, 200, "{truth}");
