@@ -415,7 +415,7 @@ fn mixed_request(
 ) {
     use tokenfactory::endpoint::Endpoint;
     let max = 2 + (i % 5) as u32;
-    let stream = i % 2 == 0;
+    let stream = i.is_multiple_of(2);
     let sim = json!({"token_interval_ms": 2});
     let text = format!("mixed endpoint load {}", i % 7);
     match i % 5 {
@@ -433,7 +433,7 @@ fn mixed_request(
         2 => {
             let mut body = json!({"model": "sim-base", "input": text, "max_output_tokens": max,
                                   "stream": stream, "sim": sim});
-            if i % 3 == 0 {
+            if i.is_multiple_of(3) {
                 body["reasoning"] = json!({"effort": "low"});
             }
             (Endpoint::Responses, "/v1/responses", body)
