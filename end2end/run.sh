@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end checks of the product as a user runs it: `tokenfactory serve` on its embedded
 # default (on a scratch database and port), the official openai Python package streaming through
-# it with the printed key, and the portal login in Debian's Chromium with JavaScript off.
+# it with the printed key, the openai and anthropic packages on Responses, Embeddings and
+# Messages, and the portal login in Debian's Chromium with JavaScript off.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -18,7 +19,7 @@ command -v npm >/dev/null 2>&1 || { SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo; 
 
 cargo build -q -p tokenfactory
 DATABASE_URL="postgres://postgres@127.0.0.1:5432/$db" TF_LISTEN="127.0.0.1:$port" \
-  TF_JOURNAL_DIR="$work/journal" TF_REDIS_PREFIX="e2e:$$:" TF_DEMO_STATE="$work/demo.json" \
+  TF_METRICS_LISTEN="127.0.0.1:0" TF_JOURNAL_DIR="$work/journal" TF_REDIS_PREFIX="e2e:$$:" TF_DEMO_STATE="$work/demo.json" \
   target/debug/tokenfactory serve --demo --allow-owner-role > "$work/serve.log" 2> "$work/serve.err" &
 server=$!
 cleanup() {
@@ -44,8 +45,18 @@ echo "printed curl line: OK"
 
 # The official openai Python package.
 # Installed into a scratch directory (no venv: ensurepip is not reliable on every image).
-python3 -m pip install -q --disable-pip-version-check --target "$work/py" openai
+python3 -m pip install -q --disable-pip-version-check --target "$work/py" openai anthropic
 PYTHONPATH="$work/py" TF_BASE_URL="http://127.0.0.1:$port" TF_API_KEY="$key" python3 end2end/openai_sdk.py
+
+# Responses, Embeddings and Anthropic Messages through the official openai and anthropic
+# packages; the 429 case uses a key of its own tenant whose limits refuse every request.
+admin() { DATABASE_URL="postgres://postgres@127.0.0.1:5432/$db" target/debug/tokenfactory admin "$@"; }
+admin create-tenant --name sdk-quota > /dev/null
+limited=$(admin issue-key --tenant sdk-quota | tail -n 1)
+admin limits --key "$limited" --rpm 0 > /dev/null
+PYTHONPATH="$work/py" TF_BASE_URL="http://127.0.0.1:$port" TF_API_KEY="$key" TF_LIMITED_KEY="$limited" \
+  TF_BIN="$root/target/debug/tokenfactory" DATABASE_URL="postgres://postgres@127.0.0.1:5432/$db" \
+  python3 end2end/sdk_endpoints.py
 
 # The portal in a real browser, JavaScript off.
 (cd end2end && npm ci --silent --no-audit --no-fund)

@@ -24,7 +24,9 @@ dynamo=../shared/dynamo-cpu
 if [ -d "$dynamo" ] && [ -z "${TF_DYNAMO_URL:-}" ]; then
   export DYNAMO_DIR="${DYNAMO_DIR:-${TMPDIR:-/tmp}/tf-dynamo-test}"
   bash "$dynamo/setup.sh" > /tmp/tf-dynamo-setup.log 2>&1 || { tail -20 /tmp/tf-dynamo-setup.log; exit 1; }
-  SPEEDUP=20 bash "$dynamo/start.sh"
+  # --enable-anthropic-api: the frontend serves /v1/messages (the Messages tests; without it they
+  # check the 404 a client gets instead).
+  SPEEDUP=20 FRONTEND_ARGS="${FRONTEND_ARGS:---enable-anthropic-api}" bash "$dynamo/start.sh"
   trap 'bash "$dynamo/stop.sh" >/dev/null 2>&1 || true' EXIT
   export TF_DYNAMO_URL="http://127.0.0.1:${HTTP_PORT:-8180}/v1"
 fi

@@ -93,16 +93,24 @@ impl TypedReply {
         self.sequence
     }
 
+    /// The id of the Responses answer's one output item (its message).
+    fn item_id(&self) -> String {
+        format!("msg_{}", self.id)
+    }
+
+    /// The Responses answer's message item (no content before the text is known).
+    fn item(&self, status: &str, text: Option<&str>) -> Value {
+        let content = text.map_or_else(Vec::new, |t| {
+            vec![json!({"type": "output_text", "text": t, "annotations": []})]
+        });
+        json!({"type": "message", "id": self.item_id(), "status": status, "role": "assistant",
+               "content": content})
+    }
+
     /// The Responses object (`status` in progress while streaming).
     fn response(&self, text: Option<&str>, finish: Option<&str>, c: Option<Counts>) -> Value {
         let status = finish.map_or("in_progress", |f| stop_reason(Typed::Responses, f));
-        let output = text.map_or_else(Vec::new, |t| {
-            vec![json!({
-                "type": "message", "id": format!("msg_{}", self.id), "status": "completed",
-                "role": "assistant",
-                "content": [{"type": "output_text", "text": t, "annotations": []}],
-            })]
-        });
+        let output = text.map_or_else(Vec::new, |t| vec![self.item("completed", Some(t))]);
         json!({
             "id": self.id, "object": "response", "created_at": self.created, "status": status,
             "model": self.model, "output": output, "usage": c.map(responses_usage),
@@ -134,12 +142,31 @@ impl TypedReply {
     pub fn start(&mut self, c: Counts) -> Bytes {
         match self.typed {
             Typed::Responses => {
+                // As OpenAI (and Dynamo's frontend) send them: the SDKs' stream helpers need the
+                // output item and its content part announced before the first text delta.
+                let mut out = Vec::new();
+                for kind in ["response.created", "response.in_progress"] {
+                    let seq = self.next_sequence();
+                    out.extend_from_slice(&event(
+                        kind,
+                        &json!({"type": kind, "sequence_number": seq,
+                                "response": self.response(None, None, None)}),
+                    ));
+                }
                 let seq = self.next_sequence();
-                event(
-                    "response.created",
-                    &json!({"type": "response.created", "sequence_number": seq,
-                            "response": self.response(None, None, None)}),
-                )
+                out.extend_from_slice(&event(
+                    "response.output_item.added",
+                    &json!({"type": "response.output_item.added", "sequence_number": seq,
+                            "output_index": 0, "item": self.item("in_progress", None)}),
+                ));
+                let seq = self.next_sequence();
+                out.extend_from_slice(&event(
+                    "response.content_part.added",
+                    &json!({"type": "response.content_part.added", "sequence_number": seq,
+                            "item_id": self.item_id(), "output_index": 0, "content_index": 0,
+                            "part": {"type": "output_text", "text": "", "annotations": []}}),
+                ));
+                Bytes::from(out)
             }
             Typed::Anthropic => {
                 let start = Counts { completion: 0, ..c };
@@ -167,7 +194,7 @@ impl TypedReply {
                 event(
                     "response.output_text.delta",
                     &json!({"type": "response.output_text.delta", "sequence_number": seq,
-                            "item_id": format!("msg_{}", self.id), "output_index": 0,
+                            "item_id": self.item_id(), "output_index": 0,
                             "content_index": 0, "delta": text}),
                 )
             }
@@ -183,17 +210,39 @@ impl TypedReply {
     pub fn end(&mut self, text: &str, finish: &str, c: Counts) -> Bytes {
         match self.typed {
             Typed::Responses => {
+                let mut out = Vec::new();
+                let seq = self.next_sequence();
+                out.extend_from_slice(&event(
+                    "response.output_text.done",
+                    &json!({"type": "response.output_text.done", "sequence_number": seq,
+                            "item_id": self.item_id(), "output_index": 0, "content_index": 0,
+                            "text": text}),
+                ));
+                let seq = self.next_sequence();
+                out.extend_from_slice(&event(
+                    "response.content_part.done",
+                    &json!({"type": "response.content_part.done", "sequence_number": seq,
+                            "item_id": self.item_id(), "output_index": 0, "content_index": 0,
+                            "part": {"type": "output_text", "text": text, "annotations": []}}),
+                ));
+                let seq = self.next_sequence();
+                out.extend_from_slice(&event(
+                    "response.output_item.done",
+                    &json!({"type": "response.output_item.done", "sequence_number": seq,
+                            "output_index": 0, "item": self.item("completed", Some(text))}),
+                ));
                 let seq = self.next_sequence();
                 let kind = if finish == "length" {
                     "response.incomplete"
                 } else {
                     "response.completed"
                 };
-                event(
+                out.extend_from_slice(&event(
                     kind,
                     &json!({"type": kind, "sequence_number": seq,
                             "response": self.response(Some(text), Some(finish), Some(c))}),
-                )
+                ));
+                Bytes::from(out)
             }
             Typed::Anthropic => {
                 let mut out = Vec::new();

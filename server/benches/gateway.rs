@@ -1,7 +1,9 @@
 //! Gateway benchmark: the same load against the engine simulator directly and through the
 //! gateway (auth, resolution and metering on), in one run, printing ratios. Absolute numbers swing
-//! between machines; the ratios are the result. Each load runs in two halves that alternate
-//! between the two paths, so a burst from a neighbour on a shared machine weighs on both.
+//! between machines; the ratios are the result. Chat completions (whole, streamed, beside a bare
+//! pass-through), then Responses and Embeddings (whole), each against the engine's own endpoint.
+//! Each load runs in two halves that alternate between the two paths, so a burst from a neighbour
+//! on a shared machine weighs on both.
 //!
 //! `cargo bench -p tokenfactory --bench gateway` (needs PostgreSQL; uses database
 //! `tokenfactory_bench`, recreated each run). Env: `TF_BENCH_SECONDS` (per phase, default 5),
@@ -146,7 +148,7 @@ fn memchr_count(b: &[u8]) -> u64 {
 
 async fn serve_sim() -> SocketAddr {
     let sim = EngineSim::new(SimConfig {
-        models: vec!["bench-base".into()],
+        models: vec!["bench-base".into(), "bench-embed".into()],
         ..SimConfig::default()
     });
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -209,19 +211,32 @@ async fn setup_gateway(sim: SocketAddr) -> Gw {
     fleet::register_bases(
         &pool,
         "static",
-        &[BaseRegistration {
-            name: "bench-base".into(),
-            graph: "bench".into(),
-            upstream_url: format!("http://{sim}/v1"),
-            upstream_model: "bench-base".into(),
-            continuous_usage: true,
-            denied_fields: Some(tokenfactory::engine_policy::EnginePolicy::denied_except(&[
-                "sim",
-            ])),
-            prompt_estimator: tokenfactory::engine_policy::PromptEstimator::SimWords,
-            kind: tf_core::endpoint::ModelKind::Chat,
-            nvext_allowed: None,
-        }],
+        &[
+            BaseRegistration {
+                name: "bench-base".into(),
+                graph: "bench".into(),
+                upstream_url: format!("http://{sim}/v1"),
+                upstream_model: "bench-base".into(),
+                continuous_usage: true,
+                denied_fields: Some(tokenfactory::engine_policy::EnginePolicy::denied_except(&[
+                    "sim",
+                ])),
+                prompt_estimator: tokenfactory::engine_policy::PromptEstimator::SimWords,
+                kind: tf_core::endpoint::ModelKind::Chat,
+                nvext_allowed: None,
+            },
+            BaseRegistration {
+                name: "bench-embed".into(),
+                graph: "bench-embed".into(),
+                upstream_url: format!("http://{sim}/v1"),
+                upstream_model: "bench-embed".into(),
+                continuous_usage: true,
+                denied_fields: None,
+                prompt_estimator: tokenfactory::engine_policy::PromptEstimator::SimWords,
+                kind: tf_core::endpoint::ModelKind::Embedding,
+                nvext_allowed: None,
+            },
+        ],
     )
     .await
     .unwrap();
@@ -388,6 +403,26 @@ fn main() {
         println!("non-streaming  gateway {:>9.0} req/s  p50 {:>6.2} ms  p99 {:>6.2} ms  {:>6.1} us CPU/req", g.rps(), g.pct(0.5), g.pct(0.99), g.cpu_per_chunk_us());
         println!("  throughput ratio gateway/direct: {:.2}; bare/direct: {:.2}; gateway/bare: {:.2} (target >= 0.95)", g.rps() / d.rps(), b.rps() / d.rps(), g.rps() / b.rps());
         println!("  CPU per request above the bare pass-through: {:.1} us (target <= 15)", g.cpu_per_chunk_us() - b.cpu_per_chunk_us());
+        let (chat_ratio, chat_cpu) = (g.rps() / d.rps(), g.cpu_per_chunk_us() - d.cpu_per_chunk_us());
+
+        // The other endpoints' non-streamed answers, against the engine's own endpoint in the
+        // same run (halves alternating): Responses (typed JSON, usage in `response.usage`) and
+        // Embeddings (two inputs of a few words; usage input only).
+        let typed = [
+            ("responses", "/v1/responses", json!({"model": "bench-base", "input": "hi", "max_output_tokens": 1})),
+            ("embeddings", "/v1/embeddings", json!({"model": "bench-embed", "input": ["hi there", "a second input"]})),
+        ];
+        for (label, path, body) in typed {
+            let (direct, via) = (format!("http://{sim}{path}"), format!("http://{gw}{path}"));
+            run_phase(via.clone(), Some(key.clone()), body.clone(), false, 4, Duration::from_millis(300)).await;
+            let d = run_phase(direct.clone(), None, body.clone(), false, conns, half).await;
+            let g = run_phase(via.clone(), Some(key.clone()), body.clone(), false, conns, half).await;
+            let g = g.merge(run_phase(via, Some(key.clone()), body.clone(), false, conns, half).await);
+            let d = d.merge(run_phase(direct, None, body, false, conns, half).await);
+            println!("{label:<14} direct  {:>9.0} req/s  p50 {:>6.2} ms  p99 {:>6.2} ms  {:>6.1} us CPU/req", d.rps(), d.pct(0.5), d.pct(0.99), d.cpu_per_chunk_us());
+            println!("{label:<14} gateway {:>9.0} req/s  p50 {:>6.2} ms  p99 {:>6.2} ms  {:>6.1} us CPU/req", g.rps(), g.pct(0.5), g.pct(0.99), g.cpu_per_chunk_us());
+            println!("  throughput ratio gateway/direct: {:.2} (chat: {:.2}); CPU per request above direct: {:.1} us (chat: {:.1})", g.rps() / d.rps(), chat_ratio, g.cpu_per_chunk_us() - d.cpu_per_chunk_us(), chat_cpu);
+        }
 
         let d1 = run_phase(direct_url.clone(), None, small.clone(), false, 1, dur / 2).await;
         let g1 = run_phase(gw_url.clone(), Some(key.clone()), small.clone(), false, 1, dur / 2).await;

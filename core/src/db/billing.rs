@@ -996,6 +996,10 @@ pub struct Rated {
     pub price_version_id: Option<i64>,
     pub amount_micros: i64,
     pub flag: String,
+    /// Which endpoint served it (`chat`, `completions`, `responses`, `embeddings`, `messages`).
+    pub endpoint: String,
+    /// Of `completion_tokens`, the reasoning tokens the engine reported.
+    pub reasoning_tokens: i64,
 }
 
 /// A page of the live run's lines for events started in `[since, until)`, after `after` (the
@@ -1013,7 +1017,7 @@ pub async fn rated_usage(
         r#"SELECT c.request_id, c.tenant_id, COALESCE(t.name, '') AS "tenant_name!",
                   e.served_name, e.base_model, c.price_key, c.started_at, e.status, e.provenance,
                   e.prompt_tokens, e.cached_tokens, e.completion_tokens, c.price_version_id,
-                  c.amount_micros, c.flag
+                  c.amount_micros, c.flag, e.endpoint, e.reasoning_tokens
            FROM usage_events e
                 JOIN charge_lines c
                   ON c.run_id = (SELECT id FROM rating_runs WHERE kind = 'live')

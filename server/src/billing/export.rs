@@ -2,7 +2,9 @@
 //! request id as its id (CloudEvents `id`, Lago `transaction_id`), so sending an export twice
 //! counts once downstream. Pages of the live run's lines are streamed, never held whole.
 //!
-//! - CSV: a header, then one row per rated event (RFC 4180 quoting).
+//! - CSV: a header, then one row per rated event (RFC 4180 quoting). The endpoint that served
+//!   the event and its reasoning tokens (part of the output tokens, not added to them) are the
+//!   last two columns, so readers of the earlier columns by position are unaffected.
 //! - CloudEvents 1.0, structured mode, one JSON object per line: `id` = request id, `source` =
 //!   this deployment, `type` = [`CLOUDEVENT_TYPE`], `subject` = tenant id, `time`, and `data` with
 //!   the model and token counts (the shape OpenMeter and Kong metering ingest).
@@ -36,7 +38,7 @@ pub enum Format {
 }
 
 /// The CSV header row.
-pub const CSV_HEADER: &str = "request_id,tenant_id,tenant,model,base_model,price_key,started_at,status,provenance,fresh_input_tokens,cached_input_tokens,output_tokens,price_version,amount_micros,flag";
+pub const CSV_HEADER: &str = "request_id,tenant_id,tenant,model,base_model,price_key,started_at,status,provenance,fresh_input_tokens,cached_input_tokens,output_tokens,price_version,amount_micros,flag,endpoint,reasoning_tokens";
 
 fn rfc3339(t: OffsetDateTime) -> String {
     t.format(&Rfc3339).unwrap_or_default()
@@ -70,6 +72,8 @@ pub fn csv_row(r: &Rated) -> String {
             .unwrap_or_default(),
         r.amount_micros.to_string(),
         r.flag.clone(),
+        csv_field(&r.endpoint),
+        r.reasoning_tokens.to_string(),
     ]
     .join(",")
 }
@@ -85,6 +89,8 @@ fn data(r: &Rated) -> Value {
         "cached_tokens": r.cached_tokens,
         "fresh_input_tokens": r.prompt_tokens - r.cached_tokens,
         "output_tokens": r.completion_tokens,
+        "reasoning_tokens": r.reasoning_tokens,
+        "endpoint": r.endpoint,
         "total_tokens": r.prompt_tokens + r.completion_tokens,
         "status": r.status,
         "provenance": r.provenance,

@@ -451,3 +451,129 @@ async fn responses_refuse_engine_state_for_every_tenant(pool: PgPool) {
     let r = t.post(&b.key, "/v1/responses", body).send().await.unwrap();
     assert_eq!(r.status(), 200);
 }
+
+/// The usage export (`admin export`): every event of every endpoint is one CSV row naming its
+/// endpoint and reasoning tokens, and the rows' token totals, per endpoint and overall, equal the
+/// stored events'; the JSON formats carry the same two fields.
+#[sqlx::test(migrations = "../migrations")]
+async fn the_usage_export_names_each_endpoint_and_its_totals_equal_the_events(pool: PgPool) {
+    use std::collections::BTreeMap;
+    use tokenfactory::billing::export::{self, Format};
+    let t = app(pool).await;
+    let a = t.tenant("acme").await;
+    let mut ids = Vec::new();
+    for stream in [false, true] {
+        let mut reasoning = responses_body(BASE, "think about it", 6);
+        reasoning["reasoning"] = json!({"effort": "low"});
+        for (path, mut body) in [
+            ("/v1/chat/completions", chat(BASE, "chat row", 3)),
+            (
+                "/v1/completions",
+                json!({"model": BASE, "prompt": "completion row", "max_tokens": 4}),
+            ),
+            ("/v1/responses", reasoning),
+            ("/v1/responses", responses_body(BASE, "plain response", 2)),
+            ("/v1/messages", messages_body(BASE, "message row", 5)),
+        ] {
+            body["stream"] = json!(stream);
+            let r = t.post(&a.key, path, body).send().await.unwrap();
+            assert_eq!(r.status(), 200, "{path}");
+            ids.push(request_id(&r));
+            r.bytes().await.unwrap();
+        }
+    }
+    let r = t
+        .post(
+            &a.key,
+            "/v1/embeddings",
+            json!({"model": EMBED, "input": ["one two", "three, four"]}),
+        )
+        .send()
+        .await
+        .unwrap();
+    ids.push(request_id(&r));
+    r.bytes().await.unwrap();
+    for id in &ids {
+        t.event(id).await;
+    }
+    let live = tf_core::db::billing::live_run(&t.pool).await.unwrap();
+    tf_core::db::billing::drain(&t.pool, live, 1000)
+        .await
+        .unwrap();
+    let now = time::OffsetDateTime::now_utc();
+    let (since, until) = (
+        now - time::Duration::hours(1),
+        now + time::Duration::hours(1),
+    );
+    let mut out = Vec::new();
+    let n = export::export(&t.pool, Format::Csv, since, until, "tf-test", &mut out)
+        .await
+        .unwrap();
+    assert_eq!(n as usize, ids.len());
+    let text = String::from_utf8(out).unwrap();
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
+    let (c_id, c_end, c_fresh, c_cached, c_out, c_reason) = (
+        col("request_id"),
+        col("endpoint"),
+        col("fresh_input_tokens"),
+        col("cached_input_tokens"),
+        col("output_tokens"),
+        col("reasoning_tokens"),
+    );
+    // Per endpoint: (rows, prompt, cached, output, reasoning).
+    let mut rows: BTreeMap<String, [i64; 5]> = BTreeMap::new();
+    for line in lines {
+        let f: Vec<&str> = line.split(',').collect();
+        assert_eq!(f.len(), header.len(), "{line}");
+        let num = |c: usize| f[c].parse::<i64>().unwrap();
+        let ev = t.event(f[c_id]).await;
+        assert_eq!(f[c_end], ev.endpoint.as_str(), "{line}");
+        assert_eq!(num(c_reason), ev.reasoning_tokens, "{line}");
+        let r = rows.entry(f[c_end].to_owned()).or_default();
+        r[0] += 1;
+        r[1] += num(c_fresh) + num(c_cached);
+        r[2] += num(c_cached);
+        r[3] += num(c_out);
+        r[4] += num(c_reason);
+    }
+    let stored: BTreeMap<String, [i64; 5]> =
+        sqlx::query_as::<_, (String, i64, i64, i64, i64, i64)>(
+            "SELECT endpoint, count(*), sum(prompt_tokens)::int8, sum(cached_tokens)::int8,
+                sum(completion_tokens)::int8, sum(reasoning_tokens)::int8
+           FROM usage_events GROUP BY endpoint",
+        )
+        .fetch_all(&t.pool)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(e, n, p, c, o, r)| (e, [n, p, c, o, r]))
+        .collect();
+    assert_eq!(rows, stored, "the export's totals per endpoint");
+    assert_eq!(
+        rows.keys().map(String::as_str).collect::<Vec<_>>(),
+        ["chat", "completions", "embeddings", "messages", "responses"]
+    );
+    assert!(rows["responses"][4] > 0, "reasoning tokens exported");
+    assert_eq!(rows["embeddings"][3], 0);
+    println!("usage export per endpoint (rows, prompt, cached, output, reasoning): {rows:?}");
+
+    let mut out = Vec::new();
+    export::export(
+        &t.pool,
+        Format::CloudEvents,
+        since,
+        until,
+        "tf-test",
+        &mut out,
+    )
+    .await
+    .unwrap();
+    for line in String::from_utf8(out).unwrap().lines() {
+        let v: Value = serde_json::from_str(line).unwrap();
+        let ev = t.event(v["id"].as_str().unwrap()).await;
+        assert_eq!(v["data"]["endpoint"], ev.endpoint.as_str());
+        assert_eq!(v["data"]["reasoning_tokens"], ev.reasoning_tokens);
+    }
+}

@@ -403,3 +403,241 @@ async fn a_sigkill_bills_what_was_in_flight_once(pool: PgPool) {
     assert_eq!(again.len(), STREAMS);
     gw.kill().await;
 }
+
+/// One request of the mixed load: its endpoint's path, body, and whether the stored event must
+/// name that endpoint.
+fn mixed_request(
+    i: usize,
+) -> (
+    tokenfactory::endpoint::Endpoint,
+    &'static str,
+    serde_json::Value,
+) {
+    use tokenfactory::endpoint::Endpoint;
+    let max = 2 + (i % 5) as u32;
+    let stream = i.is_multiple_of(2);
+    let sim = json!({"token_interval_ms": 2});
+    let text = format!("mixed endpoint load {}", i % 7);
+    match i % 5 {
+        0 => (
+            Endpoint::Chat,
+            "/v1/chat/completions",
+            json!({"model": "sim-base", "messages": [{"role": "user", "content": text}],
+                   "max_tokens": max, "stream": stream, "sim": sim}),
+        ),
+        1 => (
+            Endpoint::Completions,
+            "/v1/completions",
+            json!({"model": "sim-base", "prompt": text, "max_tokens": max, "stream": stream, "sim": sim}),
+        ),
+        2 => {
+            let mut body = json!({"model": "sim-base", "input": text, "max_output_tokens": max,
+                                  "stream": stream, "sim": sim});
+            if i.is_multiple_of(3) {
+                body["reasoning"] = json!({"effort": "low"});
+            }
+            (Endpoint::Responses, "/v1/responses", body)
+        }
+        3 => (
+            Endpoint::Embeddings,
+            "/v1/embeddings",
+            json!({"model": common::process::PROCESS_EMBED, "input": [text, "second input"]}),
+        ),
+        _ => (
+            Endpoint::Messages,
+            "/v1/messages",
+            json!({"model": "sim-base", "max_tokens": max, "stream": stream, "sim": sim,
+                   "messages": [{"role": "user", "content": text}]}),
+        ),
+    }
+}
+
+/// Sends one request and reads the whole answer; `Some(request id, completed)` once a response
+/// head arrived. Completed: a whole 200 body, or a stream that reached its protocol's end
+/// (`[DONE]`, Responses' final `response.completed`/`incomplete`, Anthropic's `message_stop`).
+async fn send_mixed(
+    http: &reqwest::Client,
+    url: &str,
+    key: &str,
+    body: &serde_json::Value,
+) -> Option<(String, bool)> {
+    let resp = http
+        .post(url)
+        .bearer_auth(key)
+        .json(body)
+        .send()
+        .await
+        .ok()?;
+    let id = resp
+        .headers()
+        .get("x-request-id")?
+        .to_str()
+        .ok()?
+        .to_owned();
+    let ok = resp.status().is_success();
+    let Ok(bytes) = resp.bytes().await else {
+        return Some((id, false));
+    };
+    if !ok {
+        return Some((id, false));
+    }
+    let stream = body["stream"].as_bool().unwrap_or(false);
+    let text = String::from_utf8_lossy(&bytes);
+    let completed = if !stream {
+        serde_json::from_slice::<serde_json::Value>(&bytes).is_ok()
+    } else {
+        text.ends_with("data: [DONE]\n\n")
+            || (text.contains("\"type\":\"response.incomplete\"")
+                || text.contains("\"type\":\"response.completed\""))
+                && text.ends_with("\n\n")
+            || text.ends_with("data: {\"type\":\"message_stop\"}\n\n")
+    };
+    Some((id, completed))
+}
+
+/// SIGKILL under a mixed load of every endpoint (chat, completions, responses, embeddings,
+/// messages; streamed and not): after the restart every answered request has exactly one event,
+/// naming its endpoint, with the engine's counts; no event is duplicated or invented, and none
+/// bills more than the engine produced.
+#[sqlx::test(migrations = "../migrations")]
+async fn sigkill_under_mixed_endpoints_loses_and_duplicates_nothing(pool: PgPool) {
+    use std::collections::HashSet;
+    let dir = tempfile::tempdir().unwrap();
+    let deployment = TestApp::builder(pool.clone())
+        .sim(tf_engine_sim::SimConfig {
+            models: vec![common::BASE.into(), common::process::PROCESS_EMBED.into()],
+            ..tf_engine_sim::SimConfig::default()
+        })
+        .durability("process")
+        .drain_seconds(5)
+        .process(dir.path())
+        .await;
+    let sim = &deployment.sim;
+    let gw = deployment.start().await;
+    let (base, key) = (gw.url(""), gw.key.clone());
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let next = Arc::new(AtomicUsize::new(0));
+    let clients: Vec<_> = (0..32)
+        .map(|_| {
+            let (base, key, stop, next) = (base.clone(), key.clone(), stop.clone(), next.clone());
+            tokio::spawn(async move {
+                let http = reqwest::Client::new();
+                let mut out = Vec::new();
+                while !stop.load(Ordering::Relaxed) {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let (endpoint, path, body) = mixed_request(i);
+                    let Some((id, completed)) =
+                        send_mixed(&http, &format!("{base}{path}"), &key, &body).await
+                    else {
+                        break; // the gateway is gone
+                    };
+                    out.push((id, endpoint, completed));
+                }
+                out
+            })
+        })
+        .collect();
+    eventually(
+        Duration::from_secs(30),
+        "500 requests served before the kill",
+        || async { sim.ledger().len() >= 500 },
+    )
+    .await;
+    gw.kill().await;
+    stop.store(true, Ordering::Relaxed);
+    let mut outcomes = Vec::new();
+    for c in clients {
+        outcomes.extend(c.await.unwrap());
+    }
+    let answered: Vec<_> = outcomes.iter().filter(|o| o.2).collect();
+    let kinds: HashSet<_> = answered.iter().map(|o| o.1).collect();
+    assert_eq!(kinds.len(), 5, "every endpoint answered before the kill");
+
+    let gw = deployment.start().await; // replays the journal and the in-flight log
+    let events = wait_for_events(&pool, answered.len()).await;
+    let counted = sqlx::query!(
+        r#"SELECT count(*) AS "rows!", count(DISTINCT request_id) AS "distinct!" FROM usage_events"#
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(counted.rows, counted.distinct, "duplicated events");
+    let by_id: HashMap<String, _> = events
+        .iter()
+        .map(|e| (e.request_id.to_string(), e))
+        .collect();
+    // A request cut by the kill reaches the engine's ledger once the engine sees the hang-up.
+    let ledger: HashMap<String, _> = eventually(
+        Duration::from_secs(10),
+        "every event's request in the engine's ledger",
+        || async {
+            let ledger: HashMap<String, _> = sim
+                .ledger()
+                .into_iter()
+                .filter_map(|l| Some((l.request_id.clone()?, l)))
+                .collect();
+            let missing = events
+                .iter()
+                .filter(|e| !ledger.contains_key(&e.request_id.to_string()))
+                .count();
+            if missing == 0 {
+                Ok(ledger)
+            } else {
+                Err(format!("{missing} events not (yet) in the ledger"))
+            }
+        },
+    )
+    .await;
+    let mut per_endpoint: HashMap<_, usize> = HashMap::new();
+    for (id, endpoint, _) in &answered {
+        let e = by_id
+            .get(id)
+            .unwrap_or_else(|| panic!("answered {endpoint:?} request {id} has no event"));
+        let truth = &ledger[id];
+        assert_eq!(e.endpoint, *endpoint, "{id}");
+        assert_eq!(e.status, UsageStatus::Ok, "{id}");
+        assert_eq!(
+            (
+                e.prompt_tokens,
+                e.cached_tokens,
+                e.completion_tokens,
+                e.reasoning_tokens
+            ),
+            (
+                i64::from(truth.prompt_tokens),
+                i64::from(truth.cached_tokens),
+                i64::from(truth.completion_tokens),
+                i64::from(truth.reasoning_tokens)
+            ),
+            "{endpoint:?} {id}"
+        );
+        *per_endpoint.entry(*endpoint).or_default() += 1;
+    }
+    let sent: HashMap<&String, _> = outcomes.iter().map(|o| (&o.0, o.1)).collect();
+    for e in &events {
+        let id = e.request_id.to_string();
+        let truth = ledger
+            .get(&id)
+            .unwrap_or_else(|| panic!("event {id} was never served"));
+        assert!(
+            e.completion_tokens <= i64::from(truth.completion_tokens),
+            "{id} billed {} of {} produced",
+            e.completion_tokens,
+            truth.completion_tokens
+        );
+        if let Some(endpoint) = sent.get(&id) {
+            assert_eq!(e.endpoint, *endpoint, "{id}");
+        }
+    }
+    let mut per: Vec<_> = per_endpoint.into_iter().collect();
+    per.sort_by_key(|(e, _)| e.index());
+    println!(
+        "sigkill mixed: {} sent, {} answered ({per:?}), {} engine requests, {} events after restart, 0 lost, 0 duplicated",
+        outcomes.len(),
+        answered.len(),
+        ledger.len(),
+        events.len()
+    );
+    gw.terminate();
+    assert_eq!(gw.wait().await, Some(0));
+}

@@ -349,6 +349,11 @@ impl TestAppBuilder {
     /// journaling under `dir`; [`Deployment::start`] runs (and re-runs) the process.
     pub async fn process(self, dir: &Path) -> Deployment {
         let sim = sim::start(self.sim.clone()).await;
+        let embedding = self
+            .sim
+            .models
+            .iter()
+            .any(|m| m == super::process::PROCESS_EMBED);
         Deployment::new(
             sim,
             &self.pool,
@@ -356,6 +361,7 @@ impl TestAppBuilder {
             dir,
             self.durability,
             self.drain_seconds,
+            embedding,
         )
     }
 }

@@ -13,6 +13,10 @@ use tokio::process::{Child, Command};
 
 use super::sim::{Sim, BASE};
 
+/// The embedding base a process deployment routes to its simulator when the simulator serves it
+/// (`SimConfig::models` names it).
+pub const PROCESS_EMBED: &str = "embed-sim";
+
 pub struct Gateway {
     pub child: Child,
     pub addr: SocketAddr,
@@ -42,11 +46,12 @@ impl Deployment {
         dir: &Path,
         durability: &'static str,
         drain_seconds: u64,
+        embedding: bool,
     ) -> Self {
         Self {
             database_url: database_url(pool, database_via),
             journal_dir: dir.join("journal"),
-            fleet_file: fleet_file(dir, sim.addr),
+            fleet_file: fleet_file(dir, sim.addr, embedding),
             sim: sim.sim,
             sim_addr: sim.addr,
             durability,
@@ -67,19 +72,23 @@ fn database_url(pool: &PgPool, via: Option<SocketAddr>) -> String {
     format!("postgres://postgres@{host}/{db}")
 }
 
-/// Writes a static fleet file naming the simulator as base [`BASE`].
-fn fleet_file(dir: &Path, sim: SocketAddr) -> PathBuf {
+/// Writes a static fleet file naming the simulator as base [`BASE`] (and as the embedding base
+/// [`PROCESS_EMBED`] with `embedding`).
+fn fleet_file(dir: &Path, sim: SocketAddr, embedding: bool) -> PathBuf {
     let path = dir.join("fleet.toml");
-    std::fs::write(
-        &path,
-        // The tests drive the simulator through its `sim` block, which the default policy strips.
+    // The tests drive the simulator through its `sim` block, which the default policy strips.
+    let base = |name: &str, kind: &str| {
         format!(
-            "[[base]]\nname = \"{BASE}\"\nupstream = \"http://{sim}/v1\"\n\
+            "[[base]]\nname = \"{name}\"\nupstream = \"http://{sim}/v1\"\nkind = \"{kind}\"\n\
              prompt_estimator = \"sim-words\"\ndenied_fields = [\"priority\", \"request_id\", \
              \"kv_transfer_params\", \"vllm_xargs\", \"logits_processors\"]\n"
-        ),
-    )
-    .unwrap();
+        )
+    };
+    let mut text = base(BASE, "chat");
+    if embedding {
+        text += &base(PROCESS_EMBED, "embedding");
+    }
+    std::fs::write(&path, text).unwrap();
     path
 }
 
