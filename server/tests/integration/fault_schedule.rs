@@ -523,8 +523,10 @@ async fn check(
         "fault schedule seed {seed} failed (replay: TF_FAULT_SEEDS={seed}):\n{}",
         problems.join("\n")
     );
+    // A PostgreSQL outage right after a restart refuses every request (no key is cached yet), so
+    // a seed may complete few; it must still complete some, or it tested nothing.
     assert!(
-        f.completed >= REQUESTS / 3,
+        f.completed >= REQUESTS / 10,
         "seed {seed}: only {} of {REQUESTS} completed (replay: TF_FAULT_SEEDS={seed})",
         f.completed
     );
