@@ -204,7 +204,13 @@ mod tests {
                     let events = all_events(input, &[i, j]);
                     let (data, bytes) = data_and_bytes(&events);
                     assert_eq!(data, want, "{ending:?} split at {i},{j}");
-                    assert_eq!(bytes, input, "{ending:?} split at {i},{j}: bytes unchanged");
+                    // Bytes unchanged; only the `\n` of a last `\r\n` split off by a read may
+                    // wait for an event that never comes.
+                    let rest = &input[bytes.len().min(input.len())..];
+                    assert!(
+                        input.starts_with(&bytes) && (rest.is_empty() || rest == b"\n"),
+                        "{ending:?} split at {i},{j}: bytes unchanged"
+                    );
                 }
             }
         }
