@@ -40,7 +40,7 @@ impl Reader {
             return;
         }
         let value = match line.strip_prefix(b"data") {
-            Some(rest) if rest.is_empty() => Some(&rest[..]),
+            Some(rest) if rest.is_empty() => Some(rest),
             Some(rest) if rest[0] == b':' => {
                 Some(rest[1..].strip_prefix(b" ").unwrap_or(&rest[1..]))
             }
