@@ -135,7 +135,8 @@ async fn handle(engine: Arc<Engine>, wire: Wire, headers: &HeaderMap, body: &[u8
             message: "Simulated engine failure.".to_owned(),
             flat: knobs.flat_errors,
         };
-        return fail(&mut guard, error);
+        guard.finish(error.status);
+        return error.respond(knobs.error_with_200);
     }
     let Some(prompt_ids) = prompt else {
         let what = match wire {
@@ -170,9 +171,12 @@ async fn handle(engine: Arc<Engine>, wire: Wire, headers: &HeaderMap, body: &[u8
         created: unix_now(),
         model: request.model,
         chat,
-        include_usage: options.include_usage,
-        continuous_usage: options.include_usage && options.continuous_usage_stats,
-        usage_on_last_chunk: knobs.usage_on_last_chunk,
+        include_usage: options.include_usage && !knobs.omit_usage,
+        continuous_usage: options.include_usage
+            && options.continuous_usage_stats
+            && !knobs.omit_usage,
+        usage_on_last_chunk: knobs.usage_on_last_chunk && !knobs.omit_usage,
+        omit_usage: knobs.omit_usage,
     };
     let mut job = Job::new(engine, guard, prompt_ids, limit, &knobs);
     job.reasoning = reasoning;

@@ -91,7 +91,8 @@ pub async fn embeddings(
             message: "Simulated engine failure.".to_owned(),
             flat: knobs.flat_errors,
         };
-        return fail(&mut guard, error);
+        guard.finish(error.status);
+        return error.respond(knobs.error_with_200);
     }
     let inputs = match split_inputs(request.input.as_ref()) {
         Some(inputs) if !inputs.is_empty() => inputs,

@@ -101,6 +101,14 @@ pub struct Job {
     /// The request asked for reasoning: the first half of its output counts as reasoning
     /// tokens (the ledger's `reasoning_tokens`).
     pub reasoning: bool,
+    /// Tokens per streamed delta (at least 1).
+    pub per_delta: u32,
+    /// Content tokens after which an error event ends the stream (only if below `target`).
+    pub error_after: Option<u32>,
+    /// Content tokens after which the stream hangs (only if below `target`).
+    pub hang_after: Option<u32>,
+    /// How the stream's lines end.
+    pub line_ending: crate::faults::LineEnding,
 }
 
 impl Job {
@@ -134,6 +142,10 @@ impl Job {
             ttft,
             last_token: None,
             reasoning: false,
+            per_delta: knobs.tokens_per_delta.max(1),
+            error_after: knobs.error_after_chunks.filter(|&n| n < target),
+            hang_after: knobs.hang_after_chunks.filter(|&n| n < target),
+            line_ending: knobs.line_ending,
         }
     }
 
@@ -145,6 +157,26 @@ impl Job {
     /// Whether the response should die before its next token.
     pub fn dies_now(&self) -> bool {
         self.die_after == Some(self.produced())
+    }
+
+    /// Whether an in-stream error replaces the next token.
+    pub fn errors_now(&self) -> bool {
+        self.error_after == Some(self.produced())
+    }
+
+    /// Whether the stream hangs before its next token.
+    pub fn hangs_now(&self) -> bool {
+        self.hang_after == Some(self.produced())
+    }
+
+    /// Whether a delta being filled must end before its next token (the target, or a fault
+    /// that strikes at this count).
+    pub fn delta_ends(&self, in_delta: u32) -> bool {
+        in_delta >= self.per_delta
+            || self.produced() >= self.target
+            || self.dies_now()
+            || self.errors_now()
+            || self.hangs_now()
     }
 
     /// Looks the prompt up in the prefix cache and pays for the uncached part (holding the GPU),

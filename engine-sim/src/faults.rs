@@ -4,6 +4,31 @@
 
 use serde::{Deserialize, Serialize};
 
+/// How the engine ends the lines of its SSE streams: the SSE spec allows all three, and a
+/// gateway must read each (real engines and proxies in front of them differ).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum LineEnding {
+    /// `\n` (what vLLM writes).
+    #[default]
+    Lf,
+    /// `\r\n`.
+    Crlf,
+    /// A lone `\r`.
+    Cr,
+}
+
+impl LineEnding {
+    /// The bytes that end one line.
+    pub fn bytes(self) -> &'static [u8] {
+        match self {
+            Self::Lf => b"\n",
+            Self::Crlf => b"\r\n",
+            Self::Cr => b"\r",
+        }
+    }
+}
+
 /// Engine-wide knobs; every field is optional in JSON (missing = default).
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[serde(default)]
@@ -24,6 +49,21 @@ pub struct GlobalFaults {
     pub token_interval_ms: Option<u64>,
     /// Time before the first token, overriding the configured one.
     pub ttft_ms: Option<u64>,
+    /// How stream lines end.
+    pub line_ending: LineEnding,
+    /// Tokens per streamed delta (default 1): a real engine may put several in one chunk.
+    pub tokens_per_delta: Option<u32>,
+    /// Never report usage (streamed or whole), whatever `stream_options` asks: an engine that
+    /// ignores `include_usage`.
+    pub omit_usage: bool,
+    /// After this many content tokens, send an error event inside the stream (vLLM's old
+    /// `{"object":"error",..}` shape) and end it with `[DONE]`.
+    pub error_after_chunks: Option<u32>,
+    /// With `fail_status`: answer the error body with HTTP 200 (as some vLLM versions do).
+    pub error_with_200: bool,
+    /// After this many content tokens, stop sending and keep the connection open (a hung
+    /// engine); generation resumes never.
+    pub hang_after_chunks: Option<u32>,
 }
 
 /// The request body's `"sim"` object: the same knobs, each optional.
@@ -46,6 +86,18 @@ pub struct RequestKnobs {
     pub token_interval_ms: Option<u64>,
     /// See [`GlobalFaults::ttft_ms`].
     pub ttft_ms: Option<u64>,
+    /// See [`GlobalFaults::line_ending`].
+    pub line_ending: Option<LineEnding>,
+    /// See [`GlobalFaults::tokens_per_delta`].
+    pub tokens_per_delta: Option<u32>,
+    /// See [`GlobalFaults::omit_usage`].
+    pub omit_usage: Option<bool>,
+    /// See [`GlobalFaults::error_after_chunks`].
+    pub error_after_chunks: Option<u32>,
+    /// See [`GlobalFaults::error_with_200`].
+    pub error_with_200: Option<bool>,
+    /// See [`GlobalFaults::hang_after_chunks`].
+    pub hang_after_chunks: Option<u32>,
 }
 
 /// The knobs one request runs with, after merging.
@@ -67,6 +119,18 @@ pub struct Knobs {
     pub token_interval_ms: Option<u64>,
     /// Forced time to first token, in ms.
     pub ttft_ms: Option<u64>,
+    /// Stream line ends.
+    pub line_ending: LineEnding,
+    /// Tokens per streamed delta (at least 1).
+    pub tokens_per_delta: u32,
+    /// No usage anywhere.
+    pub omit_usage: bool,
+    /// Content tokens after which an in-stream error ends the stream.
+    pub error_after_chunks: Option<u32>,
+    /// Errors answered with HTTP 200.
+    pub error_with_200: bool,
+    /// Content tokens after which the stream hangs.
+    pub hang_after_chunks: Option<u32>,
 }
 
 impl Knobs {
@@ -82,6 +146,16 @@ impl Knobs {
             completion_tokens: r.completion_tokens.or(global.completion_tokens),
             token_interval_ms: r.token_interval_ms.or(global.token_interval_ms),
             ttft_ms: r.ttft_ms.or(global.ttft_ms),
+            line_ending: r.line_ending.unwrap_or(global.line_ending),
+            tokens_per_delta: r
+                .tokens_per_delta
+                .or(global.tokens_per_delta)
+                .unwrap_or(1)
+                .max(1),
+            omit_usage: r.omit_usage.unwrap_or(global.omit_usage),
+            error_after_chunks: r.error_after_chunks.or(global.error_after_chunks),
+            error_with_200: r.error_with_200.unwrap_or(global.error_with_200),
+            hang_after_chunks: r.hang_after_chunks.or(global.hang_after_chunks),
         }
     }
 }

@@ -25,7 +25,7 @@ pub mod tokenizer;
 mod typed_reply;
 
 pub use config::SimConfig;
-pub use faults::GlobalFaults;
+pub use faults::{GlobalFaults, LineEnding};
 pub use ledger::LedgerEntry;
 
 use engine::Engine;

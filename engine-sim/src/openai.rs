@@ -210,6 +210,22 @@ impl ApiError {
     }
 }
 
+impl ApiError {
+    /// The error as answered: with its status, or (`with_200`, a fault some vLLM versions have)
+    /// with HTTP 200 and vLLM's older `{"object":"error",..}` body (Dynamo's flat one if flat).
+    pub fn respond(self, with_200: bool) -> Response {
+        if !with_200 {
+            return self.into_response();
+        }
+        let body = if self.flat {
+            self.body()
+        } else {
+            serde_json::json!({"object": "error", "message": self.message, "type": Self::kind(self.status), "param": null, "code": self.status})
+        };
+        json_response(StatusCode::OK, &body)
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);

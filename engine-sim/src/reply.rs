@@ -22,6 +22,8 @@ pub struct Reply {
     pub continuous_usage: bool,
     /// Usage goes on the last content chunk instead of a separate chunk.
     pub usage_on_last_chunk: bool,
+    /// No usage at all, not even on the whole answer (an engine that ignores the options).
+    pub omit_usage: bool,
 }
 
 impl Reply {
@@ -81,7 +83,11 @@ impl Reply {
                 logprobs: None,
                 finish_reason: Some(finish_reason),
             };
-            serde_json::to_vec(&self.envelope("chat.completion", &[choice], Some(usage)))
+            serde_json::to_vec(&self.envelope(
+                "chat.completion",
+                &[choice],
+                self.whole_usage(usage),
+            ))
         } else {
             let choice = TextChoice {
                 index: 0,
@@ -89,9 +95,17 @@ impl Reply {
                 logprobs: None,
                 finish_reason: Some(finish_reason),
             };
-            serde_json::to_vec(&self.envelope("text_completion", &[choice], Some(usage)))
+            serde_json::to_vec(&self.envelope(
+                "text_completion",
+                &[choice],
+                self.whole_usage(usage),
+            ))
         };
         body.unwrap_or_default()
+    }
+
+    fn whole_usage(&self, usage: Usage) -> Option<Usage> {
+        (!self.omit_usage).then_some(usage)
     }
 
     fn envelope<'a, C: serde::Serialize>(

@@ -11,7 +11,8 @@ use axum::response::Response;
 use bytes::Bytes;
 
 use crate::engine::Job;
-use crate::openai::{Usage, SSE_DONE};
+use crate::faults::LineEnding;
+use crate::openai::{sse_event, Usage, SSE_DONE};
 use crate::reply::{token_text, Reply};
 use crate::typed_reply::TypedReply;
 
@@ -35,6 +36,7 @@ struct Generation {
 /// The `200 text/event-stream` response whose body generates the tokens.
 pub fn response(mut job: Job, reply: Reply) -> Response {
     job.guard.entry.status = 200;
+    let ending = job.line_ending;
     let state = Generation {
         job,
         reply,
@@ -45,7 +47,7 @@ pub fn response(mut job: Job, reply: Reply) -> Response {
         let item = g.step().await?;
         Some((item, g))
     });
-    let mut response = Response::new(Body::from_stream(body));
+    let mut response = Response::new(Body::from_stream(reframed(body, ending)));
     *response.status_mut() = StatusCode::OK;
     let headers = response.headers_mut();
     headers.insert(
@@ -54,6 +56,31 @@ pub fn response(mut job: Job, reply: Reply) -> Response {
     );
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     response
+}
+
+/// The stream with every line ending written as `ending` (the events are built with `\n`; no
+/// JSON they carry holds a raw newline).
+fn reframed(
+    body: impl futures::Stream<Item = Result<Bytes, io::Error>> + Send + 'static,
+    ending: LineEnding,
+) -> impl futures::Stream<Item = Result<Bytes, io::Error>> + Send + 'static {
+    use futures::StreamExt;
+    body.map(move |item| {
+        item.map(|b| {
+            if ending == LineEnding::Lf {
+                return b;
+            }
+            let mut out = Vec::with_capacity(b.len() + 8);
+            for &byte in b.iter() {
+                if byte == b'\n' {
+                    out.extend_from_slice(ending.bytes());
+                } else {
+                    out.push(byte);
+                }
+            }
+            Bytes::from(out)
+        })
+    })
 }
 
 impl Generation {
@@ -83,10 +110,29 @@ impl Generation {
                     if self.job.dies_now() {
                         return Some(Err(self.die().await));
                     }
-                    self.job.wait_next().await;
+                    if self.job.errors_now() {
+                        // vLLM's streaming error: an error object, then `[DONE]`.
+                        self.job.guard.entry.died = true;
+                        self.phase = Phase::Done;
+                        return Some(Ok(sse_event(&serde_json::json!({
+                            "object": "error",
+                            "message": "Simulated engine error during generation.",
+                            "type": "InternalServerError",
+                            "param": null,
+                            "code": 500,
+                        }))));
+                    }
+                    if self.job.hangs_now() {
+                        std::future::pending::<()>().await;
+                    }
                     self.text.clear();
-                    token_text(self.job.produced(), &mut self.text);
-                    self.job.commit();
+                    let mut in_delta = 0;
+                    while !self.job.delta_ends(in_delta) {
+                        self.job.wait_next().await;
+                        token_text(self.job.produced(), &mut self.text);
+                        self.job.commit();
+                        in_delta += 1;
+                    }
                     let last = self.job.produced() >= self.job.target;
                     let finish = last.then_some(self.job.finish_reason);
                     let usage = if last {
@@ -156,6 +202,7 @@ struct TypedGeneration {
 /// rules as [`response`].
 pub fn typed_response(mut job: Job, reply: TypedReply) -> Response {
     job.guard.entry.status = 200;
+    let ending = job.line_ending;
     let state = TypedGeneration {
         job,
         reply,
@@ -167,7 +214,7 @@ pub fn typed_response(mut job: Job, reply: TypedReply) -> Response {
         let item = g.step().await?;
         Some((item, g))
     });
-    let mut response = Response::new(Body::from_stream(body));
+    let mut response = Response::new(Body::from_stream(reframed(body, ending)));
     *response.status_mut() = StatusCode::OK;
     let headers = response.headers_mut();
     headers.insert(
@@ -204,11 +251,18 @@ impl TypedGeneration {
                     tokio::task::yield_now().await;
                     return Some(Err(io::Error::other("simulated engine death")));
                 }
-                self.job.wait_next().await;
+                if self.job.hangs_now() {
+                    std::future::pending::<()>().await;
+                }
                 self.token.clear();
-                token_text(self.job.produced(), &mut self.token);
+                let mut in_delta = 0;
+                while in_delta == 0 || !self.job.delta_ends(in_delta) {
+                    self.job.wait_next().await;
+                    token_text(self.job.produced(), &mut self.token);
+                    self.job.commit();
+                    in_delta += 1;
+                }
                 self.text.push_str(&self.token);
-                self.job.commit();
                 Some(Ok(self.reply.delta(&self.token)))
             }
             Phase::Usage | Phase::Done | Phase::End => None,

@@ -1,6 +1,8 @@
-//! Journal benchmark, in one run: (1) append + ship throughput into PostgreSQL (events/s), and
-//! (2) the latency each durability level adds to recording an event, at p50/p99, against a
-//! baseline that records nothing, under 50 concurrent writers.
+//! Journal benchmark, in one run: (1) append + ship throughput into PostgreSQL (events/s), (2)
+//! the latency each durability level adds to recording an event, at p50/p99, against a baseline
+//! that records nothing, under 50 concurrent writers, and (3) what the in-flight log costs:
+//! requests recorded per second with their in-flight start and end records against the same
+//! appends without them (a ratio of the same run).
 //!
 //! `cargo bench -p tokenfactory --bench journal` (needs PostgreSQL; recreates database
 //! `tokenfactory_bench_journal`). Env: `TF_BENCH_EVENTS` (default 100000).
@@ -48,6 +50,35 @@ fn event(tenant: Uuid) -> UsageEvent {
 fn pct(v: &mut [u64], p: f64) -> f64 {
     v.sort_unstable();
     v[((v.len() as f64 - 1.0) * p) as usize] as f64
+}
+
+/// Records `writers * per_writer` events from `writers` tasks; each with its in-flight start (when
+/// forwarded) and end (dropped once journaled) if `inflight`. Returns events per second.
+async fn requests_per_sec(
+    journal: Arc<Journal>,
+    tenant: Uuid,
+    inflight: bool,
+    writers: usize,
+    per_writer: usize,
+) -> f64 {
+    let t0 = Instant::now();
+    let tasks: Vec<_> = (0..writers)
+        .map(|_| {
+            let journal = journal.clone();
+            tokio::spawn(async move {
+                for _ in 0..per_writer {
+                    let e = event(tenant);
+                    let ticket = inflight.then(|| journal.inflight.start(&e, 512));
+                    journal.append(&e).await.unwrap();
+                    drop(ticket);
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    (writers * per_writer) as f64 / t0.elapsed().as_secs_f64()
 }
 
 async fn latencies(
@@ -140,5 +171,25 @@ fn main() {
             );
             j.close();
         }
+
+        // (3) The in-flight log: the same appends with and without each request's start and end
+        // records, alternated three times so drift hits both alike.
+        let dir = tempfile::tempdir().unwrap();
+        let j = Arc::new(Journal::open(dir.path(), Durability::Process, Duration::from_millis(5), Arc::new(JournalMetrics::default())).unwrap());
+        let per = (n / 50 / 4).max(20);
+        let (mut without, mut with) = (Vec::new(), Vec::new());
+        for _ in 0..3 {
+            without.push(requests_per_sec(j.clone(), tenant, false, 50, per).await);
+            with.push(requests_per_sec(j.clone(), tenant, true, 50, per).await);
+        }
+        let best = |v: &[f64]| v.iter().copied().fold(0.0, f64::max);
+        println!(
+            "in-flight log, 50 writers, {} events a pass, best of 3: without {:.0} events/s, with start + end records {:.0} events/s ({:.2}x)",
+            50 * per,
+            best(&without),
+            best(&with),
+            best(&with) / best(&without)
+        );
+        j.close();
     });
 }

@@ -170,6 +170,7 @@ pub async fn build(pool: PgPool, options: AppOptions) -> anyhow::Result<App> {
         tracker: tracker.clone(),
         cut: cut.clone(),
         max_body_bytes: options.gateway.max_body_bytes,
+        max_answer_bytes: options.gateway.max_answer_bytes,
         body_timing: options.gateway.body_timing(),
         quota,
         hold_limit: options.gateway.hold_limit(),

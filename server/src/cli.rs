@@ -319,6 +319,11 @@ pub struct GatewayArgs {
     /// Largest accepted request body, in bytes (larger: 413).
     #[arg(long, env = "TF_MAX_BODY_BYTES", default_value_t = GatewayOptions::default().max_body_bytes)]
     pub max_body_bytes: usize,
+    /// Largest whole JSON answer relayed from an engine, in bytes. A larger one (an engine that
+    /// ignored `stream`, a huge embeddings batch) is answered 502 and billed nothing: the client
+    /// received nothing. Streamed and assembled answers are not bounded by it.
+    #[arg(long, env = "TF_MAX_ANSWER_BYTES", default_value_t = GatewayOptions::default().max_answer_bytes)]
+    pub max_answer_bytes: usize,
     /// Largest body of a portal form, server function or `/api/v1` call other than an adapter
     /// upload, in bytes (larger: 413). Uploads are bounded by the adapter size limits.
     #[arg(long, env = "TF_MAX_FORM_BYTES", default_value_t = GatewayOptions::default().max_form_bytes)]
@@ -358,6 +363,7 @@ impl From<&GatewayArgs> for GatewayOptions {
     fn from(a: &GatewayArgs) -> Self {
         Self {
             max_body_bytes: a.max_body_bytes,
+            max_answer_bytes: a.max_answer_bytes,
             max_form_bytes: a.max_form_bytes,
             upstream_connect_timeout_ms: a.upstream_connect_timeout_ms,
             upstream_first_byte_timeout_ms: a.upstream_first_byte_timeout_ms,

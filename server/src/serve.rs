@@ -145,6 +145,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         // The printed curl line is a chat completion: an embedding base would answer 400.
         .find(|r| crate::endpoint::Endpoint::Chat.serves(r.kind))
         .map(|r| r.served_name.clone());
+    // Installed before the banner says the process serves (see `shutdown_signal`).
+    let shutdown = shutdown_signal();
     print_banner(
         addr,
         metrics_addr,
@@ -175,7 +177,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     ));
     tokio::select! {
         () = &mut server => {}
-        () = shutdown_signal() => {
+        () = shutdown => {
             tracing::info!("shutting down: no new connections, draining in-flight requests");
             stop.cancel();
             let deadline = Duration::from_secs(args.journal.drain_seconds);
@@ -218,25 +220,29 @@ fn shared_store_for(fleet: &FleetSpec, adapter_store: &str) -> anyhow::Result<()
     Ok(())
 }
 
-async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
+/// Resolves at SIGINT or SIGTERM. The handlers are installed when this is called, not when it is
+/// first polled: start-up calls it before printing the banner, so a signal sent as soon as the
+/// process says it serves drains it instead of killing it (found by the seeded fault schedule:
+/// a SIGTERM just after a restart's banner ended the process by the signal's default action).
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
-    {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(_) => {
-                    let _ = ctrl_c.await;
-                    return;
-                }
-            };
-        tokio::select! {
-            _ = ctrl_c => {}
-            _ = term.recv() => {}
+    let installed = {
+        use tokio::signal::unix::{signal, SignalKind};
+        signal(SignalKind::terminate())
+            .and_then(|term| Ok((term, signal(SignalKind::interrupt())?)))
+            .ok()
+    };
+    async move {
+        #[cfg(unix)]
+        if let Some((mut term, mut int)) = installed {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+            return;
         }
+        let _ = tokio::signal::ctrl_c().await;
     }
-    #[cfg(not(unix))]
-    let _ = ctrl_c.await;
 }
 
 fn print_banner(

@@ -40,9 +40,9 @@ pub struct Exchange {
     /// up is billed what the engine produced, as a stream's is.
     pub stream: bool,
     pub wants: ClientWants,
-    /// Largest whole (non-streamed) answer relayed; the handler passes `--max-body-bytes` or
-    /// 64 MiB, whichever is more (an answer may be far larger than any request).
-    pub max_body_bytes: usize,
+    /// Largest whole JSON answer relayed (`--max-answer-bytes`); a larger one is not relayed and
+    /// not billed (`metering::whole`'s large-answer rule).
+    pub max_answer_bytes: usize,
 }
 
 /// What the exchange hands the handler.
@@ -141,7 +141,8 @@ pub async fn run(x: Exchange, ctx: MeterContext) -> Reply {
         let dialect = Dialect::of(x.endpoint);
         let meter = StreamMeter::new(wants)
             .with_served_model(&ctx.event.served_name)
-            .with_dialect(dialect);
+            .with_dialect(dialect)
+            .with_counter(ctx.counter.clone());
         let silence = Silence {
             first: chunk_timeout.max(x.upstream.first_byte_timeout),
             between: chunk_timeout,
@@ -173,7 +174,7 @@ pub async fn run(x: Exchange, ctx: MeterContext) -> Reply {
         }
     } else {
         let limits = WholeLimits {
-            max_bytes: x.max_body_bytes,
+            max_bytes: x.max_answer_bytes,
             read_timeout: chunk_timeout,
             // Embeddings are asked for JSON: their JSON is the answer, not an engine's error.
             stream_requested: x.endpoint.generates(),

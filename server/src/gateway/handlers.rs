@@ -294,6 +294,7 @@ async fn handle(
     let ctx = MeterContext {
         event,
         started,
+        counter: crate::metering::count::OutputCounter::new(tokenizer.clone()),
         estimate_prompt: Box::new(move || {
             request::estimate_prompt_tokens(endpoint, &raw, tokenizer.as_deref())
         }),
@@ -345,7 +346,7 @@ async fn handle(
         body: Bytes::from(upstream_body),
         stream,
         wants,
-        max_body_bytes: gw.max_body_bytes.max(64 << 20),
+        max_answer_bytes: gw.max_answer_bytes,
     };
     let reply = exchange::run(x, ctx)
         .instrument(upstream_span.clone())

@@ -11,6 +11,9 @@ use super::upstream::UpstreamOptions;
 pub struct GatewayOptions {
     /// Largest accepted request body, in bytes (larger: 413).
     pub max_body_bytes: usize,
+    /// Largest whole JSON answer relayed from an engine, in bytes; a larger one is not relayed
+    /// (502) and not billed: the client received nothing (`metering::whole`'s large-answer rule).
+    pub max_answer_bytes: usize,
     /// Largest body of a portal form, server function or `/api/v1` call other than an adapter
     /// upload, in bytes (larger: 413); these bodies are read whole before any handler runs.
     pub max_form_bytes: usize,
@@ -36,6 +39,7 @@ impl Default for GatewayOptions {
     fn default() -> Self {
         Self {
             max_body_bytes: 8 * 1024 * 1024,
+            max_answer_bytes: 64 * 1024 * 1024,
             max_form_bytes: 1024 * 1024,
             upstream_connect_timeout_ms: 2_000,
             upstream_first_byte_timeout_ms: 300_000,

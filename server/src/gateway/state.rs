@@ -24,9 +24,10 @@ pub struct GatewayInner {
     pub tracker: TaskTracker,
     /// Cancelled at the shutdown deadline to cut streams still running.
     pub cut: tokio_util::sync::CancellationToken,
-    /// Largest request body accepted. A non-streamed response may be larger: the exchange reads
-    /// up to this or 64 MiB, whichever is more (`handlers::handle`).
+    /// Largest request body accepted.
     pub max_body_bytes: usize,
+    /// Largest whole JSON answer relayed (`metering::whole`'s large-answer rule).
+    pub max_answer_bytes: usize,
     /// How long a request body may take to arrive.
     pub body_timing: BodyTiming,
     /// Admission: rate limits, spend and concurrency caps, shared through Redis.

@@ -46,6 +46,9 @@ struct Chunk<'a> {
     usage: Option<&'a RawValue>,
     #[serde(borrow, default)]
     error: Option<&'a RawValue>,
+    /// `error` in vLLM's older error body.
+    #[serde(borrow, default)]
+    object: Option<Cow<'a, str>>,
 }
 
 #[derive(Deserialize)]
@@ -188,6 +191,10 @@ impl Assembler {
                 .ok()
                 .and_then(|v| v.get("code").and_then(Value::as_str).map(str::to_owned));
             self.error = Some(Failure::Error(code));
+            return;
+        }
+        if chunk.object.as_deref() == Some("error") {
+            self.error = Some(Failure::Error(None));
             return;
         }
         if self.id.is_none() {
@@ -443,5 +450,9 @@ mod tests {
             Err(Failure::Error(Some("upstream_timeout".into())))
         );
         assert_eq!(Assembler::new(Shape::Text).finish(), Err(Failure::Broken));
+        let mut a = Assembler::new(Shape::Chat);
+        a.push(br#"{"id":"x","choices":[{"index":0,"delta":{"content":"a"}}]}"#);
+        a.push(br#"{"object":"error","message":"m","type":"InternalServerError","param":null,"code":500}"#);
+        assert_eq!(a.finish(), Err(Failure::Error(None)));
     }
 }

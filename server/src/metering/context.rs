@@ -18,6 +18,9 @@ pub struct MeterContext {
     /// Prompt tokens counted by the gateway (the base's tokenizer, else the prompt's words: a
     /// count no BPE tokenizer goes below), computed only if the engine never reported usage.
     pub estimate_prompt: Box<dyn FnOnce() -> u64 + Send>,
+    /// Counts completion tokens from the output when the engine reports none (the base's
+    /// tokenizer, else words): the one count of [`super::count`].
+    pub counter: super::count::OutputCounter,
     pub sink: Arc<dyn UsageSink>,
     /// Fires at the shutdown deadline: the stream is cut, billed and ended with an error event.
     pub cut: tokio_util::sync::CancellationToken,

@@ -11,6 +11,7 @@ use bytes::Bytes;
 use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 
+use super::count::{Field, OutputCounter, OutputTally, Part};
 use super::edit::{self, Span, UsageEdit};
 use super::sse::SseEvent;
 use super::typed::{Dialect, TypedMeter};
@@ -45,6 +46,9 @@ struct Probe<'a> {
     choices: Option<Vec<ChoiceProbe<'a>>>,
     #[serde(borrow, default)]
     error: Option<&'a RawValue>,
+    /// vLLM's older error body: `{"object":"error","message":..}`.
+    #[serde(borrow, default)]
+    object: Option<Cow<'a, str>>,
 }
 
 fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
@@ -53,6 +57,8 @@ fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::
 
 #[derive(Deserialize)]
 struct ChoiceProbe<'a> {
+    #[serde(default)]
+    index: u32,
     #[serde(borrow, default)]
     delta: Option<DeltaProbe<'a>>,
     #[serde(borrow, default)]
@@ -69,6 +75,43 @@ struct DeltaProbe<'a> {
     reasoning_content: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     tool_calls: Option<&'a RawValue>,
+}
+
+/// The text of a streamed tool call: its function's name and arguments pieces.
+#[derive(Deserialize)]
+pub(crate) struct ToolCallProbe<'a> {
+    #[serde(borrow, default)]
+    function: Option<FunctionProbe<'a>>,
+}
+
+#[derive(Deserialize)]
+struct FunctionProbe<'a> {
+    #[serde(borrow, default)]
+    name: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    arguments: Option<Cow<'a, str>>,
+}
+
+/// Adds a `tool_calls` value's names and arguments to `tally` as `choice`'s tool text.
+pub(crate) fn tally_tool_calls(tally: &mut OutputTally, choice: u32, calls: &RawValue) {
+    let part = Part {
+        choice,
+        field: Field::Tool,
+    };
+    let Ok(calls) = serde_json::from_str::<Vec<ToolCallProbe<'_>>>(calls.get()) else {
+        return;
+    };
+    for f in calls.iter().filter_map(|c| c.function.as_ref()) {
+        if let Some(name) = &f.name {
+            // A name is a word of its own, not glued to the arguments before it.
+            tally.push(part, " ");
+            tally.push(part, name);
+            tally.push(part, " ");
+        }
+        if let Some(args) = &f.arguments {
+            tally.push(part, args);
+        }
+    }
 }
 
 /// What one chunk says, as far as metering cares.
@@ -88,9 +131,31 @@ struct ChunkInfo {
     error: bool,
 }
 
-fn inspect(raw: &Bytes, data: &Bytes) -> Option<ChunkInfo> {
+/// Reads one chunk; its output text goes to `tally` when given (the engine reported no usage yet).
+fn inspect(raw: &Bytes, data: &Bytes, tally: Option<&mut OutputTally>) -> Option<ChunkInfo> {
     let probe: Probe<'_> = serde_json::from_slice(data).ok()?;
     let choices = probe.choices.as_deref().unwrap_or_default();
+    if let Some(tally) = tally {
+        for c in choices {
+            if let Some(t) = &c.text {
+                tally.push(Part::content(c.index), t);
+            }
+            let Some(d) = &c.delta else { continue };
+            if let Some(t) = &d.content {
+                tally.push(Part::content(c.index), t);
+            }
+            if let Some(t) = &d.reasoning_content {
+                let part = Part {
+                    choice: c.index,
+                    field: Field::Reasoning,
+                };
+                tally.push(part, t);
+            }
+            if let Some(calls) = d.tool_calls {
+                tally_tool_calls(tally, c.index, calls);
+            }
+        }
+    }
     // Values are located, not parsed: only the last usage seen is ever parsed.
     let usage_span = probe
         .usage
@@ -122,7 +187,9 @@ fn inspect(raw: &Bytes, data: &Bytes) -> Option<ChunkInfo> {
         has_usage,
         model_span,
         generated,
-        error: probe.error.is_some(),
+        // INVARIANT: both vLLM error shapes end the stream as an engine error, never as output
+        // (test: sse_framing::an_error_inside_a_stream_is_not_billed_as_output).
+        error: probe.error.is_some() || probe.object.as_deref() == Some("error"),
     })
 }
 
@@ -158,6 +225,10 @@ pub struct StreamMeter {
     /// whose accounting is `typed`'s.
     dialect: Dialect,
     typed: TypedMeter,
+    /// How output text is counted when the engine reports no usage.
+    counter: OutputCounter,
+    /// The output text, kept only until the engine reports usage.
+    tally: OutputTally,
 }
 
 impl StreamMeter {
@@ -172,6 +243,14 @@ impl StreamMeter {
     #[must_use]
     pub fn with_dialect(mut self, dialect: Dialect) -> Self {
         self.dialect = dialect;
+        self
+    }
+
+    /// Counts output by `counter` (the base's tokenizer) when the engine reports no usage.
+    #[must_use]
+    pub fn with_counter(mut self, counter: OutputCounter) -> Self {
+        self.typed.set_counter(counter.clone());
+        self.counter = counter;
         self
     }
 
@@ -215,12 +294,21 @@ impl StreamMeter {
             None => crate::journal::inflight::Progress {
                 prompt: None,
                 cached: None,
-                completion: self.generated_chunks,
+                completion: self.generated_tokens(),
             },
         }
     }
 
-    /// Chunks that carried generated output (the estimate when no usage was seen).
+    /// Completion tokens counted from the output text (billed when the engine reported no usage;
+    /// 0 once it did, the text being dropped then).
+    pub fn generated_tokens(&self) -> u64 {
+        if self.dialect != Dialect::Chunks {
+            return self.typed.generated_tokens();
+        }
+        self.tally.tokens(&self.counter)
+    }
+
+    /// Chunks (or typed deltas) that carried generated output.
     pub fn generated_chunks(&self) -> u64 {
         if self.dialect != Dialect::Chunks {
             return self.typed.generated();
@@ -304,7 +392,8 @@ impl StreamMeter {
             out.push(Outgoing::Done(event.raw));
             return;
         }
-        let Some(info) = inspect(&event.raw, data) else {
+        let tally = self.last_usage.is_none().then_some(&mut self.tally);
+        let Some(info) = inspect(&event.raw, data, tally) else {
             if self.held.is_some() {
                 self.behind_held.push(event.raw);
             } else {
@@ -321,6 +410,9 @@ impl StreamMeter {
             }
         }
         if let (true, Some((start, end))) = (info.has_usage, info.usage_span) {
+            if self.last_usage.is_none() {
+                self.tally.clear();
+            }
             self.last_usage = Some(event.raw.slice(start..end));
             self.usage_final = info.usage_only || info.finished;
         } else if info.generated {
@@ -612,7 +704,7 @@ mod tests {
             "data: {{\"choices\":[],\ndata: \"usage\":{U1}}}\n\n"
         )));
         let event = p.next_event().unwrap();
-        let info = inspect(&event.raw, event.data.as_ref().unwrap()).unwrap();
+        let info = inspect(&event.raw, event.data.as_ref().unwrap(), None).unwrap();
         let (s, e) = info.usage_span.unwrap();
         assert_eq!(&event.raw[s..e], U1.as_bytes());
     }
@@ -621,7 +713,7 @@ mod tests {
     fn strips_usage_bytes_exactly() {
         let raw = Bytes::from(format!("data: {{\"usage\":{U1},\"x\":\"usage\"}}\n\n"));
         let data = raw.slice(6..raw.len() - 2);
-        let info = inspect(&raw, &data).unwrap();
+        let info = inspect(&raw, &data, None).unwrap();
         let span = info.usage_span.unwrap();
         assert_eq!(
             edit::apply(&raw, None, Some((span, UsageEdit::Null))),
@@ -631,6 +723,40 @@ mod tests {
             edit::apply(&raw, None, Some((span, UsageEdit::Remove))),
             "data: {\"x\":\"usage\"}\n\n"
         );
+    }
+
+    #[test]
+    fn output_without_usage_is_counted_in_tokens_not_chunks() {
+        // Three tokens per delta, no usage anywhere (an engine that ignores include_usage).
+        let engine = [
+            bare(" w1 w2 w3", "null"),
+            bare(" w4 w5 w6", "null"),
+            bare(" w7", "\"stop\""),
+            "data: [DONE]\n\n".into(),
+        ]
+        .concat();
+        let (_, m) = run(&engine, ClientWants::default());
+        assert_eq!((m.generated_chunks(), m.generated_tokens()), (3, 7));
+        assert_eq!(m.last_usage(), None);
+        assert_eq!(m.progress().completion, 7);
+        // Once the engine counts, its count is billed and the text is not kept.
+        let engine = [bare(" w1 w2 w3", "null"), chunk(" w4", "\"stop\"", U2)].concat();
+        let (_, m) = run(&engine, ClientWants::default());
+        assert_eq!(m.generated_tokens(), 0);
+        assert_eq!(m.last_usage().unwrap().completion_tokens, 2);
+    }
+
+    #[test]
+    fn vllms_old_error_object_is_an_engine_error() {
+        let engine = [
+            bare(" w1", "null"),
+            "data: {\"object\":\"error\",\"message\":\"boom\",\"type\":\"InternalServerError\",\"param\":null,\"code\":500}\n\n".into(),
+            "data: [DONE]\n\n".into(),
+        ]
+        .concat();
+        let (_, m) = run(&engine, ClientWants::default());
+        assert!(m.saw_error() && m.completed());
+        assert_eq!(m.generated_tokens(), 1, "the error's message is not output");
     }
 
     #[test]

@@ -6,6 +6,7 @@ pub mod assemble;
 pub mod assemble_typed;
 pub mod assembly_failure;
 pub mod context;
+pub mod count;
 pub mod edit;
 pub mod in_use;
 pub mod meter;

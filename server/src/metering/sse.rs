@@ -1,6 +1,12 @@
 //! Incremental Server-Sent Events parser. Bytes arrive split anywhere (inside a UTF-8 sequence,
 //! between `\r` and `\n`); the parser yields each complete event with its exact raw bytes, so an
 //! event that needs no change is forwarded byte-identical.
+//!
+//! Lines end as the SSE spec allows: `\r\n`, `\n` or a lone `\r` (all three are read; an engine
+//! or a proxy in front of it may write any). A `\r` that is the last byte read so far ends its
+//! line at once (an event is never held back waiting to learn whether `\n` follows); a `\n`
+//! arriving next is that line end's second half, skipped (it stays in the next event's raw bytes,
+//! so the bytes forwarded are still exactly the bytes received).
 
 use bytes::{Bytes, BytesMut};
 
@@ -22,6 +28,8 @@ pub struct SseParser {
     line_start: usize,
     /// Data lines of the current event, as ranges into `buf`.
     data: Vec<(usize, usize)>,
+    /// The last line ended with a `\r` that was the last byte read: a `\n` next belongs to it.
+    skip_lf: bool,
 }
 
 impl SseParser {
@@ -53,7 +61,11 @@ impl SseParser {
         if self.buf.is_empty() {
             return None;
         }
-        let end: &'static [u8] = if self.buf.ends_with(b"\n") {
+        // After a line end one more makes the blank line; else the open line needs one too. A
+        // `\r` last may still be waiting for its `\n`: `\n\n` completes either way.
+        let end: &'static [u8] = if self.buf.ends_with(b"\r") {
+            b"\n\n"
+        } else if self.buf.ends_with(b"\n") {
             b"\n"
         } else {
             b"\n\n"
@@ -63,19 +75,33 @@ impl SseParser {
         self.buf = Bytes::new();
         self.line_start = 0;
         self.data.clear();
+        self.skip_lf = false;
         event.filter(|e| e.data.is_some())
     }
 
     /// The next complete event, if one is buffered.
     pub fn next_event(&mut self) -> Option<SseEvent> {
         loop {
-            let rel = memchr::memchr(b'\n', &self.buf[self.line_start..])?;
-            let nl = self.line_start + rel;
-            let mut end = nl;
-            if end > self.line_start && self.buf[end - 1] == b'\r' {
-                end -= 1;
+            if self.skip_lf && self.line_start < self.buf.len() {
+                self.skip_lf = false;
+                if self.buf[self.line_start] == b'\n' {
+                    self.line_start += 1;
+                    continue;
+                }
             }
-            let (start, next) = (self.line_start, nl + 1);
+            // INVARIANT: `\r\n`, `\n` and a lone `\r` all end a line (test:
+            // every_line_ending_gives_the_same_events; sse_framing for the whole path).
+            let rel = memchr::memchr2(b'\n', b'\r', &self.buf[self.line_start..])?;
+            let end = self.line_start + rel;
+            let next = if self.buf[end] == b'\n' {
+                end + 1
+            } else if end + 1 < self.buf.len() {
+                end + 1 + usize::from(self.buf[end + 1] == b'\n')
+            } else {
+                self.skip_lf = true;
+                end + 1
+            };
+            let start = self.line_start;
             self.line_start = next;
             if start == end {
                 // Blank line: the event is complete. Its data is sliced out of the raw bytes
@@ -146,14 +172,70 @@ mod tests {
         assert_eq!(joined, input);
         for i in 0..input.len() {
             for j in i..input.len() {
-                assert_eq!(all_events(input, &[i, j]), whole, "split at {i},{j}");
+                // A split inside a `\r\n` may move its `\n` into the next event's raw bytes.
+                assert_eq!(
+                    data_and_bytes(&all_events(input, &[i, j])),
+                    data_and_bytes(&whole),
+                    "split at {i},{j}"
+                );
             }
         }
     }
 
+    /// The events' data, and their raw bytes joined (what the client receives unchanged).
+    fn data_and_bytes(events: &[SseEvent]) -> (Vec<Option<Bytes>>, Vec<u8>) {
+        (
+            events.iter().map(|e| e.data.clone()).collect(),
+            events.iter().flat_map(|e| e.raw.to_vec()).collect(),
+        )
+    }
+
+    #[test]
+    fn every_line_ending_gives_the_same_events() {
+        let lf =
+            "data: {\"a\":1}\n\n: keep-alive\n\nevent: e\ndata: x\ndata: y\n\ndata: [DONE]\n\n";
+        let (want, _) = data_and_bytes(&all_events(lf.as_bytes(), &[]));
+        assert_eq!(want.len(), 4);
+        for ending in ["\r\n", "\r"] {
+            let input = lf.replace('\n', ending);
+            let input = input.as_bytes();
+            for i in 0..input.len() {
+                for j in i..input.len() {
+                    let events = all_events(input, &[i, j]);
+                    let (data, bytes) = data_and_bytes(&events);
+                    assert_eq!(data, want, "{ending:?} split at {i},{j}");
+                    // Bytes unchanged; only the `\n` of a last `\r\n` split off by a read may
+                    // wait for an event that never comes.
+                    let rest = &input[bytes.len().min(input.len())..];
+                    assert!(
+                        input.starts_with(&bytes) && (rest.is_empty() || rest == b"\n"),
+                        "{ending:?} split at {i},{j}: bytes unchanged"
+                    );
+                }
+            }
+        }
+        // A lone `\r` last in a read ends its event at once: nothing waits for the next read.
+        let mut p = SseParser::default();
+        p.push(Bytes::from_static(b"data: x\r\r"));
+        assert_eq!(
+            p.next_event().and_then(|e| e.data).as_deref(),
+            Some(&b"x"[..])
+        );
+        p.push(Bytes::from_static(b"\ndata: y\r\n\r\n"));
+        let e = p.next_event().unwrap();
+        assert_eq!(e.data.as_deref(), Some(&b"y"[..]));
+        assert_eq!(&e.raw[..], b"\ndata: y\r\n\r\n");
+        assert_eq!(p.next_event(), None);
+    }
+
     #[test]
     fn a_last_event_without_its_blank_line_counts() {
-        for tail in ["data: [DONE]", "data: [DONE]\n", "data: [DONE]\r\n"] {
+        for tail in [
+            "data: [DONE]",
+            "data: [DONE]\n",
+            "data: [DONE]\r\n",
+            "data: [DONE]\r",
+        ] {
             let mut p = SseParser::default();
             p.push(Bytes::from(format!("data: x\n\n{tail}")));
             assert_eq!(

@@ -265,7 +265,7 @@ impl<B: EngineBody> MeteredStream<B> {
                 ctx.settle(
                     usage,
                     meter.usage_final(),
-                    meter.generated_chunks(),
+                    meter.generated_tokens(),
                     status,
                     ttft,
                 )
@@ -283,11 +283,20 @@ impl<B: EngineBody> MeteredStream<B> {
         // back to the pool once its body's end has arrived (usually with `[DONE]`; else by the
         // time the event is recorded).
         let upstream = (completed && !drained(&mut *upstream)).then_some(upstream);
+        let mut ctx = ctx;
+        if self.meter.saw_error()
+            && self.meter.last_usage().is_none()
+            && self.meter.generated_chunks() == 0
+        {
+            // The engine's error came before any output or count: it produced nothing to bill
+            // (as an error answered instead of a stream).
+            ctx.estimate_prompt = Box::new(|| 0);
+        }
         let record = ctx
             .settle(
                 self.meter.last_usage(),
                 self.meter.usage_final(),
-                self.meter.generated_chunks(),
+                self.meter.generated_tokens(),
                 status,
                 ttft,
             )

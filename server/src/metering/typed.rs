@@ -16,13 +16,15 @@
 //!
 //! A stream cut before its final usage is billed from what was produced: the prompt the engine
 //! reported (Anthropic's `message_start`) or the gateway's estimate, and as completion the larger
-//! of the engine's running count and the content deltas it delivered (one token each on the
-//! simulator; a lower bound for a real engine, which may put several tokens in one delta).
+//! of the engine's running count and the tokens of the output it delivered, counted by
+//! [`super::count`] (the base's tokenizer, else words) from the deltas' text, however many
+//! tokens each delta holds.
 
 use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use super::count::{Field, OutputCounter, OutputTally, Part};
 use super::edit;
 use crate::endpoint::Endpoint;
 use crate::usage::{CompletionDetails, PromptDetails, Usage};
@@ -173,6 +175,9 @@ pub struct TypedMeter {
     completed: bool,
     error: bool,
     generated: u64,
+    /// How the output text is counted, and the text so far.
+    counter: OutputCounter,
+    tally: OutputTally,
 }
 
 impl TypedMeter {
@@ -186,7 +191,7 @@ impl TypedMeter {
         let model = holder
             .and_then(|h| h.model)
             .and_then(|m| edit::locate(raw, data, m.get().as_bytes()));
-        let generated = is_output_delta(kind, event.delta);
+        let generated = output_delta(kind, event.delta, &mut self.tally);
         if generated {
             self.generated += 1;
         }
@@ -260,7 +265,12 @@ impl TypedMeter {
     fn running(&self) -> Option<Usage> {
         let (input, read, created) = self.prompt?;
         let prompt = input.saturating_add(read).saturating_add(created);
-        Some(usage(prompt, read, self.output.max(self.generated), 0))
+        Some(usage(
+            prompt,
+            read,
+            self.output.max(self.generated_tokens()),
+            0,
+        ))
     }
 
     /// The usage to bill: the final one, else (a cut stream) the running one.
@@ -283,17 +293,38 @@ impl TypedMeter {
     pub fn generated(&self) -> u64 {
         self.generated
     }
+
+    /// Tokens of the output delivered, by the counter.
+    pub fn generated_tokens(&self) -> u64 {
+        self.tally.tokens(&self.counter)
+    }
+
+    pub fn set_counter(&mut self, counter: OutputCounter) {
+        self.counter = counter;
+    }
 }
 
 /// Whether an event is a non-empty output delta: Responses' text, reasoning, refusal and
 /// function-argument deltas (a string `delta`); Anthropic's `content_block_delta` (text,
-/// thinking, tool input).
-fn is_output_delta(kind: &str, delta: Option<&RawValue>) -> bool {
+/// thinking, tool input). Its text goes to `tally`.
+fn output_delta(kind: &str, delta: Option<&RawValue>, tally: &mut OutputTally) -> bool {
     let Some(delta) = delta else {
         return false;
     };
+    let part = |field| Part { choice: 0, field };
     if kind.starts_with("response.") && kind.ends_with(".delta") {
-        return delta.get() != r#""""#;
+        let Ok(text) = serde_json::from_str::<std::borrow::Cow<'_, str>>(delta.get()) else {
+            return false;
+        };
+        let field = if kind.contains("reasoning") {
+            Field::Reasoning
+        } else if kind.contains("arguments") {
+            Field::Tool
+        } else {
+            Field::Content
+        };
+        tally.push(part(field), &text);
+        return !text.is_empty();
     }
     if kind == "content_block_delta" {
         #[derive(Deserialize)]
@@ -305,12 +336,21 @@ fn is_output_delta(kind: &str, delta: Option<&RawValue>) -> bool {
             #[serde(borrow, default)]
             partial_json: Option<std::borrow::Cow<'a, str>>,
         }
-        return serde_json::from_str::<Block<'_>>(delta.get()).is_ok_and(|b| {
-            [b.text, b.thinking, b.partial_json]
-                .iter()
-                .flatten()
-                .any(|t| !t.is_empty())
-        });
+        let Ok(b) = serde_json::from_str::<Block<'_>>(delta.get()) else {
+            return false;
+        };
+        let mut any = false;
+        for (text, field) in [
+            (b.text, Field::Content),
+            (b.thinking, Field::Reasoning),
+            (b.partial_json, Field::Tool),
+        ] {
+            if let Some(t) = text {
+                any |= !t.is_empty();
+                tally.push(part(field), &t);
+            }
+        }
+        return any;
     }
     false
 }
@@ -356,6 +396,12 @@ mod tests {
             &[r#"{"type":"response.output_text.delta","delta":" a"}"#; 3],
         );
         assert_eq!((m.usage(), m.generated(), m.completed()), (None, 3, false));
+        // Several tokens in one delta: billed tokens, not deltas.
+        let m = feed(
+            Dialect::Responses,
+            &[r#"{"type":"response.output_text.delta","delta":" a b c"}"#; 2],
+        );
+        assert_eq!((m.generated(), m.generated_tokens()), (2, 6));
     }
 
     #[test]

@@ -3,11 +3,22 @@
 //! work), and the [`Pending`] guard still records the event. The event is recorded before the
 //! response is released. Streams are metered by [`super::stream`].
 //!
-//! A whole answer without `usage` is billed from its content (counted in words by the gateway,
-//! provenance `estimated`); one over the size limit is read on (bounded) so the engine's usage at
-//! its end is still billed; a JSON answer to a streamed request is either the engine's error
-//! (handed back for the caller to pass on) or an answer that ignored `stream`, relayed whole.
-//! Every answer's `model` is the name the client asked for.
+//! A whole answer without `usage` is billed from its content (counted by [`super::count`], the
+//! one count every path uses; provenance `estimated`). An engine's error sent with HTTP 200
+//! (`{"error":{..}}`, or vLLM's older `{"object":"error",..}`), or a JSON body that is no answer
+//! to a streamed request, is handed back for the caller to relay as an error; it is recorded as
+//! an upstream error with nothing billed. Every answer's `model` is the name the client asked for.
+//!
+//! The large-answer rule: an answer over [`WholeLimits::max_bytes`] bills what the client
+//! received, which is nothing. The gateway stops reading at the limit (the connection is closed,
+//! so an engine still writing stops), answers 502 `upstream_response_too_large`, and records an
+//! upstream error with zero tokens. Why not stream it through: a whole answer must be read to
+//! its end before its first byte leaves (the event is recorded first and the `model` renamed),
+//! so passing it on means holding it; and why not bill the engine's usage: the tenant would pay
+//! for an answer it never got. Only a JSON answer can be this large: every generating request
+//! streams upstream (its assembled answer is bounded by `max_tokens`), so this is an engine
+//! that ignored `stream`, or an embeddings batch whose vectors outgrow the limit
+//! (`--max-answer-bytes`, which the operator sets above any answer it means to serve).
 
 use std::time::Duration;
 
@@ -17,6 +28,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::context::{settle, Pending};
+use super::count::{Field, OutputCounter, OutputTally, Part};
 use crate::usage::{Usage, UsageStatus};
 
 /// How a whole answer is read.
@@ -30,11 +42,6 @@ pub struct WholeLimits {
     pub stream_requested: bool,
 }
 
-/// How much of an oversized body's end is kept to find the engine's usage in it.
-const TAIL_BYTES: usize = 64 * 1024;
-/// How far past the limit an oversized body is read for its usage before it is closed.
-const OVERSIZE_READ_FACTOR: usize = 4;
-
 #[derive(Deserialize)]
 struct WholeProbe<'a> {
     #[serde(default)]
@@ -43,6 +50,25 @@ struct WholeProbe<'a> {
     model: Option<&'a RawValue>,
     #[serde(borrow, default)]
     choices: Option<&'a RawValue>,
+    /// An embeddings answer's vectors.
+    #[serde(borrow, default)]
+    data: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    error: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    object: Option<std::borrow::Cow<'a, str>>,
+}
+
+impl WholeProbe<'_> {
+    /// The body is an engine's error, whatever its HTTP status said.
+    fn is_error(&self) -> bool {
+        self.error.is_some_and(|e| e.get() != "null") || self.object.as_deref() == Some("error")
+    }
+
+    /// The body is an answer (choices, or an embeddings answer's data) and no error.
+    fn is_answer(&self) -> bool {
+        !self.is_error() && (self.choices.is_some() || self.data.is_some())
+    }
 }
 
 #[derive(Deserialize)]
@@ -63,49 +89,43 @@ struct MessageText<'a> {
     tool_calls: Option<&'a RawValue>,
 }
 
-/// Completion tokens of an answer that reported no usage, counted from its content in words (the
-/// simulator's tokenizer; what the stream path counts from its chunks).
-fn estimate_completion(choices: Option<&RawValue>) -> u64 {
-    use tf_engine_sim::tokenizer::count_text;
+/// Completion tokens of an answer that reported no usage, counted from its content by `counter`
+/// (the one count of [`super::count`], as a stream's output is counted).
+fn estimate_completion(choices: Option<&RawValue>, counter: &OutputCounter) -> u64 {
     let Some(list) =
         choices.and_then(|c| serde_json::from_str::<Vec<ChoiceText<'_>>>(c.get()).ok())
     else {
         return 0;
     };
-    list.iter()
-        .map(|c| {
-            let text = c.text.as_deref().map_or(0, count_text);
-            let message = c.message.as_ref().map_or(0, |m| {
-                m.content.as_deref().map_or(0, count_text)
-                    + m.reasoning_content.as_deref().map_or(0, count_text)
-                    + m.tool_calls.map_or(0, |t| count_text(t.get()))
-            });
-            u64::from(text) + u64::from(message)
-        })
-        .sum()
-}
-
-/// The engine's `usage` near the end of a body too large to parse whole (engines write it last).
-fn usage_in_tail(tail: &[u8]) -> Option<Usage> {
-    const KEY: &[u8] = b"\"usage\"";
-    let at = memchr::memmem::rfind(tail, KEY)?;
-    if at > 0 && tail.get(at - 1) == Some(&b'\\') {
-        return None;
+    let mut tally = OutputTally::default();
+    for (i, c) in list.iter().enumerate() {
+        let i = u32::try_from(i).unwrap_or(u32::MAX);
+        if let Some(t) = &c.text {
+            tally.push(Part::content(i), t);
+        }
+        let Some(m) = &c.message else { continue };
+        if let Some(t) = &m.content {
+            tally.push(Part::content(i), t);
+        }
+        if let Some(t) = &m.reasoning_content {
+            let part = Part {
+                choice: i,
+                field: Field::Reasoning,
+            };
+            tally.push(part, t);
+        }
+        if let Some(calls) = m.tool_calls {
+            super::meter::tally_tool_calls(&mut tally, i, calls);
+        }
     }
-    let rest = tail.get(at + KEY.len()..)?;
-    let colon = rest.iter().position(|b| !b.is_ascii_whitespace())?;
-    if rest.get(colon) != Some(&b':') {
-        return None;
-    }
-    let mut de = serde_json::Deserializer::from_slice(rest.get(colon + 1..)?);
-    Usage::deserialize(&mut de).ok()
+    tally.tokens(counter)
 }
 
 /// How reading a whole body ended, when it did not end well.
 enum Broken {
     Status(UsageStatus),
-    /// Over the limit: the engine's usage found at its end, if any.
-    TooLarge(Option<Usage>),
+    /// Over the limit.
+    TooLarge,
 }
 
 /// How a whole answer ended; in every case its event is recorded.
@@ -115,7 +135,7 @@ pub enum WholeOutcome {
     Answer(Bytes),
     /// A streamed request answered with something that is not an answer: the engine's error body.
     EngineError(Vec<u8>),
-    /// Over [`WholeLimits::max_bytes`] (billed with the engine's usage found at its end, if any).
+    /// Over [`WholeLimits::max_bytes`]: nothing relayed, nothing billed (the module doc's rule).
     TooLarge,
     /// Broken, cut, silent too long, or the accounting was already handed on.
     Broken,
@@ -133,8 +153,6 @@ where
 {
     let cut = pending.cut();
     let mut buf = Vec::new();
-    let mut total = 0usize;
-    let mut oversize: Option<Vec<u8>> = None;
     let outcome: Result<(), Broken> = loop {
         let next = tokio::select! {
             biased;
@@ -147,31 +165,15 @@ where
         };
         match next {
             Some(Ok(b)) => {
-                total += b.len();
-                if let Some(tail) = oversize.as_mut() {
-                    // INVARIANT: an answer over the limit still bills the engine's usage (test:
-                    // protocol::an_oversized_answer_bills_the_engine_usage).
-                    tail.extend_from_slice(&b);
-                    if tail.len() > 2 * TAIL_BYTES {
-                        tail.drain(..tail.len() - TAIL_BYTES);
-                    }
-                    if total > limits.max_bytes.saturating_mul(OVERSIZE_READ_FACTOR) {
-                        break Err(Broken::TooLarge(usage_in_tail(tail)));
-                    }
-                } else if buf.len() + b.len() <= limits.max_bytes {
-                    buf.extend_from_slice(&b);
-                } else {
-                    buf.extend_from_slice(&b);
-                    let keep = buf.len().saturating_sub(TAIL_BYTES);
-                    oversize = Some(buf.split_off(keep));
-                    buf = Vec::new();
+                if buf.len() + b.len() > limits.max_bytes {
+                    // INVARIANT: an answer over the limit bills what the client received:
+                    // nothing (test: protocol::an_oversized_answer_bills_what_the_client_received).
+                    break Err(Broken::TooLarge);
                 }
+                buf.extend_from_slice(&b);
             }
             Some(Err(_)) => break Err(Broken::Status(UsageStatus::UpstreamError)),
-            None => match &oversize {
-                Some(tail) => break Err(Broken::TooLarge(usage_in_tail(tail))),
-                None => break Ok(()),
-            },
+            None => break Ok(()),
         }
     };
     drop(body);
@@ -182,11 +184,13 @@ where
         Ok(()) => {
             let served = ctx.event.served_name.clone();
             let probe = serde_json::from_slice::<WholeProbe<'_>>(&buf).ok();
-            let answer = probe.as_ref().is_some_and(|p| p.choices.is_some());
-            if limits.stream_requested && !answer {
-                // A streamed request answered with something that is not an answer: the engine's
-                // error, passed on in the envelope; it produced nothing to bill (test:
-                // protocol::a_json_error_to_a_streamed_request_is_passed_on).
+            let answer = probe.as_ref().is_some_and(WholeProbe::is_answer);
+            let error = probe.as_ref().is_some_and(WholeProbe::is_error);
+            if error || (limits.stream_requested && !answer) {
+                // The engine's error (sent with 200), or a streamed request answered with
+                // something that is not an answer: passed on in the envelope; it produced nothing
+                // to bill (tests: protocol::a_json_error_to_a_streamed_request_is_passed_on,
+                // sse_framing::a_json_error_with_200_is_an_upstream_error).
                 let mut ctx = ctx;
                 ctx.estimate_prompt = Box::new(|| 0);
                 settle(ctx, None, false, 0, UsageStatus::UpstreamError).await;
@@ -197,7 +201,7 @@ where
                 return WholeOutcome::Answer(Bytes::from(buf));
             };
             let generated = if probe.usage.is_none() {
-                estimate_completion(probe.choices)
+                estimate_completion(probe.choices, &ctx.counter)
             } else {
                 0
             };
@@ -213,9 +217,14 @@ where
             };
             WholeOutcome::Answer(body)
         }
-        Err(Broken::TooLarge(usage)) => {
-            tracing::warn!(bytes = total, "upstream answer over the size limit");
-            settle(ctx, usage, usage.is_some(), 0, UsageStatus::UpstreamError).await;
+        Err(Broken::TooLarge) => {
+            tracing::warn!(
+                limit = limits.max_bytes,
+                "upstream answer over the size limit; not relayed, not billed"
+            );
+            let mut ctx = ctx;
+            ctx.estimate_prompt = Box::new(|| 0);
+            settle(ctx, None, false, 0, UsageStatus::UpstreamError).await;
             WholeOutcome::TooLarge
         }
         Err(Broken::Status(status)) => {
@@ -230,19 +239,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn usage_is_found_at_the_end_of_a_truncated_body() {
-        let tail = br#"w1 w2 \"usage\" w3"}}],"usage": {"prompt_tokens":7,"completion_tokens":40,"total_tokens":47}}"#;
-        let u = usage_in_tail(tail).unwrap();
-        assert_eq!((u.prompt_tokens, u.completion_tokens), (7, 40));
-        assert_eq!(usage_in_tail(br#"w1 w2 \"usage\": 3"#), None);
-    }
-
-    #[test]
     fn completion_is_estimated_from_the_content() {
         let c =
             r#"[{"message":{"content":" w1 w2 w3","reasoning_content":"r1 r2"}},{"text":"a b"}]"#;
         let raw: &RawValue = serde_json::from_str(c).unwrap();
-        assert_eq!(estimate_completion(Some(raw)), 7);
-        assert_eq!(estimate_completion(None), 0);
+        let words = OutputCounter::default();
+        assert_eq!(estimate_completion(Some(raw), &words), 7);
+        assert_eq!(estimate_completion(None, &words), 0);
     }
 }

@@ -409,36 +409,29 @@ async fn a_json_error_to_a_streamed_request_is_passed_on(pool: PgPool) {
 }
 
 #[sqlx::test(migrations = "../migrations")]
-async fn an_oversized_answer_bills_the_engine_usage(pool: PgPool) {
-    // Over the 64 MiB the gateway relays whole; the engine's usage comes last, as vLLM writes it.
-    let filler = " w".repeat(33 << 20);
+async fn an_oversized_answer_bills_what_the_client_received(pool: PgPool) {
+    // The large-answer rule: over the limit, nothing is relayed and nothing is billed, though the
+    // engine reports its usage (last, as vLLM writes it). The limit is the test's, 64 KiB.
+    let limit = 64 * 1024;
+    let filler = " w".repeat(limit);
     let body = format!(
         r#"{{"id":"c","object":"chat.completion","created":0,"model":"{INTERNAL}","choices":[{{"index":0,"message":{{"role":"assistant","content":"{filler}"}},"finish_reason":"stop"}}],"usage":{}}}"#,
-        usage(7, 33 << 20)
+        usage(7, limit as u32)
     );
-    let t = with_raw_engine(
-        pool,
-        GatewayOptions::default(),
-        answers(whole_json("200 OK", "", &body)),
-    )
-    .await;
+    let gateway = GatewayOptions {
+        max_answer_bytes: limit,
+        ..GatewayOptions::default()
+    };
+    let t = with_raw_engine(pool, gateway, answers(whole_json("200 OK", "", &body))).await;
     let a = t.tenant("acme").await;
-    let r = tokio::time::timeout(
-        Duration::from_secs(60),
-        t.post(&a.key, "/v1/chat/completions", chat(RAW, "hello", 8))
-            .send(),
-    )
-    .await
-    .unwrap()
-    .unwrap();
+    let r = send(&t, &a.key, chat(RAW, "hello", 8)).await;
     assert_eq!(r.status(), 502);
     let id = request_id(&r);
     let v: Value = r.json().await.unwrap();
-    let ev = t.event(&id).await;
-    assert_eq!((ev.prompt_tokens, ev.completion_tokens), (7, 33 << 20));
-    assert_eq!(ev.provenance, Provenance::Engine);
-    assert_eq!(ev.status, UsageStatus::UpstreamError);
     assert_eq!(v["error"]["code"], "upstream_response_too_large");
+    let ev = t.event(&id).await;
+    assert_eq!((ev.prompt_tokens, ev.completion_tokens), (0, 0));
+    assert_eq!(ev.status, UsageStatus::UpstreamError);
 }
 
 #[sqlx::test(migrations = "../migrations")]

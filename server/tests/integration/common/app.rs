@@ -85,6 +85,10 @@ pub struct TestAppBuilder {
     trusted_proxies: tf_app::ssr::client_addr::TrustedProxies,
     max_keys_per_tenant: u32,
     rater: bool,
+    /// Extra environment of a [`process`](Self::process) deployment's gateway.
+    process_env: Vec<(String, String)>,
+    /// Extra `[[base]]` rows of a process deployment's fleet file (`{sim}`: the simulator).
+    extra_fleet: String,
 }
 
 impl TestApp {
@@ -106,6 +110,8 @@ impl TestApp {
             trusted_proxies: Default::default(),
             max_keys_per_tenant: tf_core::keys::DEFAULT_MAX_KEYS_PER_TENANT,
             rater: true,
+            process_env: Vec::new(),
+            extra_fleet: String::new(),
         }
     }
 }
@@ -217,6 +223,19 @@ impl TestAppBuilder {
     }
 
     /// A child process' `TF_DRAIN_SECONDS` (default 5).
+    /// Sets `key` in a process deployment's gateway environment (its flags' variables).
+    pub fn process_env(mut self, key: &str, value: &str) -> Self {
+        self.process_env.push((key.to_owned(), value.to_owned()));
+        self
+    }
+
+    /// Appends `toml` (`[[base]]` rows; `{sim}` becomes the simulator's address) to a process
+    /// deployment's fleet file.
+    pub fn extra_fleet(mut self, toml: &str) -> Self {
+        self.extra_fleet.push_str(toml);
+        self
+    }
+
     pub fn drain_seconds(mut self, seconds: u64) -> Self {
         self.drain_seconds = seconds;
         self
@@ -363,6 +382,7 @@ impl TestAppBuilder {
             self.drain_seconds,
             embedding,
         )
+        .with_env(self.process_env, &self.extra_fleet)
     }
 }
 

@@ -21,6 +21,7 @@ pub mod process;
 pub mod raw_http;
 pub mod sim;
 pub mod sleepy;
+pub mod sse;
 
 use futures::StreamExt;
 use sqlx::PgPool;

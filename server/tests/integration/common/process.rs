@@ -36,9 +36,21 @@ pub struct Deployment {
     fleet_file: PathBuf,
     durability: &'static str,
     drain_seconds: u64,
+    env: Vec<(String, String)>,
 }
 
 impl Deployment {
+    /// Adds `env` to every gateway process and `fleet` (with `{sim}` replaced) to its fleet file.
+    pub(super) fn with_env(mut self, env: Vec<(String, String)>, fleet: &str) -> Self {
+        self.env = env;
+        if !fleet.is_empty() {
+            let mut text = std::fs::read_to_string(&self.fleet_file).unwrap();
+            text.push_str(&fleet.replace("{sim}", &self.sim_addr.to_string()));
+            std::fs::write(&self.fleet_file, text).unwrap();
+        }
+        self
+    }
+
     pub(super) fn new(
         sim: Sim,
         pool: &PgPool,
@@ -56,6 +68,7 @@ impl Deployment {
             sim_addr: sim.addr,
             durability,
             drain_seconds,
+            env: Vec::new(),
         }
     }
 
@@ -113,6 +126,7 @@ impl Gateway {
                 "TF_DEMO_STATE",
                 spec.journal_dir.with_extension("demo.json"),
             )
+            .envs(spec.env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .kill_on_drop(true)
