@@ -34,6 +34,7 @@ mod health;
 mod helm_chart;
 mod invoices_portal;
 mod isolation;
+mod issue37_portal;
 mod journal;
 mod journal_faults;
 mod lifecycle;

@@ -72,6 +72,9 @@ pub struct AdminInvoiceItem {
     pub adjustment_micros: i64,
     pub total_micros: i64,
     pub issued_at: Option<String>,
+    /// A draft's figures are its last build's: `YYYY-MM-DD HH:MM:SS` (UTC) of that build.
+    #[serde(default)]
+    pub as_of: Option<String>,
 }
 
 /// A tenant's credit, for the grant form's side.
@@ -98,6 +101,9 @@ pub struct AdminInvoiceDetail {
     /// The tenant's handle.
     pub tenant: String,
     pub detail: crate::invoices::InvoiceDetail,
+    /// A stored draft's last build (`YYYY-MM-DD HH:MM:SS`, UTC): what its figures are as of.
+    #[serde(default)]
+    pub as_of: Option<String>,
 }
 
 /// Any tenant's stored invoice with its entries; `None` for an unknown or malformed id.
@@ -125,7 +131,17 @@ pub async fn admin_invoice(
     let detail = invoices::detail(pool, tenant_id, &id, time::OffsetDateTime::now_utc())
         .await
         .map_err(failed)?;
-    Ok(detail.map(|detail| AdminInvoiceDetail { tenant, detail }))
+    let as_of = tf_core::db::invoicing::by_id(pool, uuid)
+        .await
+        .map_err(failed)?
+        .filter(|i| i.status == "draft")
+        .and_then(|i| i.built_at)
+        .map(crate::admin::billing::server::as_of);
+    Ok(detail.map(|detail| AdminInvoiceDetail {
+        tenant,
+        detail,
+        as_of,
+    }))
 }
 
 /// The price book, its versions, tiers and tenants' tiers.
