@@ -113,10 +113,15 @@ mod tests {
         assert_eq!(shown, ["$0.000040", "$0.000039", "$2.500000", "$0.000000"]);
         // Every amount of the column has as many characters after the point.
         let after_point = |s: &String| s.len() - s.find('.').unwrap();
-        assert!(shown.iter().all(|s| after_point(s) == after_point(&shown[0])));
+        assert!(shown
+            .iter()
+            .all(|s| after_point(s) == after_point(&shown[0])));
         // A column of whole cents keeps two; one of tenths of a cent three.
         assert_eq!(Decimals::for_amounts([1_000_000, 20_000]), Decimals::CENTS);
-        assert_eq!(Decimals::for_amounts([1_500, 20_000]).show(20_000), "$0.0200");
+        assert_eq!(
+            Decimals::for_amounts([1_500, 20_000]).show(20_000),
+            "$0.0200"
+        );
         assert_eq!(Decimals::for_amounts([]), Decimals::CENTS);
         assert_eq!(Decimals::for_amounts([-1_000_001]).show(-5), "-$0.000005");
     }

@@ -233,7 +233,10 @@ fn rotation_of(name: &str) -> (&str, u32) {
     }
     let numbered = name.strip_suffix(')').and_then(|s| {
         let (base, n) = s.rsplit_once(" (rotated ")?;
-        let n = n.parse::<u32>().ok().filter(|n| *n >= 2 && !n.to_string().starts_with('0'))?;
+        let n = n
+            .parse::<u32>()
+            .ok()
+            .filter(|n| *n >= 2 && !n.to_string().starts_with('0'))?;
         Some((base, n))
     });
     numbered.unwrap_or((name, 0))
@@ -296,7 +299,10 @@ mod tests {
             "ci (rotated 3)"
         );
         // Only the same base counts; a name that merely looks numbered is a base of its own.
-        assert_eq!(rotated_name("a (rotated 01)", ["a (rotated 01)"]), "a (rotated 01) (rotated)");
+        assert_eq!(
+            rotated_name("a (rotated 01)", ["a (rotated 01)"]),
+            "a (rotated 01) (rotated)"
+        );
         let long = "x".repeat(MAX_NAME_CHARS);
         let r = rotated_name(&long, [long.as_str()]);
         assert_eq!(r.chars().count(), MAX_NAME_CHARS);

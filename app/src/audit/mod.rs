@@ -86,10 +86,7 @@ pub async fn tenant_audit(
         .flatten();
     Ok(TenantAuditView::Shown {
         action,
-        items: rows
-            .into_iter()
-            .map(crate::admin::audit::item_of)
-            .collect(),
+        items: rows.into_iter().map(crate::admin::audit::item_of).collect(),
         older,
         notice,
     })

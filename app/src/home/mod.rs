@@ -83,12 +83,8 @@ pub async fn load_home() -> Result<HomeView, PortalError> {
                     .base
                     .map_or_else(|| "base model".to_owned(), |b| format!("adapter on {b}")),
                 input_price: u.rates.map_or("-".into(), |r| prices.show(r.fresh_per_m)),
-                cached_price: u
-                    .rates
-                    .map_or("-".into(), |r| prices.show(r.cached_per_m)),
-                output_price: u
-                    .rates
-                    .map_or("-".into(), |r| prices.show(r.output_per_m)),
+                cached_price: u.rates.map_or("-".into(), |r| prices.show(r.cached_per_m)),
+                output_price: u.rates.map_or("-".into(), |r| prices.show(r.output_per_m)),
                 name: u.name,
             })
             .collect(),

@@ -15,7 +15,6 @@ use crate::frame::{framed, CopyButton, CopyScript, CsrfField, Guarded, NARROW};
 use crate::model::{Access, PageState};
 use crate::PRODUCT;
 
-
 /// `/keys`: signed-in tenant members.
 #[component]
 pub fn KeysPage() -> impl IntoView {

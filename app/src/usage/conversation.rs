@@ -135,7 +135,12 @@ fn take_answer(endpoint: &str, ev: &Value, c: &mut Conversation) {
         "messages" => match ev.get("type").and_then(Value::as_str) {
             // The whole message (not streamed).
             Some("message") => {
-                for block in ev.get("content").and_then(Value::as_array).into_iter().flatten() {
+                for block in ev
+                    .get("content")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                {
                     if let Some(t) = block.get("text").and_then(Value::as_str) {
                         push_text(c, t);
                     }
@@ -162,8 +167,18 @@ fn take_answer(endpoint: &str, ev: &Value, c: &mut Conversation) {
             }
             // The whole response (not streamed).
             _ if ev.get("object").and_then(Value::as_str) == Some("response") => {
-                for item in ev.get("output").and_then(Value::as_array).into_iter().flatten() {
-                    for part in item.get("content").and_then(Value::as_array).into_iter().flatten() {
+                for item in ev
+                    .get("output")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                {
+                    for part in item
+                        .get("content")
+                        .and_then(Value::as_array)
+                        .into_iter()
+                        .flatten()
+                    {
                         if part.get("type").and_then(Value::as_str) == Some("output_text") {
                             push_text(c, part.get("text").and_then(Value::as_str).unwrap_or(""));
                         }
@@ -223,9 +238,15 @@ mod tests {
                    data: {\"choices\":[],\"usage\":{\"completion_tokens\":2}}\n\n\
                    data: [DONE]\n\n";
         let c = read("chat", prompt, sse);
-        let turns: Vec<(&str, &str)> =
-            c.messages.iter().map(|t| (t.role.as_str(), t.text.as_str())).collect();
-        assert_eq!(turns, [("system", "Be brief."), ("user", "Hi\n[image_url]")]);
+        let turns: Vec<(&str, &str)> = c
+            .messages
+            .iter()
+            .map(|t| (t.role.as_str(), t.text.as_str()))
+            .collect();
+        assert_eq!(
+            turns,
+            [("system", "Be brief."), ("user", "Hi\n[image_url]")]
+        );
         assert_eq!(c.completion.as_deref(), Some("Hello"));
         assert_eq!(c.finish_reason.as_deref(), Some("length"));
         assert_eq!(c.streamed_events, 4);
@@ -238,10 +259,17 @@ mod tests {
             r#"{"messages":[{"role":"user","content":"Hi"}]}"#,
             r#"{"choices":[{"message":{"role":"assistant","content":"Yo"},"finish_reason":"stop"}]}"#,
         );
-        assert_eq!((c.completion.as_deref(), c.finish_reason.as_deref()), (Some("Yo"), Some("stop")));
+        assert_eq!(
+            (c.completion.as_deref(), c.finish_reason.as_deref()),
+            (Some("Yo"), Some("stop"))
+        );
         assert_eq!(c.streamed_events, 0);
 
-        let c = read("completions", r#"{"prompt":"Once"}"#, r#"{"choices":[{"text":" upon","finish_reason":"length"}]}"#);
+        let c = read(
+            "completions",
+            r#"{"prompt":"Once"}"#,
+            r#"{"choices":[{"text":" upon","finish_reason":"length"}]}"#,
+        );
         assert_eq!(c.messages[0].text, "Once");
         assert_eq!(c.completion.as_deref(), Some(" upon"));
 
@@ -253,7 +281,10 @@ mod tests {
              event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"}}\n\n",
         );
         assert_eq!(c.messages.len(), 2);
-        assert_eq!((c.completion.as_deref(), c.finish_reason.as_deref()), (Some("A"), Some("end_turn")));
+        assert_eq!(
+            (c.completion.as_deref(), c.finish_reason.as_deref()),
+            (Some("A"), Some("end_turn"))
+        );
 
         let c = read(
             "responses",
@@ -265,14 +296,25 @@ mod tests {
         assert_eq!(c.completion.as_deref(), Some("Hi there"));
         assert_eq!(c.finish_reason.as_deref(), Some("max_output_tokens"));
 
-        let c = read("embeddings", r#"{"input":["a","b"]}"#, r#"{"data":[{"embedding":[0.1]},{"embedding":[0.2]}]}"#);
+        let c = read(
+            "embeddings",
+            r#"{"input":["a","b"]}"#,
+            r#"{"data":[{"embedding":[0.1]},{"embedding":[0.2]}]}"#,
+        );
         assert_eq!(c.messages.len(), 2);
-        assert_eq!(c.completion.as_deref(), Some("2 embeddings (vectors not shown)"));
+        assert_eq!(
+            c.completion.as_deref(),
+            Some("2 embeddings (vectors not shown)")
+        );
     }
 
     #[test]
     fn a_cut_body_gives_what_can_be_read() {
-        let c = read("chat", r#"{"messages":[{"role":"user","content":"Hi"#, "data: {\"choices\":[{\"delta\":{\"content\":\"Hel\"}}]}\n\ndata: {\"choi");
+        let c = read(
+            "chat",
+            r#"{"messages":[{"role":"user","content":"Hi"#,
+            "data: {\"choices\":[{\"delta\":{\"content\":\"Hel\"}}]}\n\ndata: {\"choi",
+        );
         assert!(c.messages.is_empty());
         assert_eq!(c.completion.as_deref(), Some("Hel"));
         assert_eq!(c.finish_reason, None);

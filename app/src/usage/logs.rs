@@ -200,7 +200,10 @@ mod tests {
             link(&f, Page::Before("1_ab")),
             "/logs?model=a%20b%26c&since=2026-12-01T10%3A00&before=1_ab"
         );
-        assert_eq!(link(&f, Page::After("2_cd")), "/logs?model=a%20b%26c&since=2026-12-01T10%3A00&after=2_cd");
+        assert_eq!(
+            link(&f, Page::After("2_cd")),
+            "/logs?model=a%20b%26c&since=2026-12-01T10%3A00&after=2_cd"
+        );
         assert_eq!(link(&LogParams::default(), Page::Newest), "/logs");
     }
 }

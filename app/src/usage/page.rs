@@ -235,7 +235,11 @@ fn report_view(report: UsageReport) -> AnyView {
     let t = &report.totals;
     // One number of decimals for the cost column, its total and the summary: they align.
     let cost = Decimals::for_amounts(
-        report.rows.iter().map(|r| r.figures.cost_micros).chain([t.cost_micros]),
+        report
+            .rows
+            .iter()
+            .map(|r| r.figures.cost_micros)
+            .chain([t.cost_micros]),
     );
     let summary = format!(
         "{} to {} (UTC): {} requests, {} prompt tokens ({} cached), {} completion tokens, cost {}.",
@@ -347,7 +351,8 @@ mod tests {
         assert_eq!(stacks[1], [0, 0, 0, 0, 0, 0, 5]);
         assert_eq!(stacks[0].iter().sum::<u64>(), (92..=100).sum::<u64>());
         // Few names: no "other".
-        let (series, _) = stacked_by_name(&days, [("d1", "a", 1), ("d2", "b", 2)].into_iter(), "other");
+        let (series, _) =
+            stacked_by_name(&days, [("d1", "a", 1), ("d2", "b", 2)].into_iter(), "other");
         assert_eq!(series, ["b", "a"]);
     }
 

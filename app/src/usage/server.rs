@@ -8,8 +8,8 @@ use time::{Date, Duration, OffsetDateTime, PrimitiveDateTime};
 use uuid::Uuid;
 
 use super::{
-    Choice, EndpointUsage, KeyDay, LogEntry, LogParams, LogReport, ENDPOINTS, VIEWS, UsageFigures, UsageParams, UsageReport, UsageRow,
-    LOG_PAGE_SIZE, MAX_RANGE_DAYS, STATUSES,
+    Choice, EndpointUsage, KeyDay, LogEntry, LogParams, LogReport, UsageFigures, UsageParams,
+    UsageReport, UsageRow, ENDPOINTS, LOG_PAGE_SIZE, MAX_RANGE_DAYS, STATUSES, VIEWS,
 };
 use crate::error::PortalError;
 use crate::ssr::{session, Portal};

@@ -110,7 +110,11 @@ async fn rotating_twice_gives_distinct_names_and_old_revoked_keys_hide(pool: PgP
     assert!(all.contains(r#"href="/keys""#));
 }
 
-fn event(tenant: Uuid, at: OffsetDateTime, endpoint: tokenfactory::endpoint::Endpoint) -> UsageEvent {
+fn event(
+    tenant: Uuid,
+    at: OffsetDateTime,
+    endpoint: tokenfactory::endpoint::Endpoint,
+) -> UsageEvent {
     UsageEvent {
         request_id: Uuid::now_v7(),
         tenant_id: tenant,
@@ -184,12 +188,18 @@ async fn a_stored_stream_reads_as_a_conversation(pool: PgPool) {
     assert!(system < user && user < answer, "in order");
     assert!(conversation.contains("role-system") && conversation.contains("role-user"));
     assert!(conversation.contains("assembled from 3 stream events"));
-    assert!(html.contains(r#"<dd id="finish-reason">length</dd>"#), "{html}");
+    assert!(
+        html.contains(r#"<dd id="finish-reason">length</dd>"#),
+        "{html}"
+    );
     assert!(html.contains(r#"<dd id="streamed">yes</dd>"#));
     assert!(html.contains(r#"data-provenance="partial""#));
     assert!(html.contains(r#"<dd id="endpoint">chat</dd>"#));
     // The raw bodies stay, behind a closed disclosure.
-    let raw = html.split(r#"<details class="raw" id="raw-bodies">"#).nth(1).unwrap();
+    let raw = html
+        .split(r#"<details class="raw" id="raw-bodies">"#)
+        .nth(1)
+        .unwrap();
     assert!(raw.contains(r#"id="completion-body""#) && raw.contains("data: [DONE]"));
 }
 
@@ -218,12 +228,25 @@ async fn a_tenant_audit_shows_only_its_own_rows(pool: PgPool) {
         .await
         .unwrap()
         .id;
-    accounts::create_user(&p.pool, "eve@globex.test", PASSWORD, Role::TenantMember, Some(globex))
-        .await
-        .unwrap();
+    accounts::create_user(
+        &p.pool,
+        "eve@globex.test",
+        PASSWORD,
+        Role::TenantMember,
+        Some(globex),
+    )
+    .await
+    .unwrap();
     // Rows of both tenants, and one platform-wide row.
     for i in 0..3 {
-        audit(&p.pool, globex, "key.create", &format!("tf-glbx000{i}"), serde_json::json!({"name": "secret-globex-key"})).await;
+        audit(
+            &p.pool,
+            globex,
+            "key.create",
+            &format!("tf-glbx000{i}"),
+            serde_json::json!({"name": "secret-globex-key"}),
+        )
+        .await;
     }
     tf_core::db::audit::record(
         &p.pool,
@@ -252,16 +275,34 @@ async fn a_tenant_audit_shows_only_its_own_rows(pool: PgPool) {
     let html = owner.html("/audit").await;
     let rows: Vec<&str> = html.split("data-audit-id=").skip(1).collect();
     assert_eq!(rows.len(), 2, "acme's two rows: {html}");
-    assert!(rows[0].contains("key.rotate") && rows[1].contains("key.create"), "newest first");
+    assert!(
+        rows[0].contains("key.rotate") && rows[1].contains("key.create"),
+        "newest first"
+    );
     assert!(rows[0].contains(MEMBER), "who");
     // The detail reads as key: value rows, not JSON.
-    assert!(rows[0].contains("<dt>name</dt><dd>backend</dd>"), "{}", rows[0]);
+    assert!(
+        rows[0].contains("<dt>name</dt><dd>backend</dd>"),
+        "{}",
+        rows[0]
+    );
     assert!(rows[0].contains("<dt>grace_secs</dt><dd>0</dd>"));
-    assert!(!html.contains("secret-globex-key") && !html.contains("tf-glbx") && !html.contains("platform-row"));
+    assert!(
+        !html.contains("secret-globex-key")
+            && !html.contains("tf-glbx")
+            && !html.contains("platform-row")
+    );
     // No query parameter reaches another tenant's rows.
-    for path in ["/audit?tenant=globex", "/audit?action=key", "/audit?before=999999999"] {
+    for path in [
+        "/audit?tenant=globex",
+        "/audit?action=key",
+        "/audit?before=999999999",
+    ] {
         let html = owner.html(path).await;
-        assert!(!html.contains("secret-globex-key") && !html.contains("tf-glbx"), "{path}");
+        assert!(
+            !html.contains("secret-globex-key") && !html.contains("tf-glbx"),
+            "{path}"
+        );
     }
     // The family filter.
     let html = owner.html("/audit?action=member").await;
@@ -285,13 +326,22 @@ async fn a_tenant_audit_shows_only_its_own_rows(pool: PgPool) {
 
     // The admin's action filter offers the families the issue names.
     let admin = p.browser();
-    assert_redirect(&admin.login(common::portal::ADMIN, PASSWORD).await, "/admin");
+    assert_redirect(
+        &admin.login(common::portal::ADMIN, PASSWORD).await,
+        "/admin",
+    );
     let html = admin.html("/admin/audit").await;
     for family in ["model", "member", "bodies", "prices", "invoice", "fleet"] {
-        assert!(html.contains(&format!(r#"<option value="{family}""#)), "{family}");
+        assert!(
+            html.contains(&format!(r#"<option value="{family}""#)),
+            "{family}"
+        );
     }
     let html = admin.html("/admin/audit?action=key").await;
-    assert!(html.contains("<dt>name</dt><dd>backend</dd>"), "readable detail on the admin view");
+    assert!(
+        html.contains("<dt>name</dt><dd>backend</dd>"),
+        "readable detail on the admin view"
+    );
 }
 
 /// The ids of a log page in order, its "Older" and its "Newer" link.
@@ -317,11 +367,17 @@ async fn newer_walks_back_what_older_walked_and_endpoints_filter(pool: PgPool) {
     let events: Vec<UsageEvent> = (0..120_i64)
         .map(|i| {
             // Pairs share a start time: the request id breaks ties both ways.
-            let endpoint = if i % 3 == 0 { Endpoint::Responses } else { Endpoint::Chat };
+            let endpoint = if i % 3 == 0 {
+                Endpoint::Responses
+            } else {
+                Endpoint::Chat
+            };
             event(acme, now - Duration::seconds(i / 2 * 5), endpoint)
         })
         .collect();
-    tf_core::db::usage::insert_batch(&p.pool, &events).await.unwrap();
+    tf_core::db::usage::insert_batch(&p.pool, &events)
+        .await
+        .unwrap();
     let b = signed_in(&p, MEMBER).await;
 
     // Older, page by page, to the end.
@@ -329,7 +385,11 @@ async fn newer_walks_back_what_older_walked_and_endpoints_filter(pool: PgPool) {
     let mut next = Some("/logs".to_owned());
     while let Some(path) = next {
         let (ids, older, newer) = log_page(&b.html(&path).await);
-        assert_eq!(newer.is_some(), !pages.is_empty(), "{path}: Newer on every page but the first");
+        assert_eq!(
+            newer.is_some(),
+            !pages.is_empty(),
+            "{path}: Newer on every page but the first"
+        );
         pages.push(ids);
         next = older;
         assert!(pages.len() < 10);

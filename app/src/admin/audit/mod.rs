@@ -199,12 +199,19 @@ mod tests {
     fn details_read_as_key_value_rows() {
         let d = serde_json::json!({"name": "ci", "grace_secs": 3600, "tags": ["a"], "gone": null});
         let rows = detail_rows(&d);
-        let find = |k: &str| rows.iter().find(|(key, _)| key == k).map(|(_, v)| v.as_str());
+        let find = |k: &str| {
+            rows.iter()
+                .find(|(key, _)| key == k)
+                .map(|(_, v)| v.as_str())
+        };
         assert_eq!(find("name"), Some("ci"));
         assert_eq!(find("grace_secs"), Some("3600"));
         assert_eq!(find("tags"), Some(r#"["a"]"#));
         assert_eq!(find("gone"), Some("–"));
         assert!(detail_rows(&serde_json::json!({})).is_empty());
-        assert_eq!(detail_rows(&serde_json::json!("x")), [(String::new(), "x".to_owned())]);
+        assert_eq!(
+            detail_rows(&serde_json::json!("x")),
+            [(String::new(), "x".to_owned())]
+        );
     }
 }

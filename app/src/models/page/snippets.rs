@@ -2,8 +2,8 @@
 //! gateway's public base URL, with the key left as the `TOKENFACTORY_API_KEY` environment
 //! variable (a page never shows a key's secret).
 
-use leptos::prelude::*;
 use crate::frame::{CopyButton, CopyScript};
+use leptos::prelude::*;
 
 /// `curl` of a chat completion with `model`.
 pub fn curl(api_base: &str, model: &str) -> String {
