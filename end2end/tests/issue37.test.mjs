@@ -253,6 +253,22 @@ test("item 5: endpoints on the request log; usage by model and by key", async ()
       page.click('form.filters button[type="submit"]')]);
     for (const e of await page.locator("table.log td.endpoint").allInnerTexts()) assert.equal(e, "chat");
     await page.screenshot({ path: join(shots, "issue37-logs-endpoint.png"), fullPage: true });
+
+    // The usage chart stacked by model, then by key, with its unit; tokens per endpoint.
+    await page.goto("/usage");
+    assert.ok(await page.locator("table.endpoints tr.endpoint-row").count() >= 1, "tokens per endpoint");
+    for (const [view, legend] of [["model", /llama-3\.1-8b-sim/], ["key", /demo key/]]) {
+      await page.selectOption('select[name="view"]', view);
+      await Promise.all([page.waitForURL((u) => u.search.includes(`view=${view}`)),
+        page.click('form.filters button[type="submit"]')]);
+      assert.match(await page.locator(".chart .legend").innerText(), legend);
+      assert.equal(await page.locator(".chart svg text.unit").first().textContent(), "tokens");
+      // The chart is as wide as the table under it.
+      const chart = await page.locator(".chart svg").boundingBox();
+      const table = await page.locator("table.usage").first().boundingBox();
+      assert.ok(Math.abs(chart.width - table.width) <= 2, `${chart.width} vs ${table.width}`);
+      await page.screenshot({ path: join(shots, `issue37-usage-by-${view}.png`), fullPage: true });
+    }
   } finally {
     await context.close();
   }
