@@ -7,6 +7,7 @@
 //! skeleton and access guard) and [`ssr`] (sessions, cookies, CSRF, the login throttle).
 
 pub mod admin;
+pub mod audit;
 pub mod error;
 pub mod frame;
 pub mod home;
@@ -78,6 +79,7 @@ pub fn App() -> impl IntoView {
                 <Route path=path!("/models") view=models::page::ModelsPage ssr=SsrMode::Async/>
                 <Route path=path!("/members") view=members::page::MembersPage ssr=SsrMode::Async/>
                 <Route path=path!("/settings") view=settings::page::SettingsPage ssr=SsrMode::Async/>
+                <Route path=path!("/audit") view=audit::page::TenantAuditPage ssr=SsrMode::Async/>
                 <Route path=path!("/invite/:token") view=members::invite::InvitePage ssr=SsrMode::Async/>
                 <Route path=path!("/admin") view=admin::page::AdminPage ssr=SsrMode::Async/>
                 <Route path=path!("/admin/tenants") view=admin::tenants::page::TenantsPage ssr=SsrMode::Async/>

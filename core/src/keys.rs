@@ -200,9 +200,8 @@ pub async fn rotate_in(
     let Some(old) = db::keys::lock_working_of_tenant(tx, tenant_id, id).await? else {
         return Ok(None);
     };
-    let old_name = old.name;
-    let base = old_name.strip_suffix(ROTATED_SUFFIX).unwrap_or(&old_name);
-    let name: String = format!("{base}{ROTATED_SUFFIX}");
+    let taken = db::keys::list_of_tenant(&mut *tx, tenant_id).await?;
+    let name = rotated_name(&old.name, taken.iter().map(|k| k.name.as_str()));
     let key = generate();
     let new = db::keys::NewKey {
         tenant_id,
@@ -222,8 +221,52 @@ pub async fn rotate_in(
     }))
 }
 
-/// Appended to a rotated key's name (once: rotating a rotated key keeps one suffix).
+/// Appended to a rotated key's name (once: rotating a rotated key keeps one suffix, numbered
+/// from the second rotation on: `ci (rotated)`, `ci (rotated 2)`, `ci (rotated 3)`).
 pub const ROTATED_SUFFIX: &str = " (rotated)";
+
+/// `name` without its rotation suffix, and the suffix's number (1 for ` (rotated)`, `n` for
+/// ` (rotated n)`, 0 for none).
+fn rotation_of(name: &str) -> (&str, u32) {
+    if let Some(base) = name.strip_suffix(ROTATED_SUFFIX) {
+        return (base, 1);
+    }
+    let numbered = name.strip_suffix(')').and_then(|s| {
+        let (base, n) = s.rsplit_once(" (rotated ")?;
+        let n = n
+            .parse::<u32>()
+            .ok()
+            .filter(|n| *n >= 2 && !n.to_string().starts_with('0'))?;
+        Some((base, n))
+    });
+    numbered.unwrap_or((name, 0))
+}
+
+/// The name of the key that replaces `old`: its base name with the next rotation number not yet
+/// used by any of the tenant's keys (`taken`), so two rotations never give two keys one name.
+pub fn rotated_name<'a>(old: &str, taken: impl IntoIterator<Item = &'a str>) -> String {
+    let (base, own) = rotation_of(old);
+    let used = taken
+        .into_iter()
+        .map(rotation_of)
+        .filter(|(b, _)| *b == base)
+        .map(|(_, n)| n)
+        .max()
+        .unwrap_or(0);
+    let next = used.max(own).saturating_add(1);
+    let name = if next == 1 {
+        format!("{base}{ROTATED_SUFFIX}")
+    } else {
+        format!("{base} (rotated {next})")
+    };
+    // The suffix may take a name past the limit: cut the base, never the suffix.
+    if name.chars().count() <= MAX_NAME_CHARS {
+        return name;
+    }
+    let suffix = &name[base.len()..];
+    let room = MAX_NAME_CHARS.saturating_sub(suffix.chars().count());
+    format!("{}{suffix}", base.chars().take(room).collect::<String>())
+}
 
 #[cfg(test)]
 mod tests {
@@ -240,6 +283,30 @@ mod tests {
         assert_eq!(a.sha256, hash_secret(&a.secret));
         assert_eq!(visible_prefix(&a.secret), a.prefix);
         assert!(!format!("{a:?}").contains(&a.secret));
+    }
+
+    #[test]
+    fn rotations_number_their_names_and_never_repeat_one() {
+        assert_eq!(rotated_name("ci", ["ci"]), "ci (rotated)");
+        // Rotating the original again while its first rotation is still listed.
+        assert_eq!(rotated_name("ci", ["ci", "ci (rotated)"]), "ci (rotated 2)");
+        assert_eq!(
+            rotated_name("ci (rotated)", ["ci", "ci (rotated)"]),
+            "ci (rotated 2)"
+        );
+        assert_eq!(
+            rotated_name("ci (rotated 2)", ["ci (rotated 2)", "other (rotated 7)"]),
+            "ci (rotated 3)"
+        );
+        // Only the same base counts; a name that merely looks numbered is a base of its own.
+        assert_eq!(
+            rotated_name("a (rotated 01)", ["a (rotated 01)"]),
+            "a (rotated 01) (rotated)"
+        );
+        let long = "x".repeat(MAX_NAME_CHARS);
+        let r = rotated_name(&long, [long.as_str()]);
+        assert_eq!(r.chars().count(), MAX_NAME_CHARS);
+        assert!(r.ends_with(" (rotated)"));
     }
 
     #[test]

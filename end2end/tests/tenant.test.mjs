@@ -244,7 +244,13 @@ test("opted in, an API call's prompt and completion show on its log page (JavaSc
   assert.ok(await page.$(`a[href="/logs/${requestId}"]`), "the log row links to its page");
 
   // Delete them all, then opt out again.
+  // Deleting asks first: the button is inside a closed confirmation (no JavaScript needed).
   await page.goto("/settings");
+  assert.equal(await page.isVisible('form[action="/api/delete_stored_bodies"] button[type="submit"]'), false,
+    "the delete button is behind a confirmation");
+  await page.click("#delete-bodies summary");
+  assert.match(await page.textContent("#delete-bodies"), /cannot be undone/);
+  await page.screenshot({ path: join(shots, "settings-delete-confirm.png"), fullPage: true });
   await Promise.all([
     page.waitForURL((u) => u.pathname === "/settings"),
     page.click('form[action="/api/delete_stored_bodies"] button[type="submit"]'),

@@ -275,6 +275,33 @@ pub fn CsrfField(token: String) -> impl IntoView {
     view! { <input type="hidden" name="csrf" value=token/> }
 }
 
+/// Shows the copy buttons (hidden without JavaScript, where the text stays selectable) and copies
+/// the text of the element a button names on a click. Runs under the page's CSP nonce; no inline
+/// handlers. One per page, after its buttons.
+const COPY_SCRIPT: &str = r#"document.querySelectorAll("button[data-copy]").forEach(function (b) {
+  var src = document.getElementById(b.getAttribute("data-copy"));
+  if (!src || !navigator.clipboard) { return; }
+  b.hidden = false;
+  b.addEventListener("click", function () {
+    navigator.clipboard.writeText(src.textContent).then(function () { b.textContent = "Copied"; });
+  });
+});"#;
+
+/// The script behind every [`CopyButton`] of the page (put it once, after them).
+#[component]
+pub fn CopyScript() -> impl IntoView {
+    view! { <script nonce=leptos::nonce::use_nonce() inner_html=COPY_SCRIPT></script> }
+}
+
+/// A "Copy" button for the text of the element with id `target`: progressive enhancement, hidden
+/// until [`CopyScript`] runs (with JavaScript off the text is selected and copied by hand).
+#[component]
+pub fn CopyButton(target: String, #[prop(default = "Copy")] label: &'static str) -> impl IntoView {
+    view! {
+        <button type="button" class="secondary copy" data-copy=target hidden>{label}</button>
+    }
+}
+
 /// A message left by the previous form post (shown once): green for something done, red for a
 /// refusal.
 #[component]

@@ -42,7 +42,7 @@ pub struct HomeView {
 /// The home's figures for the session's tenant.
 #[server(prefix = "/api", endpoint = "home", input = leptos::server_fn::codec::GetUrl)]
 pub async fn load_home() -> Result<HomeView, PortalError> {
-    use crate::money::{format_micros, group_thousands};
+    use crate::money::{format_micros, group_thousands, Decimals};
     use tf_core::db::{dashboard, keys};
 
     use crate::ssr::{internal, member, session, Portal};
@@ -60,6 +60,13 @@ pub async fn load_home() -> Result<HomeView, PortalError> {
     )
     .map_err(|e| internal("loading the tenant home", e))?;
     let n = |v: i64| group_thousands(u64::try_from(v).unwrap_or(0));
+    // The price table's columns align: one number of decimals for all its prices.
+    let prices = Decimals::for_amounts(
+        models
+            .iter()
+            .filter_map(|u| u.rates)
+            .flat_map(|r| [r.fresh_per_m, r.cached_per_m, r.output_per_m]),
+    );
     Ok(HomeView {
         tenant: m.tenant.display_name,
         month: format!("{} {}", now.month(), now.year()),
@@ -75,13 +82,9 @@ pub async fn load_home() -> Result<HomeView, PortalError> {
                 kind: u
                     .base
                     .map_or_else(|| "base model".to_owned(), |b| format!("adapter on {b}")),
-                input_price: u.rates.map_or("-".into(), |r| format_micros(r.fresh_per_m)),
-                cached_price: u
-                    .rates
-                    .map_or("-".into(), |r| format_micros(r.cached_per_m)),
-                output_price: u
-                    .rates
-                    .map_or("-".into(), |r| format_micros(r.output_per_m)),
+                input_price: u.rates.map_or("-".into(), |r| prices.show(r.fresh_per_m)),
+                cached_price: u.rates.map_or("-".into(), |r| prices.show(r.cached_per_m)),
+                output_price: u.rates.map_or("-".into(), |r| prices.show(r.output_per_m)),
                 name: u.name,
             })
             .collect(),

@@ -5,7 +5,7 @@ use leptos::prelude::*;
 use leptos_meta::Title;
 
 use super::{load_home, HomeView};
-use crate::frame::{framed, Guarded, Head, NARROW};
+use crate::frame::{framed, CopyButton, CopyScript, Guarded, Head, NARROW};
 use crate::model::{Access, PageState};
 use crate::PRODUCT;
 
@@ -84,7 +84,9 @@ fn dashboard(h: HomeView, email: Option<String>) -> AnyView {
                 "Any OpenAI client works with base URL " <code>{h.api_base}</code>
                 " and one of your " <a href="/keys">"API keys"</a> ". With curl:"
             </p>
-            <pre class="snippet"><code>{snippet}</code></pre>
+            <pre class="snippet"><code id="quick-start">{snippet}</code></pre>
+            <CopyButton target="quick-start".to_owned()/>
+            <CopyScript/>
         </section>
     }
     .into_any()

@@ -77,11 +77,19 @@ pub struct KeysView {
     pub fresh: Option<FreshKey>,
     /// Whether the viewer's role may create, rotate and revoke keys (the forms are shown).
     pub can_manage: bool,
+    /// Keys refused for longer than [`HIDE_REFUSED_AFTER_DAYS`] left out of `keys` (all of them
+    /// are listed when the page was asked for `?revoked=all`).
+    pub hidden: usize,
+    /// Whether the long-refused keys are listed (`?revoked=all`).
+    pub showing_all: bool,
 }
+
+/// A key revoked or expired longer ago than this many days is listed only on request.
+pub const HIDE_REFUSED_AFTER_DAYS: i64 = 7;
 
 /// The tenant's keys, and the new key waiting to be shown (taken: it is shown once).
 #[server(prefix = "/api", endpoint = "keys", input = leptos::server_fn::codec::GetUrl)]
-pub async fn list_keys() -> Result<KeysView, PortalError> {
+pub async fn list_keys(#[server(default)] all: bool) -> Result<KeysView, PortalError> {
     use crate::keys::reveal;
     use crate::ssr::{cookies, internal, member, session, Portal};
 
@@ -93,10 +101,16 @@ pub async fn list_keys() -> Result<KeysView, PortalError> {
         .await
         .map_err(|e| internal("listing keys", e))?;
     let now = time::OffsetDateTime::now_utc();
+    let cutoff = now - time::Duration::days(HIDE_REFUSED_AFTER_DAYS);
+    let (shown, hidden): (Vec<_>, Vec<_>) = rows
+        .into_iter()
+        .partition(|k| all || refused_since(k, now).is_none_or(|at| at > cutoff));
     Ok(KeysView {
-        keys: rows.into_iter().map(|k| view_of(k, now)).collect(),
+        keys: shown.into_iter().map(|k| view_of(k, now)).collect(),
         fresh,
         can_manage: m.role.manages_keys(),
+        hidden: hidden.len(),
+        showing_all: all,
     })
 }
 
@@ -300,6 +314,15 @@ pub fn when(t: time::OffsetDateTime) -> String {
         t.hour(),
         t.minute()
     )
+}
+
+/// When the key stopped working (revoked, or its grace period ended), if it has.
+#[cfg(feature = "ssr")]
+fn refused_since(
+    k: &tf_core::db::keys::KeyRow,
+    now: time::OffsetDateTime,
+) -> Option<time::OffsetDateTime> {
+    k.revoked_at.or(k.expires_at.filter(|at| *at <= now))
 }
 
 #[cfg(feature = "ssr")]

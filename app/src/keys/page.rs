@@ -5,25 +5,15 @@
 
 use leptos::prelude::*;
 use leptos_meta::Title;
+use leptos_router::hooks::use_query_map;
 
 use super::{
     list_keys, CreateKey, FreshKey, KeyState, KeyView, KeysView, RevokeKey, RotateKey,
-    GRACE_CHOICES,
+    GRACE_CHOICES, HIDE_REFUSED_AFTER_DAYS,
 };
-use crate::frame::{framed, CsrfField, Guarded, NARROW};
+use crate::frame::{framed, CopyButton, CopyScript, CsrfField, Guarded, NARROW};
 use crate::model::{Access, PageState};
 use crate::PRODUCT;
-
-/// Shows the copy buttons (hidden without JavaScript) and copies the secret on a click. Runs
-/// under the page's CSP nonce; no inline handlers.
-const COPY_SCRIPT: &str = r#"document.querySelectorAll("button[data-copy]").forEach(function (b) {
-  var src = document.getElementById(b.getAttribute("data-copy"));
-  if (!src || !navigator.clipboard) { return; }
-  b.hidden = false;
-  b.addEventListener("click", function () {
-    navigator.clipboard.writeText(src.textContent).then(function () { b.textContent = "Copied"; });
-  });
-});"#;
 
 /// `/keys`: signed-in tenant members.
 #[component]
@@ -35,7 +25,11 @@ pub fn KeysPage() -> impl IntoView {
 }
 
 fn page(state: PageState) -> AnyView {
-    framed(state, NARROW, "API keys", list_keys(), body)
+    let all = use_query_map()
+        .get_untracked()
+        .get("revoked")
+        .is_some_and(|v| v == "all");
+    framed(state, NARROW, "API keys", list_keys(all), body)
 }
 
 fn body(v: KeysView, csrf: String) -> AnyView {
@@ -90,6 +84,7 @@ fn body(v: KeysView, csrf: String) -> AnyView {
         <section class="panel">
             <h2>"Your keys"</h2>
             {rows}
+            {hidden_note(v.hidden, v.showing_all)}
             <p class="muted">
                 "Last use is recorded about once a minute. A revoked key is refused on every \
                  server within a second."
@@ -97,6 +92,36 @@ fn body(v: KeysView, csrf: String) -> AnyView {
         </section>
     }
     .into_any()
+}
+
+/// The link to the keys refused more than a week ago (hidden by default), or back.
+fn hidden_note(hidden: usize, showing_all: bool) -> Option<AnyView> {
+    if showing_all {
+        return Some(
+            view! {
+                <p class="revoked-toggle">
+                    <a href="/keys">"Hide keys revoked or expired more than "
+                        {HIDE_REFUSED_AFTER_DAYS} " days ago"</a>
+                </p>
+            }
+            .into_any(),
+        );
+    }
+    (hidden > 0).then(|| {
+        let label = if hidden == 1 {
+            "1 key".to_owned()
+        } else {
+            format!("{hidden} keys")
+        };
+        view! {
+            <p class="revoked-toggle muted">
+                {label} " revoked or expired more than " {HIDE_REFUSED_AFTER_DAYS} " days ago "
+                {if hidden == 1 { "is" } else { "are" }} " not listed. "
+                <a href="/keys?revoked=all">"Show revoked keys"</a>
+            </p>
+        }
+        .into_any()
+    })
 }
 
 /// The new key, shown this once.
@@ -110,12 +135,10 @@ fn fresh_panel(k: FreshKey) -> AnyView {
             </p>
             <div class="secret-line">
                 <code id="new-key-secret" class="secret-value">{k.secret}</code>
-                <button type="button" class="secondary" data-copy="new-key-secret" hidden>
-                    "Copy"
-                </button>
+                <CopyButton target="new-key-secret".to_owned()/>
             </div>
             {k.note.map(|n| view! { <p class="muted">{n}</p> })}
-            <script nonce=leptos::nonce::use_nonce() inner_html=COPY_SCRIPT></script>
+            <CopyScript/>
         </section>
     }
     .into_any()

@@ -9,7 +9,7 @@ use super::{
     list_members, CancelInvitation, ChangeRole, FreshInvitation, InvitationView, InviteMember,
     MemberView, MembersView, RemoveMember, INVITATION_DAYS,
 };
-use crate::frame::{framed, CsrfField, Guarded, NARROW};
+use crate::frame::{framed, CopyButton, CopyScript, CsrfField, Guarded, NARROW};
 use crate::model::{Access, PageState};
 use crate::PRODUCT;
 
@@ -145,7 +145,9 @@ fn fresh_panel(f: FreshInvitation) -> AnyView {
             </p>
             <div class="secret-line">
                 <code id="invite-link" class="secret-value">{f.link}</code>
+                <CopyButton target="invite-link".to_owned()/>
             </div>
+            <CopyScript/>
         </section>
     }
     .into_any()

@@ -90,6 +90,8 @@ fn tenant_panel(v: SettingsView, csrf: String) -> AnyView {
     view! {
         <section class="panel">
             <h2>"Tenant"</h2>
+            <p id="audit-link">"Who changed what in this tenant (keys, members, models, body \
+                logging, settings): " <a href="/audit">"the tenant's audit log"</a> "."</p>
             <ActionForm action=save attr:class="stack">
                 <CsrfField token=csrf/>
                 <label for="tenant-name">"Tenant name"</label>
@@ -115,12 +117,22 @@ fn tenant_panel(v: SettingsView, csrf: String) -> AnyView {
             </ActionForm>
             <h3>"Stored bodies"</h3>
             <p id="stored-bodies">{stored_note(stored)}</p>
-            <ActionForm action=delete attr:class="inline">
-                <CsrfField token=csrf2/>
-                <button type="submit" class="danger" disabled=stored == 0>
-                    "Delete all stored bodies"
-                </button>
-            </ActionForm>
+            {(stored > 0).then(|| view! {
+                // A confirmation first, as for revoking a key: a disclosure, no JavaScript.
+                <details class="confirm" id="delete-bodies">
+                    <summary>"Delete all stored bodies…"</summary>
+                    <ActionForm action=delete>
+                        <CsrfField token=csrf2/>
+                        <p>
+                            "Delete the stored bodies of " {group_thousands(stored)}
+                            {if stored == 1 { " request" } else { " requests" }}
+                            "? Their prompts and completions can no longer be read on the \
+                             request log. This cannot be undone."
+                        </p>
+                        <button type="submit" class="danger">"Delete all stored bodies"</button>
+                    </ActionForm>
+                </details>
+            })}
         </section>
     }
     .into_any()

@@ -10,7 +10,7 @@ pub const HEIGHT: i64 = 240;
 /// Room for the axis labels: left (bar scale), right (line scale), bottom (day labels).
 const LEFT: i64 = 56;
 const RIGHT: i64 = 64;
-const TOP: i64 = 12;
+const TOP: i64 = 22;
 const BOTTOM: i64 = 28;
 /// Horizontal ticks on each scale (plus zero).
 const TICKS: u64 = 4;
@@ -27,7 +27,9 @@ pub struct Column {
 /// print their numbers.
 #[derive(Debug, Clone)]
 pub struct ChartData {
-    pub series: Vec<&'static str>,
+    pub series: Vec<String>,
+    /// What the bars count, printed above the left scale (`tokens`).
+    pub unit: &'static str,
     pub line_name: &'static str,
     pub columns: Vec<Column>,
     pub bar_format: fn(u64) -> String,
@@ -133,7 +135,7 @@ pub fn layout(data: &ChartData) -> Layout {
                     "{}: {} {}",
                     column.label,
                     (data.bar_format)(value),
-                    data.series.get(series).copied().unwrap_or("")
+                    data.series.get(series).map_or("", String::as_str)
                 ),
             });
         }
@@ -196,12 +198,14 @@ pub fn StackedBarsWithLine(data: ChartData, caption: String) -> impl IntoView {
         .iter()
         .enumerate()
         .map(|(i, name)| {
-            view! { <li><span class=format!("swatch series-{i}")></span>{*name}</li> }
+            view! { <li><span class=format!("swatch series-{i}")></span>{name.clone()}</li> }
         })
         .collect_view();
     view! {
         <figure class="chart">
             <svg viewBox=format!("0 0 {WIDTH} {HEIGHT}") role="img" aria-label=caption.clone()>
+                <text class="tick unit" x=4 y=12>{data.unit}</text>
+                <text class="tick unit" x=WIDTH - 4 y=12 text-anchor="end">{data.line_name}</text>
                 {chart.bar_ticks.iter().map(|t| view! {
                     <line class="grid" x1=LEFT y1=t.y x2=plot_right y2=t.y/>
                     <text class="tick" x=LEFT - 6 y=t.y + 4 text-anchor="end">{t.label.clone()}</text>
@@ -232,7 +236,8 @@ mod tests {
 
     fn data(columns: Vec<Column>) -> ChartData {
         ChartData {
-            series: vec!["fresh", "cached", "output"],
+            series: vec!["fresh".into(), "cached".into(), "output".into()],
+            unit: "tokens",
             line_name: "cost",
             columns,
             bar_format: compact,

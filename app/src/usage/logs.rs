@@ -8,10 +8,10 @@ use leptos_meta::Title;
 use leptos_router::hooks::use_query_map;
 
 use super::page::options;
-use super::{fetch_request_log, Choice, LogParams, LogReport, STATUSES};
+use super::{fetch_request_log, Choice, LogParams, LogReport, ENDPOINTS, STATUSES};
 use crate::frame::{framed, Guarded, WIDE};
 use crate::model::{Access, PageState};
-use crate::money::{format_micros, group_thousands};
+use crate::money::{group_thousands, Decimals};
 use crate::PRODUCT;
 
 #[component]
@@ -31,8 +31,10 @@ fn page(state: PageState) -> AnyView {
         since: query.get("since"),
         until: query.get("until"),
         before: query.get("before"),
+        after: query.get("after"),
+        endpoint: query.get("endpoint"),
     };
-    let first_page = params.before.is_none();
+    let first_page = params.before.is_none() && params.after.is_none();
     framed(
         state,
         WIDE,
@@ -54,15 +56,30 @@ fn enc(s: &str) -> String {
         .collect()
 }
 
+/// Which way a pager link goes from its cursor.
+#[derive(Clone, Copy)]
+enum Page<'a> {
+    Newest,
+    Before(&'a str),
+    After(&'a str),
+}
+
 /// `/logs?...` with the filters and, for another page, a cursor.
-fn link(filter: &LogParams, before: Option<&str>) -> String {
+fn link(filter: &LogParams, page: Page<'_>) -> String {
+    let (before, after) = match page {
+        Page::Newest => (None, None),
+        Page::Before(c) => (Some(c), None),
+        Page::After(c) => (None, Some(c)),
+    };
     let pairs = [
         ("model", filter.model.as_deref()),
         ("key", filter.key.as_deref()),
         ("status", filter.status.as_deref()),
+        ("endpoint", filter.endpoint.as_deref()),
         ("since", filter.since.as_deref()),
         ("until", filter.until.as_deref()),
         ("before", before),
+        ("after", after),
     ];
     let query = pairs
         .iter()
@@ -96,9 +113,14 @@ fn log_view(report: LogReport, first_page: bool) -> AnyView {
     models.extend(report.models.iter().map(|m| choice(m, m)));
     let mut statuses = vec![choice("", "All statuses")];
     statuses.extend(STATUSES.iter().map(|s| choice(s, s)));
-    let older = report.older.as_deref().map(|c| link(f, Some(c)));
-    let newest = (!first_page).then(|| link(f, None));
+    let mut endpoints = vec![choice("", "All endpoints")];
+    endpoints.extend(ENDPOINTS.iter().map(|(v, l)| choice(v, l)));
+    let older = report.older.as_deref().map(|c| link(f, Page::Before(c)));
+    let newer = report.newer.as_deref().map(|c| link(f, Page::After(c)));
+    // "Newest" only where "Newer" does not already lead there in one step.
+    let newest = (!first_page && report.newer.is_some()).then(|| link(f, Page::Newest));
     let empty = report.entries.is_empty();
+    let cost = Decimals::for_amounts(report.entries.iter().map(|e| e.cost_micros));
     let rows = report
         .entries
         .into_iter()
@@ -111,12 +133,13 @@ fn log_view(report: LogReport, first_page: bool) -> AnyView {
                     <td class="mono"><a href=href>{e.request_id}</a></td>
                     <td class="mono">{e.time}</td>
                     <td>{e.model}</td>
+                    <td class="endpoint">{e.endpoint}</td>
                     <td class="key" title=e.key.clone()>{e.key.clone()}</td>
                     <td><span class=status_class>{e.status}</span></td>
                     <td class="num">{n(e.prompt_tokens)}</td>
                     <td class="num">{n(e.cached_tokens)}</td>
                     <td class="num">{n(e.completion_tokens)}</td>
-                    <td class="num">{format_micros(e.cost_micros)}</td>
+                    <td class="num cost">{cost.show(e.cost_micros)}</td>
                     <td class="num">{e.ttft_ms.map_or_else(|| "-".to_owned(), |t| n(i64::from(t)))}</td>
                     <td class="num">{n(i64::from(e.duration_ms))}</td>
                 </tr>
@@ -129,6 +152,7 @@ fn log_view(report: LogReport, first_page: bool) -> AnyView {
             <label>"Model"<select name="model">{options(models, f.model.as_deref().unwrap_or(""))}</select></label>
             <label>"Key"<select name="key">{options(keys, f.key.as_deref().unwrap_or(""))}</select></label>
             <label>"Status"<select name="status">{options(statuses, f.status.as_deref().unwrap_or(""))}</select></label>
+            <label>"Endpoint"<select name="endpoint">{options(endpoints, f.endpoint.as_deref().unwrap_or(""))}</select></label>
             <label>"From"<input type="datetime-local" name="since" step="1" value=f.since.clone().unwrap_or_default()/></label>
             <label>"To"<input type="datetime-local" name="until" step="1" value=f.until.clone().unwrap_or_default()/></label>
             <button type="submit">"Filter"</button>
@@ -143,7 +167,7 @@ fn log_view(report: LogReport, first_page: bool) -> AnyView {
         <table class="log">
             <thead>
                 <tr>
-                    <th>"Request id"</th><th>"Time (UTC)"</th><th>"Model"</th><th>"Key"</th>
+                    <th>"Request id"</th><th>"Time (UTC)"</th><th>"Model"</th><th>"Endpoint"</th><th>"Key"</th>
                     <th>"Status"</th><th class="num">"Prompt"</th><th class="num">"Cached"</th>
                     <th class="num">"Completion"</th><th class="num">"Cost"</th>
                     <th class="num">"TTFT ms"</th><th class="num">"Duration ms"</th>
@@ -153,7 +177,8 @@ fn log_view(report: LogReport, first_page: bool) -> AnyView {
         </table>
         </div>
         <nav class="pager">
-            {newest.map(|href| view! { <a href=href>"← Newest"</a> })}
+            {newest.map(|href| view! { <a class="newest" href=href>"« Newest"</a> })}
+            {newer.map(|href| view! { <a class="newer" rel="prev" href=href>"← Newer"</a> })}
             {older.map(|href| view! { <a class="older" rel="next" href=href>"Older →"</a> })}
         </nav>
     }
@@ -172,9 +197,13 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            link(&f, Some("1_ab")),
+            link(&f, Page::Before("1_ab")),
             "/logs?model=a%20b%26c&since=2026-12-01T10%3A00&before=1_ab"
         );
-        assert_eq!(link(&LogParams::default(), None), "/logs");
+        assert_eq!(
+            link(&f, Page::After("2_cd")),
+            "/logs?model=a%20b%26c&since=2026-12-01T10%3A00&after=2_cd"
+        );
+        assert_eq!(link(&LogParams::default(), Page::Newest), "/logs");
     }
 }

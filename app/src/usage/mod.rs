@@ -4,6 +4,8 @@
 //! ignored and said so, never an error page. Money is integer micro-units throughout.
 
 pub mod charts;
+#[cfg(feature = "ssr")]
+pub mod conversation;
 pub mod log_detail;
 pub mod logs;
 pub mod page;
@@ -38,6 +40,39 @@ pub struct UsageParams {
     pub to: Option<String>,
     pub key: Option<String>,
     pub model: Option<String>,
+    /// What the chart stacks: `kind` (fresh prompt, cached prompt, completion; the default),
+    /// `model` or `key`.
+    #[serde(default)]
+    pub view: Option<String>,
+}
+
+/// The chart views of `/usage`: value and label.
+pub const VIEWS: &[(&str, &str)] = &[
+    ("kind", "Tokens by kind"),
+    ("model", "Tokens by model"),
+    ("key", "Tokens by key"),
+];
+
+/// One day and key's tokens (prompt and completion), for the per-key chart.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyDay {
+    /// `YYYY-MM-DD` (UTC).
+    pub day: String,
+    /// The key's name and prefix, or "Without a key".
+    pub key: String,
+    pub tokens: i64,
+}
+
+/// Requests and tokens through one `/v1` endpoint over the range.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EndpointUsage {
+    /// `chat`, `completions`, `responses`, `embeddings` or `messages`.
+    pub endpoint: String,
+    pub label: String,
+    pub requests: i64,
+    pub prompt_tokens: i64,
+    pub cached_tokens: i64,
+    pub completion_tokens: i64,
 }
 
 /// A choice of a filter's `<select>`: its value and label.
@@ -96,13 +131,23 @@ pub struct UsageReport {
     /// Per day and model, newest day first; days without usage are left out.
     pub rows: Vec<UsageRow>,
     pub totals: UsageFigures,
+    /// The chart view shown (`kind`, `model` or `key`).
+    #[serde(default)]
+    pub view: String,
+    /// Per day and key (for the `key` view; empty otherwise).
+    #[serde(default)]
+    pub key_days: Vec<KeyDay>,
+    /// Per endpoint over the range and filters.
+    #[serde(default)]
+    pub endpoints: Vec<EndpointUsage>,
     /// Why part of the query string was ignored.
     pub notice: Option<String>,
 }
 
 /// The log's query string: filters `model`, `key` (an id or `none`), `status`, `since` and
 /// `until` (`YYYY-MM-DDTHH:MM[:SS]`, UTC, as `<input type=datetime-local>` sends), and `before`,
-/// the cursor of the "Older" link.
+/// the cursor of the "Older" link, or `after`, the cursor of the "Newer" link; `endpoint` (chat,
+/// completions, responses, embeddings, messages).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LogParams {
     pub model: Option<String>,
@@ -111,7 +156,20 @@ pub struct LogParams {
     pub since: Option<String>,
     pub until: Option<String>,
     pub before: Option<String>,
+    #[serde(default)]
+    pub after: Option<String>,
+    #[serde(default)]
+    pub endpoint: Option<String>,
 }
+
+/// The `/v1` endpoints a usage event names (`usage_events.endpoint`), with their labels.
+pub const ENDPOINTS: &[(&str, &str)] = &[
+    ("chat", "Chat completions"),
+    ("completions", "Completions"),
+    ("responses", "Responses"),
+    ("embeddings", "Embeddings"),
+    ("messages", "Messages (Anthropic)"),
+];
 
 /// One request of the log.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -129,6 +187,12 @@ pub struct LogEntry {
     pub cost_micros: i64,
     pub ttft_ms: Option<i32>,
     pub duration_ms: i32,
+    /// The `/v1` endpoint that served it (`chat`, `responses`, ...).
+    pub endpoint: String,
+    pub stream: bool,
+    /// How the tokens were counted: `engine`, `partial` or `estimated`.
+    pub provenance: String,
+    pub reasoning_tokens: i64,
 }
 
 /// What `/logs` shows.
@@ -141,6 +205,9 @@ pub struct LogReport {
     pub entries: Vec<LogEntry>,
     /// The cursor of the next (older) page, when there is one.
     pub older: Option<String>,
+    /// The cursor of the previous (newer) page, when this page is not the newest.
+    #[serde(default)]
+    pub newer: Option<String>,
     pub notice: Option<String>,
 }
 
@@ -185,12 +252,34 @@ pub struct StoredBodyView {
     pub completion_bytes: i32,
 }
 
+/// One turn of a stored prompt: its role (`system`, `user`, `assistant`, `tool`; `input` for a
+/// completions prompt or an embeddings input) and its text.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Turn {
+    pub role: String,
+    pub text: String,
+}
+
+/// A stored request read as a conversation ([`conversation::read`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Conversation {
+    pub messages: Vec<Turn>,
+    /// The answer's text, joined from the stream's deltas when it was streamed.
+    pub completion: Option<String>,
+    /// Why the answer ended (`stop`, `length`, `end_turn`, ...), when it says.
+    pub finish_reason: Option<String>,
+    /// How many stream events the answer was read from (0: one JSON document).
+    pub streamed_events: usize,
+}
+
 /// What `/logs/{request_id}` shows.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LogDetail {
     pub entry: LogEntry,
     /// `None`: the bodies were not stored (not opted in then, dropped, or deleted since).
     pub body: Option<StoredBodyView>,
+    /// The stored bodies read as a conversation (`None` without bodies).
+    pub conversation: Option<Conversation>,
 }
 
 /// One request of the session's tenant and its stored bodies; `None` when the id is not one of
@@ -224,8 +313,13 @@ pub async fn fetch_log_detail(request_id: String) -> Result<Option<LogDetail>, P
             completion_truncated: b.completion_truncated,
             completion_bytes: b.completion_bytes,
         });
+    let entry = report::log_entry(row);
+    let conversation = body
+        .as_ref()
+        .map(|b| crate::usage::conversation::read(&entry.endpoint, &b.prompt, &b.completion));
     Ok(Some(LogDetail {
-        entry: report::log_entry(row),
+        entry,
         body,
+        conversation,
     }))
 }

@@ -8,10 +8,10 @@ use leptos_meta::Title;
 use leptos_router::hooks::use_query_map;
 
 use super::charts::{compact, ChartData, Column, StackedBarsWithLine};
-use super::{fetch_usage, Choice, UsageFigures, UsageParams, UsageReport};
+use super::{fetch_usage, Choice, UsageFigures, UsageParams, UsageReport, VIEWS};
 use crate::frame::{framed, Guarded, WIDE};
 use crate::model::{Access, PageState};
-use crate::money::{format_micros, group_thousands};
+use crate::money::{format_micros, group_thousands, Decimals};
 use crate::PRODUCT;
 
 #[component]
@@ -30,6 +30,7 @@ fn page(state: PageState) -> AnyView {
         to: query.get("to"),
         key: query.get("key"),
         model: query.get("model"),
+        view: query.get("view"),
     };
     framed(state, WIDE, "Usage", fetch_usage(params), |report, _| {
         report_view(report)
@@ -68,22 +69,108 @@ fn fresh(f: &UsageFigures) -> i64 {
     f.prompt_tokens.saturating_sub(f.cached_tokens)
 }
 
+/// Series a chart stacks at most; the rest are summed as one "other".
+const MAX_SERIES: usize = 6;
+
+/// Stacks per day by name (a model or a key): the names with the most tokens first (up to
+/// [`MAX_SERIES`], then "other"), and each day's stack in that order.
+fn stacked_by_name<'a>(
+    days: &[(String, UsageFigures)],
+    items: impl Iterator<Item = (&'a str, &'a str, u64)> + Clone,
+    other: &str,
+) -> (Vec<String>, Vec<Vec<u64>>) {
+    let mut totals: Vec<(String, u64)> = Vec::new();
+    for (_, name, tokens) in items.clone() {
+        match totals.iter_mut().find(|(n, _)| n == name) {
+            Some((_, t)) => *t = t.saturating_add(tokens),
+            None => totals.push((name.to_owned(), tokens)),
+        }
+    }
+    totals.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    let mut series: Vec<String> = totals.iter().map(|(n, _)| n.clone()).collect();
+    let overflow = series.len() > MAX_SERIES + 1;
+    if overflow {
+        series.truncate(MAX_SERIES);
+        series.push(other.to_owned());
+    }
+    let slot = |name: &str| {
+        series
+            .iter()
+            .position(|s| s == name)
+            .filter(|i| !overflow || *i < MAX_SERIES)
+            .unwrap_or(series.len().saturating_sub(1))
+    };
+    let stacks = days
+        .iter()
+        .map(|(day, _)| {
+            let mut stack = vec![0u64; series.len()];
+            for (d, name, tokens) in items.clone() {
+                if d == day {
+                    if let Some(v) = stack.get_mut(slot(name)) {
+                        *v = v.saturating_add(tokens);
+                    }
+                }
+            }
+            stack
+        })
+        .collect();
+    (series, stacks)
+}
+
 fn chart(report: &UsageReport) -> ChartData {
     let unsigned = |v: i64| u64::try_from(v).unwrap_or(0);
+    let (series, stacks): (Vec<String>, Vec<Vec<u64>>) = match report.view.as_str() {
+        "model" => stacked_by_name(
+            &report.days,
+            report.rows.iter().map(|r| {
+                let f = &r.figures;
+                (
+                    r.day.as_str(),
+                    r.model.as_str(),
+                    unsigned(f.prompt_tokens.saturating_add(f.completion_tokens)),
+                )
+            }),
+            "other models",
+        ),
+        "key" => stacked_by_name(
+            &report.days,
+            report
+                .key_days
+                .iter()
+                .map(|k| (k.day.as_str(), k.key.as_str(), unsigned(k.tokens))),
+            "other keys",
+        ),
+        _ => (
+            vec![
+                "fresh prompt".to_owned(),
+                "cached prompt".to_owned(),
+                "completion".to_owned(),
+            ],
+            report
+                .days
+                .iter()
+                .map(|(_, f)| {
+                    vec![
+                        unsigned(fresh(f)),
+                        unsigned(f.cached_tokens),
+                        unsigned(f.completion_tokens),
+                    ]
+                })
+                .collect(),
+        ),
+    };
     ChartData {
-        series: vec!["fresh prompt", "cached prompt", "completion"],
+        series,
+        unit: "tokens",
         line_name: "cost",
         columns: report
             .days
             .iter()
-            .map(|(day, f)| Column {
+            .zip(stacks)
+            .map(|((day, f), stack)| Column {
                 // MM-DD: the year is in the range above the chart.
                 label: day.get(5..).unwrap_or(day).to_owned(),
-                stack: vec![
-                    unsigned(fresh(f)),
-                    unsigned(f.cached_tokens),
-                    unsigned(f.completion_tokens),
-                ],
+                stack,
                 line: unsigned(f.cost_micros),
             })
             .collect(),
@@ -96,13 +183,13 @@ fn n(v: i64) -> String {
     group_thousands(u64::try_from(v).unwrap_or(0))
 }
 
-fn figures_cells(f: &UsageFigures) -> impl IntoView {
+fn figures_cells(f: &UsageFigures, cost: Decimals) -> impl IntoView {
     view! {
         <td class="num requests">{n(f.requests)}</td>
         <td class="num prompt">{n(f.prompt_tokens)}</td>
         <td class="num cached">{n(f.cached_tokens)}</td>
         <td class="num completion">{n(f.completion_tokens)}</td>
-        <td class="num cost">{format_micros(f.cost_micros)}</td>
+        <td class="num cost">{cost.show(f.cost_micros)}</td>
     }
 }
 
@@ -118,12 +205,42 @@ fn report_view(report: UsageReport) -> AnyView {
     keys.push(choice("none", "Without a key"));
     let mut models = vec![choice("", "All models")];
     models.extend(report.models.iter().map(|m| choice(m, m)));
+    let what = match report.view.as_str() {
+        "model" => "by model",
+        "key" => "by key",
+        _ => "by kind (fresh prompt, cached prompt, completion)",
+    };
     let caption = format!(
-        "Tokens per day (fresh prompt, cached prompt, completion) and cost, {} to {}",
+        "Tokens per day {what} and cost, {} to {}",
         report.from, report.to
     );
+    let views: Vec<Choice> = VIEWS.iter().map(|(v, l)| choice(v, l)).collect();
+    let endpoint_rows = report
+        .endpoints
+        .iter()
+        .map(|e| {
+            view! {
+                <tr class="endpoint-row" data-endpoint=e.endpoint.clone()>
+                    <td>{e.label.clone()}</td>
+                    <td class="num requests">{n(e.requests)}</td>
+                    <td class="num prompt">{n(e.prompt_tokens)}</td>
+                    <td class="num cached">{n(e.cached_tokens)}</td>
+                    <td class="num completion">{n(e.completion_tokens)}</td>
+                </tr>
+            }
+        })
+        .collect_view();
+    let no_endpoints = report.endpoints.is_empty();
     let data = chart(&report);
     let t = &report.totals;
+    // One number of decimals for the cost column, its total and the summary: they align.
+    let cost = Decimals::for_amounts(
+        report
+            .rows
+            .iter()
+            .map(|r| r.figures.cost_micros)
+            .chain([t.cost_micros]),
+    );
     let summary = format!(
         "{} to {} (UTC): {} requests, {} prompt tokens ({} cached), {} completion tokens, cost {}.",
         report.from,
@@ -132,7 +249,7 @@ fn report_view(report: UsageReport) -> AnyView {
         n(t.prompt_tokens),
         n(t.cached_tokens),
         n(t.completion_tokens),
-        format_micros(t.cost_micros)
+        cost.show(t.cost_micros)
     );
     let rows = report
         .rows
@@ -142,7 +259,7 @@ fn report_view(report: UsageReport) -> AnyView {
                 <tr class="usage-row" data-day=r.day.clone() data-model=r.model.clone()>
                     <td>{r.day.clone()}</td>
                     <td>{r.model.clone()}</td>
-                    {figures_cells(&r.figures)}
+                    {figures_cells(&r.figures, cost)}
                 </tr>
             }
         })
@@ -158,6 +275,7 @@ fn report_view(report: UsageReport) -> AnyView {
             <label>"To"<input type="date" name="to" value=report.to.clone()/></label>
             <label>"Key"<select name="key">{options(keys, &report.key)}</select></label>
             <label>"Model"<select name="model">{options(models, &report.model)}</select></label>
+            <label>"Chart"<select name="view">{options(views, &report.view)}</select></label>
             <button type="submit">"Show"</button>
         </form>
         <p class="muted">"From and To apply to a custom range. Days are UTC."</p>
@@ -179,17 +297,64 @@ fn report_view(report: UsageReport) -> AnyView {
             </thead>
             <tbody>{rows}</tbody>
             <tfoot>
-                <tr class="totals"><th colspan="2">"Total"</th>{figures_cells(t)}</tr>
+                <tr class="totals"><th colspan="2">"Total"</th>{figures_cells(t, cost)}</tr>
             </tfoot>
         </table>
         </div>
+        <h2 class="table-title">"By endpoint"</h2>
+        {if no_endpoints {
+            view! { <p class="muted">"No requests in this range."</p> }.into_any()
+        } else {
+            view! {
+                <div class="scroll">
+                <table class="usage endpoints">
+                    <thead>
+                        <tr>
+                            <th>"Endpoint"</th><th class="num">"Requests"</th>
+                            <th class="num">"Prompt tokens"</th><th class="num">"Cached"</th>
+                            <th class="num">"Completion tokens"</th>
+                        </tr>
+                    </thead>
+                    <tbody>{endpoint_rows}</tbody>
+                </table>
+                </div>
+            }
+            .into_any()
+        }}
     }
     .into_any()
 }
 
 #[cfg(test)]
 mod tests {
-    use super::cost_tick;
+    use super::{cost_tick, stacked_by_name, UsageFigures, MAX_SERIES};
+
+    #[test]
+    fn stacks_by_name_keep_the_biggest_and_sum_the_rest() {
+        let days: Vec<(String, UsageFigures)> = ["d1", "d2"]
+            .iter()
+            .map(|d| ((*d).to_owned(), UsageFigures::default()))
+            .collect();
+        let names: Vec<String> = (0..9).map(|i| format!("m{i}")).collect();
+        let items: Vec<(&str, &str, u64)> = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| ("d1", n.as_str(), 100 - i as u64))
+            .chain([("d2", "m7", 1)])
+            .collect();
+        let (series, stacks) = stacked_by_name(&days, items.iter().copied(), "other");
+        assert_eq!(series.len(), MAX_SERIES + 1);
+        assert_eq!(series[0], "m0");
+        assert_eq!(series[MAX_SERIES], "other");
+        // m6, m7, m8 (94 + 93 + 92) are "other" on d1; m7's 1 on d2 too.
+        assert_eq!(stacks[0][MAX_SERIES], 94 + 93 + 92);
+        assert_eq!(stacks[1], [0, 0, 0, 0, 0, 0, 1]);
+        assert_eq!(stacks[0].iter().sum::<u64>(), (92..=100).sum::<u64>());
+        // Few names: no "other".
+        let (series, _) =
+            stacked_by_name(&days, [("d1", "a", 1), ("d2", "b", 2)].into_iter(), "other");
+        assert_eq!(series, ["b", "a"]);
+    }
 
     #[test]
     fn cost_ticks_are_short() {

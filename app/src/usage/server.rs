@@ -8,8 +8,8 @@ use time::{Date, Duration, OffsetDateTime, PrimitiveDateTime};
 use uuid::Uuid;
 
 use super::{
-    Choice, LogEntry, LogParams, LogReport, UsageFigures, UsageParams, UsageReport, UsageRow,
-    LOG_PAGE_SIZE, MAX_RANGE_DAYS, STATUSES,
+    Choice, EndpointUsage, KeyDay, LogEntry, LogParams, LogReport, UsageFigures, UsageParams,
+    UsageReport, UsageRow, ENDPOINTS, LOG_PAGE_SIZE, MAX_RANGE_DAYS, STATUSES, VIEWS,
 };
 use crate::error::PortalError;
 use crate::ssr::{session, Portal};
@@ -120,6 +120,63 @@ pub async fn usage(
         notice = Some("Unknown key: showing every key.".into());
     }
     let rows = reports::daily(pool, tenant, from, to, key_id, model.as_deref()).await?;
+    let view = match given(&params.view) {
+        None => "kind",
+        Some(v) => match VIEWS.iter().find(|(name, _)| *name == v) {
+            Some((name, _)) => name,
+            None => {
+                notice = Some("Unknown chart view: showing tokens by kind.".into());
+                "kind"
+            }
+        },
+    };
+    let key_days = if view == "key" {
+        let label = |id: Uuid| {
+            if id == NO_KEY {
+                "Without a key".to_owned()
+            } else {
+                keys.iter()
+                    .find(|k| k.value == id.to_string())
+                    .map_or_else(|| "(unknown key)".to_owned(), |k| k.label.clone())
+            }
+        };
+        reports::daily_by_key(pool, tenant, from, to, model.as_deref())
+            .await?
+            .into_iter()
+            // The key filter applies here too (the rollup query reads every key of the tenant).
+            .filter(|r| key_id.is_none_or(|k| k == r.api_key_id))
+            .map(|r| KeyDay {
+                day: fmt_day(r.day),
+                key: label(r.api_key_id),
+                tokens: r.tokens,
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let day_start = |d: Date| d.midnight().assume_utc();
+    let endpoints = reports::by_endpoint(
+        pool,
+        tenant,
+        day_start(from),
+        day_start(to) + Duration::days(1),
+        key_id,
+        model.as_deref(),
+    )
+    .await?
+    .into_iter()
+    .map(|r| EndpointUsage {
+        label: ENDPOINTS
+            .iter()
+            .find(|(v, _)| *v == r.endpoint)
+            .map_or_else(|| r.endpoint.clone(), |(_, l)| (*l).to_owned()),
+        endpoint: r.endpoint,
+        requests: r.requests,
+        prompt_tokens: r.prompt_tokens,
+        cached_tokens: r.cached_tokens,
+        completion_tokens: r.completion_tokens,
+    })
+    .collect();
 
     let mut days: Vec<(Date, UsageFigures)> = Vec::new();
     let mut day = from;
@@ -164,6 +221,9 @@ pub async fn usage(
         days: days.into_iter().map(|(d, f)| (fmt_day(d), f)).collect(),
         rows: table,
         totals,
+        view: view.to_owned(),
+        key_days,
+        endpoints,
         notice,
     })
 }
@@ -224,12 +284,24 @@ pub async fn log(pool: &PgPool, tenant: Uuid, params: &LogParams) -> sqlx::Resul
     };
     let since = time("from", &params.since);
     let until = time("to", &params.until);
-    let before = given(&params.before).and_then(|s| {
-        let c = parse_cursor(s);
-        if c.is_none() {
-            ignored.push("page");
+    let mut cursor_of = |v: &Option<String>| {
+        given(v).and_then(|s| {
+            let c = parse_cursor(s);
+            if c.is_none() {
+                ignored.push("page");
+            }
+            c
+        })
+    };
+    let before = cursor_of(&params.before);
+    // "Newer" pages read after their cursor; a page has one cursor (`before` wins).
+    let after = cursor_of(&params.after).filter(|_| before.is_none());
+    let endpoint = given(&params.endpoint).filter(|e| {
+        let known = ENDPOINTS.iter().any(|(v, _)| v == e);
+        if !known {
+            ignored.push("endpoint");
         }
-        c
+        known
     });
     let model = given(&params.model).map(str::to_owned);
     // Events with no key are stored with a NULL key in usage_events (the nil id is the rollup's).
@@ -241,18 +313,45 @@ pub async fn log(pool: &PgPool, tenant: Uuid, params: &LogParams) -> sqlx::Resul
         since: since.as_ref().map(|(_, t)| *t),
         until: until.as_ref().map(|(_, t)| *t),
         no_key,
+        endpoint,
     };
-    // The newest possible cursor: every stored time is before it.
-    let start = before.unwrap_or((
-        OffsetDateTime::now_utc() + Duration::days(36_500),
-        Uuid::max(),
-    ));
-    let mut rows = reports::log_page(pool, tenant, &filter, start, LOG_PAGE_SIZE + 1).await?;
-    let older = if rows.len() > usize::try_from(LOG_PAGE_SIZE).unwrap_or(usize::MAX) {
-        rows.truncate(usize::try_from(LOG_PAGE_SIZE).unwrap_or(0));
-        rows.last().map(|r| cursor(r.started_at, r.request_id))
+    let page = usize::try_from(LOG_PAGE_SIZE).unwrap_or(usize::MAX);
+    let (rows, older, newer) = if let Some(after) = after {
+        // The page just newer than `after`: read oldest first, shown newest first. The page it
+        // came from is older, so "Older" is the last row shown.
+        let mut rows =
+            reports::log_page_newer(pool, tenant, &filter, after, LOG_PAGE_SIZE + 1).await?;
+        let more = rows.len() > page;
+        rows.truncate(page);
+        rows.reverse();
+        let newer = more
+            .then(|| rows.first().map(|r| cursor(r.started_at, r.request_id)))
+            .flatten();
+        let older = rows
+            .last()
+            .map(|r| cursor(r.started_at, r.request_id))
+            .or_else(|| Some(cursor(after.0, after.1)));
+        (rows, older, newer)
     } else {
-        None
+        // The newest possible cursor: every stored time is before it.
+        let start = before.unwrap_or((
+            OffsetDateTime::now_utc() + Duration::days(36_500),
+            Uuid::max(),
+        ));
+        let mut rows = reports::log_page(pool, tenant, &filter, start, LOG_PAGE_SIZE + 1).await?;
+        let older = if rows.len() > page {
+            rows.truncate(page);
+            rows.last().map(|r| cursor(r.started_at, r.request_id))
+        } else {
+            None
+        };
+        // A page reached by "Older" has newer rows: those before its first row (or its cursor
+        // when it came out empty).
+        let newer = before.map(|b| {
+            rows.first()
+                .map_or_else(|| cursor(b.0, b.1), |r| cursor(r.started_at, r.request_id))
+        });
+        (rows, older, newer)
     };
     let entries = rows.into_iter().map(log_entry).collect();
     let notice = (!ignored.is_empty()).then(|| {
@@ -269,11 +368,14 @@ pub async fn log(pool: &PgPool, tenant: Uuid, params: &LogParams) -> sqlx::Resul
             since: since.map(|(s, _)| s),
             until: until.map(|(s, _)| s),
             before: None,
+            after: None,
+            endpoint: endpoint.map(str::to_owned),
         },
         keys,
         models,
         entries,
         older,
+        newer,
         notice,
     })
 }
@@ -297,6 +399,10 @@ pub fn log_entry(r: reports::LogRow) -> LogEntry {
         completion_tokens: r.completion_tokens,
         ttft_ms: r.ttft_ms,
         duration_ms: r.duration_ms,
+        endpoint: r.endpoint,
+        stream: r.stream,
+        provenance: r.provenance,
+        reasoning_tokens: r.reasoning_tokens,
     }
 }
 

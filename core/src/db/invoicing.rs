@@ -33,6 +33,9 @@ pub struct Summary {
     /// Credits applied (zero or negative).
     pub credit_micros: i64,
     pub adjustment_micros: i64,
+    /// When a draft's figures were last computed (the draft scheduler rebuilds every few minutes,
+    /// so an open month's stored figures trail its events by up to that much).
+    pub built_at: Option<OffsetDateTime>,
 }
 
 /// Invoices and credit notes, newest period first: one tenant's (`Some`) or every tenant's
@@ -45,7 +48,7 @@ pub async fn summaries(
     sqlx::query_as!(
         Summary,
         r#"SELECT i.id, i.tenant_id, t.name AS tenant_name, i.period_start, i.kind, i.corrects,
-                  i.status, i.total_micros, i.issued_at, i.number,
+                  i.status, i.total_micros, i.issued_at, i.number, i.built_at,
                   COALESCE(sum(x.amount_micros) FILTER (WHERE x.kind = 'usage'), 0)::bigint
                       AS "usage_micros!",
                   COALESCE(sum(x.amount_micros) FILTER (WHERE x.kind = 'credit'), 0)::bigint

@@ -173,7 +173,10 @@ pub struct KeyRow {
 pub const LIST_LIMIT: i64 = 500;
 
 /// The tenant's keys, newest first, at most [`LIST_LIMIT`].
-pub async fn list_of_tenant(pool: &PgPool, tenant_id: Uuid) -> sqlx::Result<Vec<KeyRow>> {
+pub async fn list_of_tenant(
+    pool: impl sqlx::PgExecutor<'_>,
+    tenant_id: Uuid,
+) -> sqlx::Result<Vec<KeyRow>> {
     sqlx::query_as!(
         KeyRow,
         "SELECT id, name, prefix, created_at, last_used_at, revoked_at, expires_at

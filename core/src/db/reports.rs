@@ -59,6 +59,87 @@ pub async fn daily(
     .await
 }
 
+/// One day and key of a tenant's usage (the nil key: requests without a key).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyDayRow {
+    pub day: Date,
+    pub api_key_id: Uuid,
+    pub tokens: i64,
+}
+
+/// Tokens (prompt and completion) per UTC day and key for days `from..=to`, optionally of one
+/// model, for the usage page's per-key chart. Ordered by day, then key.
+pub async fn daily_by_key(
+    pool: &PgPool,
+    tenant: Uuid,
+    from: Date,
+    to: Date,
+    model: Option<&str>,
+) -> sqlx::Result<Vec<KeyDayRow>> {
+    sqlx::query_as!(
+        KeyDayRow,
+        r#"SELECT day, api_key_id,
+                  SUM(prompt_tokens + completion_tokens)::bigint AS "tokens!"
+           FROM usage_daily
+           WHERE tenant_id = $1 AND day BETWEEN $2 AND $3
+             AND ($4::text IS NULL OR served_name = $4)
+           GROUP BY day, api_key_id
+           ORDER BY day, api_key_id"#,
+        tenant,
+        from,
+        to,
+        model as Option<&str>,
+    )
+    .fetch_all(pool)
+    .await
+}
+
+/// A tenant's usage through one `/v1` endpoint over a range.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndpointRow {
+    pub endpoint: String,
+    pub requests: i64,
+    pub prompt_tokens: i64,
+    pub cached_tokens: i64,
+    pub completion_tokens: i64,
+}
+
+/// Requests and tokens per `/v1` endpoint of the requests started in `[since, until)`,
+/// optionally of one key (the nil key: requests without a key) and one model. Read from the
+/// events (the daily rollup has no endpoint): one range scan of the tenant's time index.
+pub async fn by_endpoint(
+    pool: &PgPool,
+    tenant: Uuid,
+    since: OffsetDateTime,
+    until: OffsetDateTime,
+    key: Option<Uuid>,
+    model: Option<&str>,
+) -> sqlx::Result<Vec<EndpointRow>> {
+    let no_key = key == Some(NO_KEY);
+    sqlx::query_as!(
+        EndpointRow,
+        r#"SELECT endpoint, count(*) AS "requests!",
+                  COALESCE(SUM(prompt_tokens), 0)::bigint AS "prompt_tokens!",
+                  COALESCE(SUM(cached_tokens), 0)::bigint AS "cached_tokens!",
+                  COALESCE(SUM(completion_tokens), 0)::bigint AS "completion_tokens!"
+           FROM usage_events
+           WHERE tenant_id = $1 AND started_at >= $2 AND started_at < $3
+             AND ($4::uuid IS NULL OR api_key_id = $4)
+             AND (NOT $5 OR api_key_id IS NULL)
+             AND ($6::text IS NULL OR served_name = $6)
+           GROUP BY endpoint
+           ORDER BY endpoint"#,
+        tenant,
+        since,
+        until,
+        key.filter(|_| !no_key) as Option<Uuid>,
+        no_key,
+        model as Option<&str>,
+    )
+    .fetch_all(pool)
+    .await
+}
+
 /// The served model names a tenant has usage of, for the filters.
 pub async fn models(pool: &PgPool, tenant: Uuid) -> sqlx::Result<Vec<String>> {
     sqlx::query_scalar!(
@@ -100,6 +181,8 @@ pub struct LogFilter<'a> {
     pub until: Option<OffsetDateTime>,
     /// Only requests made without a key.
     pub no_key: bool,
+    /// Only requests served by this `/v1` endpoint.
+    pub endpoint: Option<&'a str>,
 }
 
 /// One request of the log.
@@ -119,6 +202,14 @@ pub struct LogRow {
     pub duration_ms: i32,
     /// What the request costs (the price book's rates at its start; 0 when refused or unpriced).
     pub cost_micros: i64,
+    /// The `/v1` endpoint that served it: chat, completions, responses, embeddings, messages.
+    pub endpoint: String,
+    /// Whether the answer was streamed.
+    pub stream: bool,
+    /// How the tokens were counted: `engine`, `partial` or `estimated`.
+    pub provenance: String,
+    /// Of the completion tokens, the reasoning ones the engine reported.
+    pub reasoning_tokens: i64,
 }
 
 /// Up to `limit` requests of `tenant` older than `before` (a `(started_at, request_id)` cursor:
@@ -146,7 +237,8 @@ pub async fn log_page(
                                                    e.adapter IS NOT NULL, e.started_at,
                                                    e.prompt_tokens - e.cached_tokens,
                                                    e.cached_tokens, e.completion_tokens)
-                  END AS "cost_micros!"
+                  END AS "cost_micros!",
+                  e.endpoint, e.stream, e.provenance, e.reasoning_tokens
            FROM usage_events e
                 LEFT JOIN api_keys k ON k.id = e.api_key_id AND k.tenant_id = e.tenant_id
            WHERE e.tenant_id = $1
@@ -156,6 +248,7 @@ pub async fn log_page(
              AND ($6::text IS NULL OR e.status = $6)
              AND ($7::timestamptz IS NULL OR e.started_at >= $7)
              AND (NOT $9 OR e.api_key_id IS NULL)
+             AND ($10::text IS NULL OR e.endpoint = $10)
            ORDER BY e.started_at DESC, e.request_id DESC
            LIMIT $8"#,
         tenant,
@@ -167,6 +260,63 @@ pub async fn log_page(
         filter.since as Option<OffsetDateTime>,
         limit,
         filter.no_key,
+        filter.endpoint as Option<&str>,
+    )
+    .fetch_all(pool)
+    .await
+}
+
+/// Up to `limit` requests of `tenant` newer than `after` (the first row of the page being left by
+/// its "Newer" link), the oldest of them first (the caller shows them newest first). The cursor
+/// is a bound of the same index scan, read the other way.
+pub async fn log_page_newer(
+    pool: &PgPool,
+    tenant: Uuid,
+    filter: &LogFilter<'_>,
+    after: (OffsetDateTime, Uuid),
+    limit: i64,
+) -> sqlx::Result<Vec<LogRow>> {
+    // `started_at >= since` is the cursor `(since, nil)` less a hair: the tighter is the bound.
+    let after = match filter.since {
+        Some(since) if (since - time::Duration::nanoseconds(1), Uuid::max()) > after => {
+            (since - time::Duration::nanoseconds(1), Uuid::max())
+        }
+        _ => after,
+    };
+    sqlx::query_as!(
+        LogRow,
+        r#"SELECT e.request_id, e.started_at, e.served_name, e.api_key_id,
+                  k.name AS "key_name?", k.prefix AS "key_prefix?", e.status,
+                  e.prompt_tokens, e.cached_tokens, e.completion_tokens, e.ttft_ms, e.duration_ms,
+                  CASE WHEN e.status = 'rejected' THEN 0
+                       ELSE charge_micros_of_event(e.tenant_id, e.price_key, e.served_name,
+                                                   e.adapter IS NOT NULL, e.started_at,
+                                                   e.prompt_tokens - e.cached_tokens,
+                                                   e.cached_tokens, e.completion_tokens)
+                  END AS "cost_micros!",
+                  e.endpoint, e.stream, e.provenance, e.reasoning_tokens
+           FROM usage_events e
+                LEFT JOIN api_keys k ON k.id = e.api_key_id AND k.tenant_id = e.tenant_id
+           WHERE e.tenant_id = $1
+             AND (e.started_at, e.request_id) > ($2, $3)
+             AND ($4::text IS NULL OR e.served_name = $4)
+             AND ($5::uuid IS NULL OR e.api_key_id = $5)
+             AND ($6::text IS NULL OR e.status = $6)
+             AND ($7::timestamptz IS NULL OR e.started_at < $7)
+             AND (NOT $9 OR e.api_key_id IS NULL)
+             AND ($10::text IS NULL OR e.endpoint = $10)
+           ORDER BY e.started_at, e.request_id
+           LIMIT $8"#,
+        tenant,
+        after.0,
+        after.1,
+        filter.model as Option<&str>,
+        filter.key as Option<Uuid>,
+        filter.status as Option<&str>,
+        filter.until as Option<OffsetDateTime>,
+        limit,
+        filter.no_key,
+        filter.endpoint as Option<&str>,
     )
     .fetch_all(pool)
     .await
@@ -188,7 +338,8 @@ pub async fn log_entry(
                                                    e.adapter IS NOT NULL, e.started_at,
                                                    e.prompt_tokens - e.cached_tokens,
                                                    e.cached_tokens, e.completion_tokens)
-                  END AS "cost_micros!"
+                  END AS "cost_micros!",
+                  e.endpoint, e.stream, e.provenance, e.reasoning_tokens
            FROM usage_events e
                 LEFT JOIN api_keys k ON k.id = e.api_key_id AND k.tenant_id = e.tenant_id
            WHERE e.tenant_id = $1 AND e.request_id = $2"#,

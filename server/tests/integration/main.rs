@@ -37,6 +37,7 @@ mod helm_chart;
 mod invoice_document;
 mod invoices_portal;
 mod isolation;
+mod issue37_portal;
 mod journal;
 mod journal_faults;
 mod lifecycle;

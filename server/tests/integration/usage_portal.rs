@@ -19,7 +19,7 @@ use common::portal::*;
 use common::TestApp;
 use reqwest::StatusCode;
 use sqlx::PgPool;
-use tf_app::money::format_micros as money;
+use tf_app::money::Decimals;
 use tf_app::usage::{UsageFigures, UsageReport};
 use tf_core::accounts::{self, Role};
 use tf_core::money::{line_micros, Quantities, Rates};
@@ -324,9 +324,16 @@ async fn usage_figures_equal_the_stored_events_and_the_spend_limit(pool: PgPool)
     check(&r, &want);
     let html = browser.html("/usage").await;
     assert!(html.contains("<svg"), "a chart is drawn");
+    // The total's cost has the column's decimals (issue 37, item 4: one format per column).
+    let column = Decimals::for_amounts(
+        r.rows
+            .iter()
+            .map(|row| row.figures.cost_micros)
+            .chain([r.totals.cost_micros]),
+    );
     assert!(html.contains(&format!(
         r#"<td class="num cost">{}</td>"#,
-        money(r.totals.cost_micros)
+        column.show(r.totals.cost_micros)
     )));
     assert!(r.totals.cost_micros > 0 && r.totals.requests > 0);
 
@@ -605,8 +612,16 @@ async fn the_log_walks_every_event_once_newest_first(pool: PgPool) {
         .nth(1)
         .unwrap();
     let row = &row[..row.find("</tr>").unwrap()];
+    // The first page's costs share one number of decimals (issue 37, item 4).
+    let first_page: Vec<String> = newest_first(&|_| true).into_iter().take(50).collect();
+    let column = Decimals::for_amounts(
+        events
+            .iter()
+            .filter(|e| first_page.contains(&e.request_id.to_string()))
+            .map(|e| cost(e, &start_prices())),
+    );
     let cost = cost(first, &start_prices());
-    assert!(row.contains(&money(cost)), "{row}");
+    assert!(row.contains(&column.show(cost)), "{row}");
     assert!(
         row.contains(r#"<td class="num">345</td>"#) && row.contains(r#"<td class="num">12</td>"#),
         "{row}"

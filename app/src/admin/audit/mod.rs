@@ -27,8 +27,9 @@ pub struct AuditItem {
     pub tenant: String,
     pub action: String,
     pub target: String,
-    /// The detail as compact JSON (`{}` when empty).
-    pub detail: String,
+    /// The detail as `key: value` rows (an object's fields in order; a nested value as compact
+    /// JSON, a string as itself); one `("", json)` row for a detail that is not an object.
+    pub detail: Vec<(String, String)>,
     pub source_ip: String,
 }
 
@@ -43,16 +44,77 @@ pub struct AuditView {
     pub notice: Option<String>,
 }
 
-/// The actions the filter offers (families first); other values may still be typed in the URL.
-pub const ACTION_CHOICES: &[&str] = &[
-    "tenant",
-    "tenant.create",
-    "tenant.suspend",
-    "tenant.reactivate",
-    "limits",
-    "key",
-    "user",
+/// The actions the filter offers, families with their labels (a family matches every
+/// `family.*` action); a whole action such as `tenant.suspend` may still be typed in the URL.
+pub const ACTION_CHOICES: &[(&str, &str)] = &[
+    ("tenant", "Tenants (create, rename, suspend, tier)"),
+    ("tenant.suspend", "  tenant.suspend"),
+    ("tenant.reactivate", "  tenant.reactivate"),
+    ("user", "Users (passwords, sessions)"),
+    ("member", "Members (invite, join, role, remove)"),
+    ("key", "API keys (create, rotate, revoke)"),
+    ("limits", "Limits"),
+    ("model", "Models (upload, start, stop, delete)"),
+    ("bodies", "Body logging (opt in/out, retention, delete)"),
+    ("prices", "Prices"),
+    ("tier", "Price tiers"),
+    ("invoice", "Invoices (build, issue, adjust, correct)"),
+    ("credit", "Credit grants"),
+    ("period", "Billing periods"),
+    ("billing", "Re-rating"),
+    ("fleet", "Serving policy (idle, floor)"),
+    ("economics", "Serving costs"),
 ];
+
+/// The actions a tenant's own audit view (`/audit`) filters by: the families a tenant's members
+/// cause or that concern the tenant.
+pub const TENANT_ACTION_CHOICES: &[(&str, &str)] = &[
+    ("key", "API keys (create, rotate, revoke)"),
+    ("member", "Members (invite, join, role, remove)"),
+    ("model", "Models (upload, start, stop, delete)"),
+    ("bodies", "Body logging (opt in/out, retention, delete)"),
+    ("tenant", "Tenant (name, status, tier)"),
+    ("limits", "Limits"),
+    ("user", "Passwords and sessions"),
+    ("invoice", "Invoices"),
+    ("credit", "Credit"),
+];
+
+/// An audit row's detail as `key: value` rows, for reading (not raw JSON).
+#[cfg(feature = "ssr")]
+pub fn detail_rows(detail: &serde_json::Value) -> Vec<(String, String)> {
+    use serde_json::Value;
+    let show = |v: &Value| match v {
+        Value::String(s) => s.clone(),
+        Value::Null => "–".to_owned(),
+        other => other.to_string(),
+    };
+    match detail {
+        Value::Object(map) => map.iter().map(|(k, v)| (k.clone(), show(v))).collect(),
+        Value::Null => Vec::new(),
+        other => vec![(String::new(), show(other))],
+    }
+}
+
+/// An audit row as the pages show it.
+#[cfg(feature = "ssr")]
+pub fn item_of(r: tf_core::db::audit::Found) -> AuditItem {
+    let stamp = time::macros::format_description!("[year]-[month]-[day] [hour]:[minute]:[second]");
+    AuditItem {
+        id: r.id,
+        at: r
+            .at
+            .to_offset(time::UtcOffset::UTC)
+            .format(stamp)
+            .unwrap_or_default(),
+        actor: r.actor,
+        tenant: r.tenant_name.unwrap_or_else(|| "-".into()),
+        action: r.action,
+        target: r.target,
+        detail: detail_rows(&r.detail),
+        source_ip: r.source_ip.unwrap_or_else(|| "-".into()),
+    }
+}
 
 /// A page of the audit log.
 #[server(prefix = "/api", endpoint = "admin_audit", input = leptos::server_fn::codec::GetUrl)]
@@ -117,31 +179,39 @@ pub async fn admin_audit(#[server(default)] params: AuditParams) -> Result<Audit
     let older = more
         .then(|| rows.last().map(|r| r.id.to_string()))
         .flatten();
-    let stamp = time::macros::format_description!("[year]-[month]-[day] [hour]:[minute]:[second]");
     Ok(AuditView {
         filter: AuditParams {
             tenant: tenant_name,
             action,
             before: None,
         },
-        items: rows
-            .into_iter()
-            .map(|r| AuditItem {
-                id: r.id,
-                at: r
-                    .at
-                    .to_offset(time::UtcOffset::UTC)
-                    .format(stamp)
-                    .unwrap_or_default(),
-                actor: r.actor,
-                tenant: r.tenant_name.unwrap_or_else(|| "-".into()),
-                action: r.action,
-                target: r.target,
-                detail: r.detail.to_string(),
-                source_ip: r.source_ip.unwrap_or_else(|| "-".into()),
-            })
-            .collect(),
+        items: rows.into_iter().map(item_of).collect(),
         older,
         notice,
     })
+}
+
+#[cfg(all(test, feature = "ssr"))]
+mod tests {
+    use super::detail_rows;
+
+    #[test]
+    fn details_read_as_key_value_rows() {
+        let d = serde_json::json!({"name": "ci", "grace_secs": 3600, "tags": ["a"], "gone": null});
+        let rows = detail_rows(&d);
+        let find = |k: &str| {
+            rows.iter()
+                .find(|(key, _)| key == k)
+                .map(|(_, v)| v.as_str())
+        };
+        assert_eq!(find("name"), Some("ci"));
+        assert_eq!(find("grace_secs"), Some("3600"));
+        assert_eq!(find("tags"), Some(r#"["a"]"#));
+        assert_eq!(find("gone"), Some("–"));
+        assert!(detail_rows(&serde_json::json!({})).is_empty());
+        assert_eq!(
+            detail_rows(&serde_json::json!("x")),
+            [(String::new(), "x".to_owned())]
+        );
+    }
 }

@@ -36,6 +36,10 @@ fn detail_page(state: PageState) -> AnyView {
         Some(d) => view! {
             <p class="muted">"Tenant: "
                 <a href=format!("/admin/tenants/{}", d.tenant)>{d.tenant.clone()}</a></p>
+            {d.as_of.map(|t| view! {
+                <p class="as-of" id="as-of">"Figures as of " {t} " UTC (the draft's last build; \
+                    the tenant sees the open month live)."</p>
+            })}
             {crate::invoices::page::detail(d.detail, crate::invoices::page::Links::Admin)}
         }
         .into_any(),
@@ -110,7 +114,8 @@ fn row(i: AdminInvoiceItem, csrf: String) -> AnyView {
             <td class="num">{format_micros(i.usage_micros)}</td>
             <td class="num">{format_micros(i.credit_micros)}</td>
             <td class="num">{format_micros(i.adjustment_micros)}</td>
-            <td class="num total">{format_micros(i.total_micros)}</td>
+            <td class="num total">{format_micros(i.total_micros)}
+                {i.as_of.map(|t| view! { <span class="as-of">"as of " {t} " UTC"</span> })}</td>
             <td>{i.issued_at.unwrap_or_else(|| "–".to_owned())}</td>
             <td class="actions">{actions}</td>
         </tr>
@@ -157,7 +162,8 @@ fn body(v: AdminInvoicesView, csrf: String) -> AnyView {
             <h2>"All invoices"</h2>
             <p class="muted">"Drafts are rebuilt from the rated usage every few minutes while \
                 their month is open, and once more after it closes; issuing is always an \
-                admin's act."</p>
+                admin's act. A draft's figures are as of its last build (shown under its \
+                total), so they can trail the tenant's live view by a few minutes."</p>
             {if empty {
                 view! { <p class="muted">"No invoices yet: the first drafts are built a few \
                     minutes after usage is rated, or at once with \"Build a draft now\"."</p> }

@@ -74,6 +74,9 @@ pub struct AdminInvoiceItem {
     pub issued_at: Option<String>,
     /// The document number, once issued.
     pub number: Option<String>,
+    /// A draft's figures are its last build's: `YYYY-MM-DD HH:MM:SS` (UTC) of that build.
+    #[serde(default)]
+    pub as_of: Option<String>,
 }
 
 /// Who issues invoices (the "From" of the invoices issued from now on).
@@ -110,6 +113,9 @@ pub struct AdminInvoiceDetail {
     /// The tenant's handle.
     pub tenant: String,
     pub detail: crate::invoices::InvoiceDetail,
+    /// A stored draft's last build (`YYYY-MM-DD HH:MM:SS`, UTC): what its figures are as of.
+    #[serde(default)]
+    pub as_of: Option<String>,
 }
 
 /// Any tenant's stored invoice with its entries; `None` for an unknown or malformed id.
@@ -137,7 +143,17 @@ pub async fn admin_invoice(
     let detail = invoices::detail(pool, tenant_id, &id, time::OffsetDateTime::now_utc())
         .await
         .map_err(failed)?;
-    Ok(detail.map(|detail| AdminInvoiceDetail { tenant, detail }))
+    let as_of = tf_core::db::invoicing::by_id(pool, uuid)
+        .await
+        .map_err(failed)?
+        .filter(|i| i.status == "draft")
+        .and_then(|i| i.built_at)
+        .map(crate::admin::billing::server::as_of);
+    Ok(detail.map(|detail| AdminInvoiceDetail {
+        tenant,
+        detail,
+        as_of,
+    }))
 }
 
 /// The price book, its versions, tiers and tenants' tiers.

@@ -30,6 +30,13 @@ pub fn parse_month(typed: &str) -> Option<Date> {
     Date::from_calendar_date(y.parse().ok()?, month, 1).ok()
 }
 
+/// When a stored draft's figures were computed, as the pages say it (`YYYY-MM-DD HH:MM:SS`, UTC).
+pub fn as_of(t: OffsetDateTime) -> String {
+    t.to_offset(time::UtcOffset::UTC)
+        .format(SECOND)
+        .unwrap_or_default()
+}
+
 /// What `/admin/prices` shows at `now`.
 pub async fn prices(pool: &PgPool, now: OffsetDateTime) -> sqlx::Result<PricesView> {
     let all = billing::versions(pool).await?;
@@ -89,13 +96,14 @@ pub async fn invoices(pool: &PgPool, now: OffsetDateTime) -> sqlx::Result<AdminI
             tenant: s.tenant_name,
             month: s.period_start.format(MONTH).unwrap_or_default(),
             kind: s.kind,
-            status: s.status,
             usage_micros: s.usage_micros,
             credit_micros: s.credit_micros,
             adjustment_micros: s.adjustment_micros,
             total_micros: s.total_micros,
             issued_at: s.issued_at.and_then(|t| t.format(MINUTE).ok()),
             number: s.number,
+            as_of: s.built_at.filter(|_| s.status == "draft").map(as_of),
+            status: s.status,
         })
         .collect();
     let balances: std::collections::HashMap<_, _> = billing::credit_balances(pool, None)

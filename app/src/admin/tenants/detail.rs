@@ -41,6 +41,7 @@ fn body(t: TenantDetail, csrf: String) -> AnyView {
     } else {
         view! { <span class="status ok">"Active"</span> }.into_any()
     };
+    let cost = crate::money::Decimals::for_amounts(t.models.iter().map(|m| m.cost_micros));
     let models = t
         .models
         .iter()
@@ -51,7 +52,7 @@ fn body(t: TenantDetail, csrf: String) -> AnyView {
                     <td class="num">{count(m.requests)}</td>
                     <td class="num">{count(m.prompt_tokens)}</td>
                     <td class="num">{count(m.completion_tokens)}</td>
-                    <td class="num">{format_micros(m.cost_micros)}</td>
+                    <td class="num">{cost.show(m.cost_micros)}</td>
                 </tr>
             }
         })

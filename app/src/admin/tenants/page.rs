@@ -14,7 +14,7 @@ use crate::admin::count;
 use crate::admin::page::{enc, password_panel};
 use crate::frame::{framed, CsrfField, Guarded, WIDE};
 use crate::model::{Access, PageState};
-use crate::money::format_micros;
+use crate::money::Decimals;
 use crate::PRODUCT;
 
 #[component]
@@ -40,10 +40,11 @@ fn page(state: PageState) -> AnyView {
 fn body(v: TenantsView, csrf: String, first_page: bool) -> AnyView {
     let create = ServerAction::<AdminCreateTenant>::new();
     let month = v.month.clone();
+    let cost = Decimals::for_amounts(v.tenants.iter().map(|t| t.cost_micros));
     let rows = v
         .tenants
         .into_iter()
-        .map(|t| row(t, csrf.clone()))
+        .map(|t| row(t, cost, csrf.clone()))
         .collect_view();
     let next = v.next.map(|n| format!("/admin/tenants?after={}", enc(&n)));
     view! {
@@ -87,7 +88,7 @@ fn body(v: TenantsView, csrf: String, first_page: bool) -> AnyView {
     .into_any()
 }
 
-fn row(t: TenantItem, csrf: String) -> AnyView {
+fn row(t: TenantItem, cost: Decimals, csrf: String) -> AnyView {
     let href = format!("/admin/tenants/{}", t.name);
     let (status_class, status) = if t.suspended {
         ("status refused", "Suspended")
@@ -105,7 +106,7 @@ fn row(t: TenantItem, csrf: String) -> AnyView {
             <td class="num">{count(t.active_keys)}</td>
             <td class="num">{count(t.requests)}</td>
             <td class="num">{count(t.tokens)}</td>
-            <td class="num">{format_micros(t.cost_micros)}</td>
+            <td class="num">{cost.show(t.cost_micros)}</td>
             <td class="actions">{action}</td>
         </tr>
     }

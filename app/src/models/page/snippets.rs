@@ -2,6 +2,7 @@
 //! gateway's public base URL, with the key left as the `TOKENFACTORY_API_KEY` environment
 //! variable (a page never shows a key's secret).
 
+use crate::frame::{CopyButton, CopyScript};
 use leptos::prelude::*;
 
 /// `curl` of a chat completion with `model`.
@@ -41,9 +42,11 @@ pub fn panel(api_base: &str, ready: &[String]) -> AnyView {
                 <details class="snippet-model" open={i == 0}>
                     <summary><code>{model.clone()}</code></summary>
                     <p class="muted">"curl"</p>
-                    <pre class="snippet"><code>{curl}</code></pre>
+                    <pre class="snippet"><code id=format!("curl-{i}")>{curl}</code></pre>
+                    <CopyButton target=format!("curl-{i}")/>
                     <p class="muted">"Python (" <code>"pip install openai"</code> ")"</p>
-                    <pre class="snippet"><code>{python}</code></pre>
+                    <pre class="snippet"><code id=format!("python-{i}")>{python}</code></pre>
+                    <CopyButton target=format!("python-{i}")/>
                 </details>
             }
         })
@@ -56,6 +59,7 @@ pub fn panel(api_base: &str, ready: &[String]) -> AnyView {
                 <a href="/keys">"API keys"</a> ", then:"
             </p>
             {blocks}
+            <CopyScript/>
         </section>
     }
     .into_any()
