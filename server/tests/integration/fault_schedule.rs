@@ -317,10 +317,6 @@ async fn run_seed(pool: &PgPool, seed: u64) -> Figures {
             "TF_UPSTREAM_CHUNK_TIMEOUT_MS",
             &CHUNK_TIMEOUT_MS.to_string(),
         )
-        .extra_fleet(&format!(
-            "[[base]]\nname = \"{EMBED}\"\nupstream = \"http://{{sim}}/v1\"\nkind = \"embedding\"\n\
-             prompt_estimator = \"sim-words\"\ndenied_fields = [\"priority\"]\n"
-        ))
         .process(dir.path())
         .await;
     let sim = deployment.sim.clone();

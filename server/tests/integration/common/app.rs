@@ -87,8 +87,6 @@ pub struct TestAppBuilder {
     rater: bool,
     /// Extra environment of a [`process`](Self::process) deployment's gateway.
     process_env: Vec<(String, String)>,
-    /// Extra `[[base]]` rows of a process deployment's fleet file (`{sim}`: the simulator).
-    extra_fleet: String,
 }
 
 impl TestApp {
@@ -111,7 +109,6 @@ impl TestApp {
             max_keys_per_tenant: tf_core::keys::DEFAULT_MAX_KEYS_PER_TENANT,
             rater: true,
             process_env: Vec::new(),
-            extra_fleet: String::new(),
         }
     }
 }
@@ -226,13 +223,6 @@ impl TestAppBuilder {
     /// Sets `key` in a process deployment's gateway environment (its flags' variables).
     pub fn process_env(mut self, key: &str, value: &str) -> Self {
         self.process_env.push((key.to_owned(), value.to_owned()));
-        self
-    }
-
-    /// Appends `toml` (`[[base]]` rows; `{sim}` becomes the simulator's address) to a process
-    /// deployment's fleet file.
-    pub fn extra_fleet(mut self, toml: &str) -> Self {
-        self.extra_fleet.push_str(toml);
         self
     }
 
@@ -382,7 +372,7 @@ impl TestAppBuilder {
             self.drain_seconds,
             embedding,
         )
-        .with_env(self.process_env, &self.extra_fleet)
+        .with_env(self.process_env)
     }
 }
 

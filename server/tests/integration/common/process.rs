@@ -40,14 +40,9 @@ pub struct Deployment {
 }
 
 impl Deployment {
-    /// Adds `env` to every gateway process and `fleet` (with `{sim}` replaced) to its fleet file.
-    pub(super) fn with_env(mut self, env: Vec<(String, String)>, fleet: &str) -> Self {
+    /// Adds `env` to every gateway process.
+    pub(super) fn with_env(mut self, env: Vec<(String, String)>) -> Self {
         self.env = env;
-        if !fleet.is_empty() {
-            let mut text = std::fs::read_to_string(&self.fleet_file).unwrap();
-            text.push_str(&fleet.replace("{sim}", &self.sim_addr.to_string()));
-            std::fs::write(&self.fleet_file, text).unwrap();
-        }
         self
     }
 
