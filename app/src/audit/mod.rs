@@ -68,7 +68,7 @@ pub async fn tenant_audit(
         None => None,
     };
     // INVARIANT: the tenant is the session member's, never a parameter (test:
-    // settings_portal::a_tenant_audit_shows_only_its_own_rows).
+    // issue37_portal::a_tenant_audit_shows_only_its_own_rows).
     let mut rows = tf_core::db::audit::search(
         &portal.deps.pool,
         Some(m.tenant.id),

@@ -115,19 +115,23 @@ pub struct InvoiceDetail {
 #[server(prefix = "/api", endpoint = "invoices", input = leptos::server_fn::codec::GetUrl)]
 pub async fn fetch_invoices() -> Result<InvoicesView, PortalError> {
     use crate::invoices::server as invoices;
-    use crate::ssr::{internal, Portal};
-    use crate::usage::server as usage;
+    use crate::ssr::{internal, member, session, Portal};
 
     let portal = Portal::current()?;
-    let tenant = usage::session_tenant(&portal).await?;
-    let mut view = invoices::list(&portal.deps.pool, tenant, time::OffsetDateTime::now_utc())
-        .await
-        .map_err(|e| internal("loading the invoices", e))?;
-    let s = crate::ssr::session::current().await?;
-    view.can_manage = crate::ssr::member::required(&portal, &s)
-        .await?
-        .role
-        .manages_tenant();
+    let s = session::current().await?;
+    // One lookup for the tenant and the viewer's role; no tenant (signed out, an admin): 403.
+    let Some(m) = member::current(&portal, &s).await? else {
+        session::set_status(http::StatusCode::FORBIDDEN);
+        return Err(PortalError::Forbidden);
+    };
+    let mut view = invoices::list(
+        &portal.deps.pool,
+        m.tenant.id,
+        time::OffsetDateTime::now_utc(),
+    )
+    .await
+    .map_err(|e| internal("loading the invoices", e))?;
+    view.can_manage = m.role.manages_tenant();
     Ok(view)
 }
 

@@ -11,43 +11,8 @@ use crate::common;
 use common::*;
 use serde_json::{json, Value};
 use sqlx::PgPool;
-use tf_core::endpoint::{Endpoint, ModelKind};
-use tf_engine_sim::SimConfig;
-use tokenfactory::engine_policy::{EnginePolicy, PromptEstimator};
-use tokenfactory::fleet::{self, BaseRegistration};
+use tf_core::endpoint::Endpoint;
 use tokenfactory::usage::{Provenance, UsageStatus};
-
-const EMBED: &str = "embed-sim";
-
-/// The app in front of a simulator serving [`BASE`] (chat) and [`EMBED`] (embedding).
-async fn app(pool: PgPool) -> TestApp {
-    let t = TestApp::builder(pool)
-        .sim(SimConfig {
-            models: vec![BASE.into(), EMBED.into()],
-            ..SimConfig::default()
-        })
-        .start()
-        .await;
-    fleet::register_bases(
-        &t.pool,
-        "static",
-        &[BaseRegistration {
-            name: EMBED.into(),
-            graph: "graph-embed".into(),
-            upstream_url: format!("http://{}/v1", t.sim_addr),
-            upstream_model: EMBED.into(),
-            continuous_usage: true,
-            denied_fields: Some(EnginePolicy::denied_except(&["sim"])),
-            prompt_estimator: PromptEstimator::SimWords,
-            kind: ModelKind::Embedding,
-            nvext_allowed: None,
-        }],
-    )
-    .await
-    .unwrap();
-    t.app.gateway.routes.reload().await.unwrap();
-    t
-}
 
 fn responses_body(model: &str, input: &str, max: u32) -> Value {
     json!({"model": model, "input": input, "max_output_tokens": max})
@@ -83,7 +48,7 @@ async fn assert_matches_ledger(t: &TestApp, id: &str, endpoint: Endpoint) -> (i6
 
 #[sqlx::test(migrations = "../migrations")]
 async fn embeddings_are_metered_for_every_input_shape(pool: PgPool) {
-    let t = app(pool).await;
+    let t = with_embeddings(pool).await;
     let a = t.tenant("acme").await;
     for (input, prompt, vectors) in [
         (json!("one two three"), 4, 1),
@@ -130,7 +95,7 @@ async fn embeddings_are_metered_for_every_input_shape(pool: PgPool) {
 
 #[sqlx::test(migrations = "../migrations")]
 async fn each_endpoint_refuses_the_other_kind_of_base_before_forwarding(pool: PgPool) {
-    let t = app(pool).await;
+    let t = with_embeddings(pool).await;
     let a = t.tenant("acme").await;
     let before = t.sim.ledger().len();
     let r = t
@@ -175,7 +140,7 @@ async fn each_endpoint_refuses_the_other_kind_of_base_before_forwarding(pool: Pg
 
 #[sqlx::test(migrations = "../migrations")]
 async fn responses_are_metered_whole_and_streamed_with_reasoning(pool: PgPool) {
-    let t = app(pool).await;
+    let t = with_embeddings(pool).await;
     let a = t.tenant("acme").await;
     // Whole.
     let mut body = responses_body(BASE, "say some words", 9);
@@ -224,7 +189,7 @@ async fn responses_are_metered_whole_and_streamed_with_reasoning(pool: PgPool) {
 
 #[sqlx::test(migrations = "../migrations")]
 async fn aborted_typed_streams_bill_what_the_engine_produced(pool: PgPool) {
-    let t = app(pool).await;
+    let t = with_embeddings(pool).await;
     let a = t.tenant("acme").await;
     for (path, k) in [
         ("/v1/responses", 2),
@@ -261,7 +226,7 @@ async fn aborted_typed_streams_bill_what_the_engine_produced(pool: PgPool) {
 
 #[sqlx::test(migrations = "../migrations")]
 async fn messages_speak_anthropic_and_meter_its_usage(pool: PgPool) {
-    let t = app(pool).await;
+    let t = with_embeddings(pool).await;
     let a = t.tenant("acme").await;
     // Long enough to fill two prefix-cache blocks (16 tokens each).
     let words: Vec<String> = (0..30).map(|i| format!("word{i}")).collect();
@@ -309,7 +274,7 @@ async fn messages_speak_anthropic_and_meter_its_usage(pool: PgPool) {
 
 #[sqlx::test(migrations = "../migrations")]
 async fn errors_come_in_each_endpoints_envelope(pool: PgPool) {
-    let t = app(pool).await;
+    let t = with_embeddings(pool).await;
     let a = t.tenant("acme").await;
     let b = t.tenant("bravo").await;
     let lora = t.adapter(&b, "secret-bot").await;
@@ -409,7 +374,7 @@ async fn errors_come_in_each_endpoints_envelope(pool: PgPool) {
 /// second tenant holding the first one's response id gets nothing, because nothing is stored.
 #[sqlx::test(migrations = "../migrations")]
 async fn responses_refuse_engine_state_for_every_tenant(pool: PgPool) {
-    let t = app(pool).await;
+    let t = with_embeddings(pool).await;
     let a = t.tenant("acme").await;
     let b = t.tenant("bravo").await;
     let r = t
@@ -459,7 +424,7 @@ async fn responses_refuse_engine_state_for_every_tenant(pool: PgPool) {
 async fn the_usage_export_names_each_endpoint_and_its_totals_equal_the_events(pool: PgPool) {
     use std::collections::BTreeMap;
     use tokenfactory::billing::export::{self, Format};
-    let t = app(pool).await;
+    let t = with_embeddings(pool).await;
     let a = t.tenant("acme").await;
     let mut ids = Vec::new();
     for stream in [false, true] {

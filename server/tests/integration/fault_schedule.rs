@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::chaos::ChaosProxy;
-use common::{eventually, TestApp, BASE};
+use common::{eventually, TestApp, BASE, EMBED};
 use futures::StreamExt;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
@@ -40,7 +40,6 @@ const DEFAULT_SEEDS: &str = "1,2,3";
 /// Requests per seed.
 const REQUESTS: usize = 240;
 const CONCURRENCY: usize = 12;
-const EMBED: &str = "embed-sim";
 /// The gateway's inter-chunk timeout: a hung engine is cut after this.
 const CHUNK_TIMEOUT_MS: u64 = 400;
 

@@ -441,7 +441,7 @@ fn mixed_request(
         3 => (
             Endpoint::Embeddings,
             "/v1/embeddings",
-            json!({"model": common::process::PROCESS_EMBED, "input": [text, "second input"]}),
+            json!({"model": common::EMBED, "input": [text, "second input"]}),
         ),
         _ => (
             Endpoint::Messages,
@@ -505,7 +505,7 @@ async fn sigkill_under_mixed_endpoints_loses_and_duplicates_nothing(pool: PgPool
     let dir = tempfile::tempdir().unwrap();
     let deployment = TestApp::builder(pool.clone())
         .sim(tf_engine_sim::SimConfig {
-            models: vec![common::BASE.into(), common::process::PROCESS_EMBED.into()],
+            models: vec![common::BASE.into(), common::EMBED.into()],
             ..tf_engine_sim::SimConfig::default()
         })
         .durability("process")

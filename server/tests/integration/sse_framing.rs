@@ -13,14 +13,9 @@ use common::*;
 use futures::StreamExt;
 use serde_json::{json, Value};
 use sqlx::PgPool;
-use tf_core::endpoint::ModelKind;
-use tf_engine_sim::SimConfig;
-use tokenfactory::engine_policy::{EnginePolicy, PromptEstimator};
-use tokenfactory::fleet::{self, BaseRegistration};
 use tokenfactory::usage::{Provenance, UsageStatus};
 
 const ENDINGS: [&str; 3] = ["lf", "crlf", "cr"];
-const EMBED: &str = "embed-sim";
 
 /// Reads a stream as a client that follows the SSE spec: the `data:` payloads of its events,
 /// up to `hang_up_after` of them (then the client hangs up).
@@ -190,36 +185,6 @@ async fn typed_streams_read_every_line_ending(pool: PgPool) {
             billed_as_ledger(&app, &id, path).await;
         }
     }
-}
-
-/// The app with an embedding base beside the chat one.
-async fn with_embeddings(pool: PgPool) -> TestApp {
-    let t = TestApp::builder(pool)
-        .sim(SimConfig {
-            models: vec![BASE.into(), EMBED.into()],
-            ..SimConfig::default()
-        })
-        .start()
-        .await;
-    fleet::register_bases(
-        &t.pool,
-        "static",
-        &[BaseRegistration {
-            name: EMBED.into(),
-            graph: "graph-embed".into(),
-            upstream_url: format!("http://{}/v1", t.sim_addr),
-            upstream_model: EMBED.into(),
-            continuous_usage: true,
-            denied_fields: Some(EnginePolicy::denied_except(&["sim"])),
-            prompt_estimator: PromptEstimator::SimWords,
-            kind: ModelKind::Embedding,
-            nvext_allowed: None,
-        }],
-    )
-    .await
-    .unwrap();
-    t.app.gateway.routes.reload().await.unwrap();
-    t
 }
 
 #[sqlx::test(migrations = "../migrations")]

@@ -358,11 +358,7 @@ impl TestAppBuilder {
     /// journaling under `dir`; [`Deployment::start`] runs (and re-runs) the process.
     pub async fn process(self, dir: &Path) -> Deployment {
         let sim = sim::start(self.sim.clone()).await;
-        let embedding = self
-            .sim
-            .models
-            .iter()
-            .any(|m| m == super::process::PROCESS_EMBED);
+        let embedding = self.sim.models.iter().any(|m| m == super::embed::EMBED);
         Deployment::new(
             sim,
             &self.pool,

@@ -12,6 +12,7 @@
 pub mod app;
 pub mod chaos;
 pub mod client;
+pub mod embed;
 pub mod eventually;
 pub mod fleet_contract;
 pub mod helm;
@@ -29,6 +30,8 @@ use sqlx::PgPool;
 // Each test binary uses its own subset of the harness.
 #[allow(unused_imports)]
 pub use app::{Tenant, TestApp, TestAppBuilder, REDIS};
+#[allow(unused_imports)]
+pub use embed::{with_embeddings, EMBED};
 #[allow(unused_imports)]
 pub use eventually::eventually;
 #[allow(unused_imports)]

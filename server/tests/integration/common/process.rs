@@ -13,10 +13,6 @@ use tokio::process::{Child, Command};
 
 use super::sim::{Sim, BASE};
 
-/// The embedding base a process deployment routes to its simulator when the simulator serves it
-/// (`SimConfig::models` names it).
-pub const PROCESS_EMBED: &str = "embed-sim";
-
 pub struct Gateway {
     pub child: Child,
     pub addr: SocketAddr,
@@ -81,7 +77,7 @@ fn database_url(pool: &PgPool, via: Option<SocketAddr>) -> String {
 }
 
 /// Writes a static fleet file naming the simulator as base [`BASE`] (and as the embedding base
-/// [`PROCESS_EMBED`] with `embedding`).
+/// [`EMBED`](super::embed::EMBED) with `embedding`).
 fn fleet_file(dir: &Path, sim: SocketAddr, embedding: bool) -> PathBuf {
     let path = dir.join("fleet.toml");
     // The tests drive the simulator through its `sim` block, which the default policy strips.
@@ -94,7 +90,7 @@ fn fleet_file(dir: &Path, sim: SocketAddr, embedding: bool) -> PathBuf {
     };
     let mut text = base(BASE, "chat");
     if embedding {
-        text += &base(PROCESS_EMBED, "embedding");
+        text += &base(super::embed::EMBED, "embedding");
     }
     std::fs::write(&path, text).unwrap();
     path
