@@ -390,6 +390,20 @@ fn main() {
         let bare = serve_passthrough(sim).await;
         let bare_url = format!("http://{bare}/v1/chat/completions");
         run_phase(bare_url.clone(), None, small.clone(), false, 4, Duration::from_millis(300)).await;
+        // One path alone for a profiler (`perf record -p`, `valgrind --tool=callgrind`):
+        // `TF_BENCH_ONLY=gateway|bare|direct`, non-streamed chat, `TF_BENCH_STREAM=1` streamed.
+        if let Ok(only @ ("gateway" | "bare" | "direct")) = std::env::var("TF_BENCH_ONLY").as_deref() {
+            let (url, k) = match only {
+                "gateway" => (gw_url, Some(key)),
+                "bare" => (bare_url, None),
+                _ => (direct_url, None),
+            };
+            let stream = std::env::var("TF_BENCH_STREAM").is_ok();
+            let body = if stream { streaming } else { small };
+            let p = run_phase(url, k, body, stream, conns, dur).await;
+            println!("{only}: {:.0} req/s, {:.2} us CPU per {}", p.rps(), p.cpu_per_chunk_us(), if stream { "chunk" } else { "request" });
+            return;
+        }
         // Each load runs as two halves, alternating direct, the bare pass-through and gateway.
         let half = dur / 2;
         let d = run_phase(direct_url.clone(), None, small.clone(), false, conns, half).await;
