@@ -9,7 +9,21 @@ a key over its limit (RateLimitError, 429). Exits non-zero on any mismatch.
 
 Env: TF_BASE_URL (http://127.0.0.1:3000), TF_API_KEY (the demo key), TF_LIMITED_KEY (a key of
 another tenant whose limits refuse every request: `admin limits --key K --rpm 0`), TF_BIN (the
-`tokenfactory` binary) and DATABASE_URL (for `admin usage`)."""
+`tokenfactory` binary) and DATABASE_URL (for `admin usage`). What differs between upstreams:
+TF_USAGE_TENANT (whose events `admin usage` reads; default `demo`), TF_CHAT_MODEL (default the
+demo's `llama-3.1-8b-sim`), TF_EMBED_MODEL (default `bge-small-sim`; empty: the upstream serves no
+embeddings, and the embeddings calls are skipped with TF_EMBED_SKIP_REASON printed),
+TF_SIMULATOR (`1`, the default: the engine simulator's own figures are checked too, such as the
+reasoning tokens it reports; `0` for any other engine, whose counts are only compared with the
+stored events) and TF_LABEL (named in the summary line).
+
+Against the real Dynamo 1.6 frontend with its mocker engine (`end2end/run.sh` with
+TF_DYNAMO_URL set), tried by hand with `--enable-anthropic-api`: it serves /v1/chat/completions,
+/v1/responses (whole and streamed; `reasoning` is accepted and reasoning_tokens is 0) and
+/v1/messages (whole and streamed; `message_start` carries an estimate of the prompt and
+`message_delta` the engine's count, which the anthropic SDK keeps and the gateway bills). It does
+not serve /v1/embeddings: the mocker is a generator and registers no embedding model, so the
+frontend answers 404 `Model not found`; those calls are skipped there."""
 import base64
 import json
 import os
@@ -23,8 +37,13 @@ import openai
 BASE = os.environ["TF_BASE_URL"]
 KEY = os.environ["TF_API_KEY"]
 LIMITED = os.environ["TF_LIMITED_KEY"]
-CHAT_MODEL = "llama-3.1-8b-sim"
-EMBED_MODEL = "bge-small-sim"
+CHAT_MODEL = os.environ.get("TF_CHAT_MODEL", "llama-3.1-8b-sim")
+EMBED_MODEL = os.environ.get("TF_EMBED_MODEL", "bge-small-sim")
+SIMULATOR = os.environ.get("TF_SIMULATOR", "1") == "1"
+TENANT = os.environ.get("TF_USAGE_TENANT", "demo")
+LABEL = os.environ.get("TF_LABEL", "simulator" if SIMULATOR else "upstream")
+if not EMBED_MODEL:
+    print("embeddings: skipped: " + os.environ.get("TF_EMBED_SKIP_REASON", "TF_EMBED_MODEL is empty"))
 
 oa = openai.OpenAI(base_url=BASE + "/v1", api_key=KEY)
 # The anthropic package appends /v1/messages to its base URL and sends the key in `x-api-key`.
@@ -39,7 +58,8 @@ def check(cond, what):
         sys.exit(f"FAILED: {what}")
 
 
-# --- Responses, not streamed (with reasoning asked: the simulator counts half the output as reasoning).
+# --- Responses, not streamed (with reasoning asked: the simulator counts half the output as reasoning,
+# Dynamo's mocker none; either way the stored event must hold what the SDK was told).
 raw = oa.responses.with_raw_response.create(
     model=CHAT_MODEL, input="Hello from the Responses API", max_output_tokens=6,
     reasoning={"effort": "low"},
@@ -51,7 +71,8 @@ check(r.model == CHAT_MODEL, f"responses model {r.model}")
 u = r.usage
 check(u.output_tokens == 6 and u.input_tokens > 0, f"responses usage {u}")
 check(u.total_tokens == u.input_tokens + u.output_tokens, f"responses total {u}")
-check(u.output_tokens_details.reasoning_tokens == 3, f"responses reasoning {u}")
+if SIMULATOR:
+    check(u.output_tokens_details.reasoning_tokens == 3, f"responses reasoning {u}")
 seen[raw.headers["x-request-id"]] = (
     "responses", u.input_tokens, u.input_tokens_details.cached_tokens, u.output_tokens,
     u.output_tokens_details.reasoning_tokens,
@@ -89,22 +110,24 @@ last = helper[-1]
 check(last.type == "response.incomplete" and last.response.output_text == text, f"responses helper end {last}")
 check(last.response.usage.output_tokens == 4, f"responses helper usage {last.response.usage}")
 
-# --- Embeddings: the SDK asks for base64 by default and decodes it into floats.
-raw = oa.embeddings.with_raw_response.create(model=EMBED_MODEL, input=["first text", "the second text"])
-e = raw.parse()
-check(len(e.data) == 2 and [d.index for d in e.data] == [0, 1], f"embeddings data {e.data}")
-dims = {len(d.embedding) for d in e.data}
-check(len(dims) == 1 and dims.pop() > 0, f"embeddings dims {[len(d.embedding) for d in e.data]}")
-check(all(isinstance(x, float) for x in e.data[0].embedding), "embedding floats")
-check(e.usage.prompt_tokens > 0 and e.usage.total_tokens == e.usage.prompt_tokens, f"embeddings usage {e.usage}")
-seen[raw.headers["x-request-id"]] = ("embeddings", e.usage.prompt_tokens, 0, 0, 0)
-# `dimensions` and float encoding, as asked.
-e2 = oa.embeddings.create(model=EMBED_MODEL, input="one", dimensions=16, encoding_format="float")
-check(len(e2.data) == 1 and len(e2.data[0].embedding) == 16, f"embeddings dimensions {len(e2.data[0].embedding)}")
-# base64 as sent on the wire decodes to the same vector length.
-raw_b64 = oa.embeddings.with_raw_response.create(model=EMBED_MODEL, input="one", dimensions=16, encoding_format="base64")
-wire = json.loads(raw_b64.http_response.text)
-check(len(base64.b64decode(wire["data"][0]["embedding"])) == 16 * 4, "base64 embedding of 16 float32")
+# --- Embeddings (only where the upstream serves an embedding model).
+if EMBED_MODEL:
+    # The SDK asks for base64 by default and decodes it into floats.
+    raw = oa.embeddings.with_raw_response.create(model=EMBED_MODEL, input=["first text", "the second text"])
+    e = raw.parse()
+    check(len(e.data) == 2 and [d.index for d in e.data] == [0, 1], f"embeddings data {e.data}")
+    dims = {len(d.embedding) for d in e.data}
+    check(len(dims) == 1 and dims.pop() > 0, f"embeddings dims {[len(d.embedding) for d in e.data]}")
+    check(all(isinstance(x, float) for x in e.data[0].embedding), "embedding floats")
+    check(e.usage.prompt_tokens > 0 and e.usage.total_tokens == e.usage.prompt_tokens, f"embeddings usage {e.usage}")
+    seen[raw.headers["x-request-id"]] = ("embeddings", e.usage.prompt_tokens, 0, 0, 0)
+    # `dimensions` and float encoding, as asked.
+    e2 = oa.embeddings.create(model=EMBED_MODEL, input="one", dimensions=16, encoding_format="float")
+    check(len(e2.data) == 1 and len(e2.data[0].embedding) == 16, f"embeddings dimensions {len(e2.data[0].embedding)}")
+    # base64 as sent on the wire decodes to the same vector length.
+    raw_b64 = oa.embeddings.with_raw_response.create(model=EMBED_MODEL, input="one", dimensions=16, encoding_format="base64")
+    wire = json.loads(raw_b64.http_response.text)
+    check(len(base64.b64decode(wire["data"][0]["embedding"])) == 16 * 4, "base64 embedding of 16 float32")
 
 # --- Anthropic Messages, not streamed.
 raw = an.messages.with_raw_response.create(
@@ -139,6 +162,33 @@ kinds = [ev.type for ev in an.messages.create(
 check(kinds[0] == "message_start" and kinds[-1] == "message_stop" and "message_delta" in kinds, f"messages events {kinds}")
 
 
+# --- Chat Completions, whole and streamed (with usage asked), beside the new endpoints.
+raw = oa.chat.completions.with_raw_response.create(
+    model=CHAT_MODEL, max_tokens=6, messages=[{"role": "user", "content": "Hello from chat completions"}],
+)
+c = raw.parse()
+check(c.choices[0].message.content.strip() and c.choices[0].finish_reason == "length", f"chat answer {c.choices}")
+check(c.usage.completion_tokens == 6 and c.usage.prompt_tokens > 0, f"chat usage {c.usage}")
+cd = c.usage.prompt_tokens_details
+seen[raw.headers["x-request-id"]] = (
+    "chat", c.usage.prompt_tokens, (cd.cached_tokens or 0) if cd else 0, c.usage.completion_tokens,
+    (c.usage.completion_tokens_details.reasoning_tokens or 0) if c.usage.completion_tokens_details else 0,
+)
+raw = oa.chat.completions.with_raw_response.create(
+    model=CHAT_MODEL, max_tokens=4, stream=True, stream_options={"include_usage": True},
+    messages=[{"role": "user", "content": "Stream chat completions"}],
+)
+chunks = list(raw.parse())
+text = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
+usage = [ch.usage for ch in chunks if ch.usage is not None]
+check(text.strip() and len(usage) == 1 and usage[0].completion_tokens == 4, f"chat stream {text!r} {usage}")
+cu = usage[0]
+seen[raw.headers["x-request-id"]] = (
+    "chat", cu.prompt_tokens, (cu.prompt_tokens_details.cached_tokens or 0) if cu.prompt_tokens_details else 0,
+    cu.completion_tokens, 0,
+)
+
+
 # --- Errors, parsed by each SDK into its exception types.
 def expect(exc, status, call, what):
     try:
@@ -152,16 +202,19 @@ def expect(exc, status, call, what):
 
 
 def calls(oa_client, an_client, model, embed_model):
-    return [
+    out = [
+        ("chat", lambda: oa_client.chat.completions.create(model=model, max_tokens=2, messages=[{"role": "user", "content": "x"}])),
         ("responses", lambda: oa_client.responses.create(model=model, input="x", max_output_tokens=2)),
         ("responses stream", lambda: list(oa_client.responses.create(model=model, input="x", max_output_tokens=2, stream=True))),
-        ("embeddings", lambda: oa_client.embeddings.create(model=embed_model, input="x")),
         ("messages", lambda: an_client.messages.create(model=model, max_tokens=2, messages=[{"role": "user", "content": "x"}])),
         ("messages stream", lambda: an_client.messages.stream(model=model, max_tokens=2, messages=[{"role": "user", "content": "x"}]).__enter__().get_final_message()),
     ]
+    if embed_model:
+        out.append(("embeddings", lambda: oa_client.embeddings.create(model=embed_model, input="x")))
+    return out
 
 
-for name, call in calls(oa, an, "no-such-model", "no-such-model"):
+for name, call in calls(oa, an, "no-such-model", "no-such-model" if EMBED_MODEL else ""):
     is_an = name.startswith("messages")
     err = expect(anthropic.NotFoundError if is_an else openai.NotFoundError, 404, call, f"unknown model on {name}")
     if is_an:
@@ -192,7 +245,7 @@ env = dict(os.environ)
 deadline = time.time() + 20
 while True:
     out = subprocess.run(
-        [os.environ["TF_BIN"], "admin", "usage", "--tenant", "demo"],
+        [os.environ["TF_BIN"], "admin", "usage", "--tenant", TENANT],
         env=env, check=True, capture_output=True, text=True,
     ).stdout
     events = {}
@@ -211,5 +264,9 @@ for rid, (endpoint, prompt, cached, completion, reasoning) in seen.items():
     got = (ev["endpoint"], ev["prompt_tokens"], ev["cached_tokens"], ev["completion_tokens"], ev["reasoning_tokens"])
     check(got == (endpoint, prompt, cached, completion, reasoning), f"{rid}: stored {got}, the SDK saw {(endpoint, prompt, cached, completion, reasoning)}")
     check(ev["status"] == "ok", f"{rid}: status {ev['status']}")
-print(f"openai + anthropic SDKs: responses (whole, streamed, helper), embeddings, messages (whole, streamed), "
+    print(f"  {endpoint:<10} {rid}: prompt {prompt}, cached {cached}, completion {completion}, "
+          f"reasoning {reasoning}: the SDK's == the stored event's")
+served = "chat (whole, streamed), responses (whole, streamed, helper), " + ("embeddings, " if EMBED_MODEL else "") + \
+    "messages (whole, streamed)"
+print(f"openai + anthropic SDKs against the gateway in front of {LABEL}: {served}, "
       f"404/401/429 as SDK exceptions, {len(seen)} stored events matching OK")

@@ -75,6 +75,20 @@ pub struct EntryView {
     pub amount_micros: i64,
 }
 
+/// An invoice's usage from one endpoint (`chat`, `completions`, `responses`, `embeddings`,
+/// `messages`): the same charge lines as the usage entries, split by the API that served them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EndpointView {
+    pub endpoint: String,
+    pub events: i64,
+    pub fresh_tokens: i64,
+    pub cached_tokens: i64,
+    pub output_tokens: i64,
+    /// Of `output_tokens`, reasoning tokens (billed as output).
+    pub reasoning_tokens: i64,
+    pub amount_micros: i64,
+}
+
 /// A prepaid credit grant as the tenant sees it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GrantView {
@@ -109,6 +123,9 @@ pub struct InvoiceDetail {
     pub document: DocumentView,
     /// Usage entries first (per model), then credits, then adjustments.
     pub entries: Vec<EntryView>,
+    /// The usage split by endpoint; the amounts add up to `row.usage_micros`.
+    #[serde(default)]
+    pub endpoints: Vec<EndpointView>,
 }
 
 /// The session tenant's invoices and credit.

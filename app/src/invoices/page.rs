@@ -1,7 +1,8 @@
 //! `/invoices` and `/invoices/{id}`: the tenant's monthly (UTC) invoices, the open month's draft
 //! computed live from its rated lines, the prepaid credit left, and one invoice with its lines
 //! per model (fresh input, cached input, output), its credit and adjustment entries and its
-//! totals, with a CSV download (`/invoices/{id}.csv`). Read-only for every tenant role; another
+//! totals, its usage by endpoint (the same lines split by the API that served them), with a CSV
+//! download (`/invoices/{id}.csv`). Read-only for every tenant role; another
 //! tenant's invoice id answers 404 inside the page's frame, like an unknown one.
 
 use leptos::prelude::*;
@@ -9,8 +10,8 @@ use leptos_meta::Title;
 use leptos_router::hooks::use_params_map;
 
 use super::{
-    fetch_invoice, fetch_invoices, DocumentView, EntryView, GrantView, InvoiceDetail, InvoiceRow,
-    InvoicesView, SaveBillingAddress, MAX_BILLING_ADDRESS,
+    fetch_invoice, fetch_invoices, DocumentView, EndpointView, EntryView, GrantView, InvoiceDetail,
+    InvoiceRow, InvoicesView, SaveBillingAddress, MAX_BILLING_ADDRESS,
 };
 use crate::frame::{framed, missing, CsrfField, Guarded, Head, WIDE};
 use crate::model::{Access, PageState};
@@ -211,6 +212,61 @@ fn usage_row(e: EntryView) -> AnyView {
     .into_any()
 }
 
+/// The API a request called, as the usage page names it.
+fn endpoint_label(endpoint: &str) -> &'static str {
+    crate::usage::ENDPOINTS
+        .iter()
+        .find(|(v, _)| *v == endpoint)
+        .map_or("Other", |(_, label)| *label)
+}
+
+fn endpoint_row(e: EndpointView) -> AnyView {
+    let endpoint = e.endpoint.clone();
+    view! {
+        <tr class="endpoint" data-endpoint=endpoint>
+            <td>{endpoint_label(&e.endpoint)}</td>
+            <td class="num events">{n(e.events)}</td>
+            <td class="num fresh">{n(e.fresh_tokens)}</td>
+            <td class="num cached">{n(e.cached_tokens)}</td>
+            <td class="num output">{n(e.output_tokens)}</td>
+            <td class="num reasoning">{n(e.reasoning_tokens)}</td>
+            <td class="num amount">{format_micros(e.amount_micros)}</td>
+        </tr>
+    }
+    .into_any()
+}
+
+/// The usage split by endpoint (nothing when there is no usage): the same lines as the entries,
+/// so its amounts add up to the usage subtotal.
+fn by_endpoint(endpoints: Vec<EndpointView>, usage_micros: i64) -> Option<AnyView> {
+    if endpoints.is_empty() {
+        return None;
+    }
+    Some(
+        view! {
+            <h2>"Usage by endpoint"</h2>
+            <div class="scroll">
+            <table class="usage by-endpoint">
+                <thead>
+                    <tr>
+                        <th>"Endpoint"</th><th class="num">"Requests"</th>
+                        <th class="num">"Fresh input tokens"</th><th class="num">"Cached input tokens"</th>
+                        <th class="num">"Output tokens"</th><th class="num">"of which reasoning"</th>
+                        <th class="num">"Amount"</th>
+                    </tr>
+                </thead>
+                <tbody>{endpoints.into_iter().map(endpoint_row).collect_view()}</tbody>
+                <tfoot>
+                    <tr class="totals"><th colspan="6">"Usage"</th>
+                        <td class="num" id="endpoint-usage-total">{format_micros(usage_micros)}</td></tr>
+                </tfoot>
+            </table>
+            </div>
+        }
+        .into_any(),
+    )
+}
+
 fn other_row(e: EntryView) -> AnyView {
     let label = if e.kind == "credit" {
         "Credit"
@@ -304,6 +360,7 @@ pub(crate) fn detail(d: InvoiceDetail, links: Links) -> AnyView {
     });
     let head = document(d.document, &r, base);
     let empty = usage.is_empty();
+    let endpoints = by_endpoint(d.endpoints, r.usage_micros);
     view! {
         <h1>{heading}</h1>
         {live_note}
@@ -338,6 +395,7 @@ pub(crate) fn detail(d: InvoiceDetail, links: Links) -> AnyView {
         </div>
         <p class="muted">"Each line is rated once per request at the price in effect when it \
             started, rounded half-up to the micro-unit; the amounts of a model are their sum."</p>
+        {endpoints}
     }
     .into_any()
 }

@@ -6,13 +6,16 @@
 use sqlx::PgPool;
 use tf_core::db::billing::{self, Entry, Invoice};
 use tf_core::db::documents::{self, Document};
-use tf_core::db::invoicing::{self, Summary};
+use tf_core::db::invoicing::{self, EndpointUsage, Summary};
 use tf_core::period::month_of;
 use time::macros::format_description;
 use time::{Date, OffsetDateTime};
 use uuid::Uuid;
 
-use super::{DocumentView, EntryView, GrantView, InvoiceDetail, InvoiceRow, InvoicesView, CURRENT};
+use super::{
+    DocumentView, EndpointView, EntryView, GrantView, InvoiceDetail, InvoiceRow, InvoicesView,
+    CURRENT,
+};
 use crate::error::PortalError;
 use crate::money::format_micros;
 use crate::ssr::{member, session, Portal};
@@ -96,14 +99,34 @@ fn document_view(i: &Invoice, d: Document) -> DocumentView {
     }
 }
 
-/// An invoice's page: its row (numbered when issued), document fields and entries.
-fn detail_of(i: &Invoice, d: Document, entries: Vec<Entry>, live: bool) -> InvoiceDetail {
+/// An invoice's page: its row (numbered when issued), document fields, entries and usage by
+/// endpoint.
+fn detail_of(
+    i: &Invoice,
+    d: Document,
+    entries: Vec<Entry>,
+    endpoints: Vec<EndpointUsage>,
+    live: bool,
+) -> InvoiceDetail {
     let mut row = row_with_entries(i, &entries, live);
     row.number.clone_from(&d.number);
     InvoiceDetail {
         row,
         document: document_view(i, d),
         entries: entries.into_iter().map(entry_view).collect(),
+        endpoints: endpoints.into_iter().map(endpoint_view).collect(),
+    }
+}
+
+fn endpoint_view(e: EndpointUsage) -> EndpointView {
+    EndpointView {
+        endpoint: e.endpoint,
+        events: e.events,
+        fresh_tokens: e.fresh_tokens,
+        cached_tokens: e.cached_tokens,
+        output_tokens: e.output_tokens,
+        reasoning_tokens: e.reasoning_tokens,
+        amount_micros: e.amount_micros,
     }
 }
 
@@ -125,7 +148,7 @@ async fn live_draft(
     pool: &PgPool,
     tenant: Uuid,
     now: OffsetDateTime,
-) -> sqlx::Result<Option<(Invoice, Vec<Entry>)>> {
+) -> sqlx::Result<Option<invoicing::Preview>> {
     invoicing::preview_draft(pool, tenant, month_of(now)).await
 }
 
@@ -134,9 +157,9 @@ pub async fn list(pool: &PgPool, tenant: Uuid, now: OffsetDateTime) -> sqlx::Res
     let open = month_of(now);
     let mut rows = Vec::new();
     let live = live_draft(pool, tenant, now).await?;
-    let live_id = live.as_ref().map(|(i, _)| i.id);
-    if let Some((i, entries)) = &live {
-        rows.push(row_with_entries(i, entries, true));
+    let live_id = live.as_ref().map(|p| p.invoice.id);
+    if let Some(p) = &live {
+        rows.push(row_with_entries(&p.invoice, &p.entries, true));
     }
     for s in invoicing::summaries(pool, Some(tenant), MAX_LISTED).await? {
         // The stored draft of the open month is the live row, computed afresh.
@@ -178,11 +201,11 @@ pub async fn detail(
 ) -> sqlx::Result<Option<InvoiceDetail>> {
     let id = id.trim();
     if id == CURRENT {
-        let Some((i, entries)) = live_draft(pool, tenant, now).await? else {
+        let Some(p) = live_draft(pool, tenant, now).await? else {
             return Ok(None);
         };
         let d = documents::of_draft(pool, tenant).await?;
-        return Ok(Some(detail_of(&i, d, entries, true)));
+        return Ok(Some(detail_of(&p.invoice, d, p.entries, p.endpoints, true)));
     }
     let Ok(id) = Uuid::parse_str(id) else {
         return Ok(None);
@@ -191,10 +214,11 @@ pub async fn detail(
         return Ok(None);
     };
     let entries = billing::invoice_entries(pool, tenant, id).await?;
+    let endpoints = invoicing::usage_by_endpoint(pool, tenant, id).await?;
     let Some(d) = documents::of_invoice(pool, Some(tenant), id).await? else {
         return Ok(None);
     };
-    Ok(Some(detail_of(&i, d, entries, false)))
+    Ok(Some(detail_of(&i, d, entries, endpoints, false)))
 }
 
 /// One CSV field of our own making: quoted when it holds a comma, quote or line break.

@@ -2,7 +2,8 @@
 //! invoice lists with their usage, credit and adjustment subtotals (tenant and admin), an invoice
 //! by id for an admin, the open month's draft as it would be built now (built in a transaction
 //! that is rolled back, so the figures come from `billing::build_draft` itself and nothing is
-//! written), the tiers, and which tenants have a month to invoice.
+//! written), an invoice's usage split by the endpoint that served it, the tiers, and which
+//! tenants have a month to invoice.
 //!
 //! Every tenant-facing read takes the tenant id and filters by it.
 
@@ -86,8 +87,72 @@ pub async fn by_id(db: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<Option<Inv
     .await
 }
 
+/// An invoice's usage from one endpoint (`chat`, `completions`, `responses`, `embeddings`,
+/// `messages`): what the invoice page shows beside its per-model entries, so a tenant sees what
+/// each API it calls cost. The amounts of an invoice's endpoints add up to its usage subtotal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndpointUsage {
+    pub endpoint: String,
+    pub events: i64,
+    pub fresh_tokens: i64,
+    pub cached_tokens: i64,
+    pub output_tokens: i64,
+    /// Of `output_tokens`, the reasoning tokens the engine reported (billed as output).
+    pub reasoning_tokens: i64,
+    /// Negative on a credit note, as its entries are.
+    pub amount_micros: i64,
+}
+
+/// One of `tenant`'s invoices (or credit notes) by endpoint: the charge lines of each of its
+/// segments' runs over the segment (the lines its usage entries sum, found as
+/// [`billing::invoice_lines`] finds them), grouped by the endpoint their event names. Empty for
+/// another tenant's invoice. Computed when read rather than kept by the rater: one query over the
+/// invoice's events through the `(tenant_id, started_at)` index of `usage_events` and the
+/// primary key of `charge_lines`, so the rater does no work per line for it.
+///
+/// INVARIANT: the amounts sum to the invoice's usage entries, because both are sums of the same
+/// charge lines (`rated_daily` is kept from them in the rater's statement) (test:
+/// invoice_endpoints::the_invoice_splits_usage_by_endpoint_and_the_split_adds_up).
+pub async fn usage_by_endpoint(
+    db: impl PgExecutor<'_>,
+    tenant: Uuid,
+    id: Uuid,
+) -> sqlx::Result<Vec<EndpointUsage>> {
+    sqlx::query_as!(
+        EndpointUsage,
+        r#"SELECT e.endpoint, count(*) AS "events!", sum(c.fresh_tokens)::bigint AS "fresh_tokens!",
+                  sum(c.cached_tokens)::bigint AS "cached_tokens!",
+                  sum(c.output_tokens)::bigint AS "output_tokens!",
+                  sum(e.reasoning_tokens)::bigint AS "reasoning_tokens!",
+                  (CASE WHEN i.kind = 'credit_note' THEN -1 ELSE 1 END
+                   * sum(c.amount_micros))::bigint AS "amount_micros!"
+           FROM invoices i
+                JOIN invoice_sources s ON s.invoice_id = i.id
+                JOIN usage_events e
+                  ON e.tenant_id = i.tenant_id
+                 AND e.started_at >= s.covers_from AND e.started_at < s.covers_until
+                JOIN charge_lines c ON c.run_id = s.run_id AND c.request_id = e.request_id
+           WHERE i.tenant_id = $1 AND i.id = $2
+           GROUP BY e.endpoint, i.kind
+           ORDER BY e.endpoint"#,
+        tenant,
+        id
+    )
+    .fetch_all(db)
+    .await
+}
+
+/// What [`preview_draft`] computed: the draft, its entries and its usage by endpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Preview {
+    pub invoice: Invoice,
+    pub entries: Vec<Entry>,
+    pub endpoints: Vec<EndpointUsage>,
+}
+
 /// The draft of `tenant`'s UTC month starting `month` as [`billing::build_draft`] would build it
-/// now (from the runs the stored draft keeps, else the live run), with its entries; `None` when the month has an issued, uncorrected invoice.
+/// now (from the runs the stored draft keeps, else the live run), with its entries and its usage
+/// by endpoint; `None` when the month has an issued, uncorrected invoice.
 /// Built inside a transaction that is rolled back: nothing is written, and the figures are the
 /// ones an admin's build or the scheduler would store (one code path, no second copy of the
 /// credit arithmetic). The id is the stored draft's when there is one, else a fresh one that
@@ -96,7 +161,7 @@ pub async fn preview_draft(
     db: impl Acquire<'_, Database = Postgres>,
     tenant: Uuid,
     month: Date,
-) -> sqlx::Result<Option<(Invoice, Vec<Entry>)>> {
+) -> sqlx::Result<Option<Preview>> {
     let mut tx = db.begin().await?;
     let Draft::Built(id) = billing::build_draft(&mut *tx, tenant, month, Runs::Kept).await? else {
         tx.rollback().await?;
@@ -104,10 +169,15 @@ pub async fn preview_draft(
     };
     let invoice = billing::invoice(&mut *tx, tenant, id).await?;
     let entries = billing::invoice_entries(&mut *tx, tenant, id).await?;
+    let endpoints = usage_by_endpoint(&mut *tx, tenant, id).await?;
     // INVARIANT: a preview writes nothing (test: invoices_portal::
     // the_open_month_is_computed_live_and_nothing_is_stored).
     tx.rollback().await?;
-    Ok(invoice.map(|i| (i, entries)))
+    Ok(invoice.map(|invoice| Preview {
+        invoice,
+        entries,
+        endpoints,
+    }))
 }
 
 /// The tenants whose UTC month starting `month` has something to invoice under `run`: rated

@@ -35,6 +35,7 @@ mod hardening;
 mod health;
 mod helm_chart;
 mod invoice_document;
+mod invoice_endpoints;
 mod invoices_portal;
 mod isolation;
 mod issue37_portal;
