@@ -11,6 +11,13 @@
 //! (length, CRC-32, JSON). A generation past [`GENERATION_BYTES`] is closed for new starts, and
 //! its file is deleted once every request started in it has ended, so the log stays small
 //! without ever rewriting a record that a crash could tear.
+//!
+//! An end is not written on its own: it waits in memory and leaves with the next start (or
+//! progress) in the same `write`, or on its own once [`ENDS_WAIT`] has passed or
+//! [`ENDS_BYTES`] are waiting. Under load that halves the log's system calls per request (issue
+//! 35). Losing a waiting end to a crash is harmless: the request's own event is already in the
+//! journal, so the recovered `interrupted` copy carries the same request id and PostgreSQL's
+//! primary key absorbs it.
 
 use std::borrow::Cow;
 use std::fs::{self, File, OpenOptions};
@@ -31,6 +38,10 @@ const GENERATION_BYTES: u64 = 8 * 1024 * 1024;
 /// Progress is written at most this often per request.
 pub const PROGRESS_EVERY: Duration = Duration::from_secs(1);
 const SUFFIX: &str = ".log";
+/// Longest an end waits for a start to ride with.
+const ENDS_WAIT: Duration = Duration::from_millis(50);
+/// Most bytes of ends kept waiting.
+const ENDS_BYTES: usize = 16 * 1024;
 
 /// One record of the log.
 #[derive(Debug, Serialize, Deserialize)]
@@ -77,6 +88,24 @@ struct Current {
     file: File,
     len: u64,
     generation: Arc<Generation>,
+    /// Framed end records not yet written, then the record being written with them.
+    pending: Vec<u8>,
+    /// When the oldest waiting end was added.
+    pending_since: Option<Instant>,
+}
+
+impl Current {
+    /// Writes what waits, with `record` after it, in one `write`.
+    fn write_with(&mut self, record: &[u8]) -> io::Result<()> {
+        self.pending.extend_from_slice(record);
+        let written = self.file.write_all(&self.pending);
+        if written.is_ok() {
+            self.len += self.pending.len() as u64;
+        }
+        self.pending.clear();
+        self.pending_since = None;
+        written
+    }
 }
 
 /// The in-flight log of one process (the journal directory's lock holder).
@@ -155,11 +184,14 @@ impl InflightLog {
         if start && current.len >= GENERATION_BYTES {
             let next = current.generation.seq.saturating_add(1);
             let fresh = open_generation(&self.dir, next)?;
-            let old = std::mem::replace(&mut *current, fresh);
+            let mut old = std::mem::replace(&mut *current, fresh);
+            // Waiting ends go with the start into the fresh file (an end is matched by id, in
+            // whichever file it lands).
+            current.pending = std::mem::take(&mut old.pending);
+            current.pending_since = old.pending_since;
             retire(&old.generation);
         }
-        current.file.write_all(&bytes)?;
-        current.len += bytes.len() as u64;
+        current.write_with(&bytes)?;
         if start {
             current.generation.open.fetch_add(1, Ordering::AcqRel);
         }
@@ -167,13 +199,43 @@ impl InflightLog {
     }
 
     fn end(&self, id: Uuid, generation: &Arc<Generation>) {
-        if let Err(e) = self.write(&Entry::End { id }, false) {
+        if let Err(e) = self.wait_or_write_end(id) {
             tracing::warn!(error = %e, request_id = %id, "in-flight end not written");
         }
         if generation.open.fetch_sub(1, Ordering::AcqRel) == 1 {
             let current = self.lock().map(|c| c.generation.seq).unwrap_or(u64::MAX);
             if generation.seq < current {
                 retire(generation);
+            }
+        }
+    }
+}
+
+impl InflightLog {
+    /// Keeps an end waiting for the next start, or writes what waits when it is old or large.
+    fn wait_or_write_end(&self, id: Uuid) -> io::Result<()> {
+        let payload = serde_json::to_vec(&Entry::End { id }).map_err(io::Error::other)?;
+        let bytes = record::frame(&payload);
+        let mut current = self.lock()?;
+        let now = Instant::now();
+        let since = *current.pending_since.get_or_insert(now);
+        if current.pending.len() + bytes.len() >= ENDS_BYTES
+            || now.duration_since(since) >= ENDS_WAIT
+        {
+            current.write_with(&bytes)
+        } else {
+            current.pending.extend_from_slice(&bytes);
+            Ok(())
+        }
+    }
+}
+
+impl Drop for InflightLog {
+    /// A clean stop writes the ends still waiting.
+    fn drop(&mut self) {
+        if let Ok(mut current) = self.current.lock() {
+            if !current.pending.is_empty() {
+                let _ = current.write_with(&[]);
             }
         }
     }
@@ -264,6 +326,8 @@ fn open_generation(dir: &Path, seq: u64) -> io::Result<Current> {
             path,
             open: AtomicU64::new(0),
         }),
+        pending: Vec::new(),
+        pending_since: None,
     })
 }
 
@@ -427,6 +491,43 @@ mod tests {
         drop(log);
         let (_, none) = InflightLog::open(dir.path()).unwrap();
         assert!(none.is_empty());
+    }
+
+    #[test]
+    fn an_end_rides_with_the_next_start_or_leaves_after_its_wait() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b, c, d) = (started(1), started(2), started(3), started(4));
+        {
+            let (log, _) = InflightLog::open(dir.path()).unwrap();
+            let log = Arc::new(log);
+            drop(log.start(&a, 1));
+            // Waiting: a crash now would recover `a` (absorbed by its id downstream).
+            assert!(!log.lock().unwrap().pending.is_empty());
+            // `b`'s start carries `a`'s end.
+            std::mem::forget(log.start(&b, 2));
+            assert!(log.lock().unwrap().pending.is_empty());
+            // An end that has waited its time leaves with the next end, without a start.
+            let (tc, td) = (log.start(&c, 3), log.start(&d, 4));
+            drop(tc);
+            log.lock().unwrap().pending_since = Some(Instant::now() - ENDS_WAIT);
+            drop(td);
+            assert!(log.lock().unwrap().pending.is_empty());
+            // A crash (no clean stop).
+            std::mem::forget(log);
+        }
+        let (_, recovered) = InflightLog::open(dir.path()).unwrap();
+        let ids: Vec<_> = recovered.iter().map(|e| e.request_id).collect();
+        assert_eq!(ids, vec![b.request_id]);
+
+        // A clean stop writes what waits.
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let (log, _) = InflightLog::open(dir.path()).unwrap();
+            let log = Arc::new(log);
+            drop(log.start(&a, 1));
+        }
+        let (_, recovered) = InflightLog::open(dir.path()).unwrap();
+        assert!(recovered.is_empty());
     }
 
     #[test]

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
@@ -79,7 +79,8 @@ struct Delta<'a> {
     tool_calls: Option<Vec<Value>>,
 }
 
-/// One choice as it builds up.
+/// One choice as it builds up. Values relayed as the engine wrote them (finish and stop reasons)
+/// stay raw JSON: parsing them only to write them again cost more than the rest of a small answer.
 #[derive(Default)]
 struct Choice {
     role: Option<String>,
@@ -87,8 +88,8 @@ struct Choice {
     reasoning: Option<String>,
     tool_calls: BTreeMap<u64, Value>,
     logprobs: Option<Map<String, Value>>,
-    finish_reason: Option<Value>,
-    stop_reason: Option<Value>,
+    finish_reason: Option<Box<RawValue>>,
+    stop_reason: Option<Box<RawValue>>,
 }
 
 /// The answer as it builds up from chunks.
@@ -97,14 +98,52 @@ pub struct Assembler {
     id: Option<String>,
     created: Option<u64>,
     model: Option<String>,
-    fingerprint: Option<Value>,
+    fingerprint: Option<Box<RawValue>>,
     choices: BTreeMap<u32, Choice>,
-    usage: Option<Value>,
+    usage: Option<Box<RawValue>>,
     error: Option<Failure>,
 }
 
-fn raw_value(raw: &RawValue) -> Value {
-    serde_json::from_str(raw.get()).unwrap_or(Value::Null)
+/// The written answer: the engine's non-streamed layout, serialized straight from the assembled
+/// parts (no intermediate `Value` tree).
+#[derive(Serialize)]
+struct Answer<'a> {
+    id: &'a str,
+    object: &'static str,
+    created: u64,
+    model: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    system_fingerprint: Option<&'a RawValue>,
+    choices: Vec<OutChoice<'a>>,
+    usage: Option<&'a RawValue>,
+}
+
+#[derive(Serialize)]
+struct OutChoice<'a> {
+    index: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    message: Option<OutMessage<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    text: Option<&'a str>,
+    logprobs: Option<&'a Map<String, Value>>,
+    finish_reason: Option<&'a RawValue>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stop_reason: Option<&'a RawValue>,
+}
+
+#[derive(Serialize)]
+struct OutMessage<'a> {
+    role: &'a str,
+    content: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning_content: Option<&'a str>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tool_calls: Vec<&'a Value>,
+}
+
+/// An owned copy of a raw value, without parsing it again.
+fn owned(raw: &RawValue) -> Option<Box<RawValue>> {
+    RawValue::from_string(raw.get().to_owned()).ok()
 }
 
 /// Appends `more`'s arrays to `into`'s, key by key (logprobs arrive a token's worth at a time:
@@ -207,11 +246,11 @@ impl Assembler {
             self.model = Some(m.into_owned());
         }
         if let Some(f) = chunk.system_fingerprint {
-            self.fingerprint = Some(raw_value(f));
+            self.fingerprint = owned(f);
         }
         if let Some(u) = chunk.usage {
             if u.get() != "null" {
-                self.usage = Some(raw_value(u));
+                self.usage = owned(u);
             }
         }
         for c in chunk.choices {
@@ -240,10 +279,10 @@ impl Assembler {
                 extend_arrays(choice.logprobs.get_or_insert_with(Map::new), l);
             }
             if let Some(f) = c.finish_reason.filter(|f| f.get() != "null") {
-                choice.finish_reason = Some(raw_value(f));
+                choice.finish_reason = owned(f);
             }
             if let Some(s) = c.stop_reason.filter(|s| s.get() != "null") {
-                choice.stop_reason = Some(raw_value(s));
+                choice.stop_reason = owned(s);
             }
         }
     }
@@ -253,72 +292,41 @@ impl Assembler {
         if let Some(e) = self.error {
             return Err(e);
         }
-        let Some(id) = self.id else {
+        let Some(id) = self.id.as_deref() else {
             return Err(Failure::Broken);
         };
-        let shape = self.shape;
-        let choices: Vec<Value> = self
+        let chat = self.shape == Shape::Chat;
+        let choices = self
             .choices
-            .into_iter()
-            .map(|(index, c)| {
-                let mut out = Map::new();
-                out.insert("index".into(), index.into());
-                match shape {
-                    Shape::Chat => {
-                        let mut message = Map::new();
-                        message.insert(
-                            "role".into(),
-                            c.role.unwrap_or_else(|| "assistant".into()).into(),
-                        );
-                        message
-                            .insert("content".into(), c.content.map_or(Value::Null, Value::from));
-                        if let Some(r) = c.reasoning {
-                            message.insert("reasoning_content".into(), r.into());
-                        }
-                        if !c.tool_calls.is_empty() {
-                            message.insert(
-                                "tool_calls".into(),
-                                c.tool_calls.into_values().collect::<Vec<_>>().into(),
-                            );
-                        }
-                        out.insert("message".into(), message.into());
-                    }
-                    Shape::Text | Shape::Typed(_) => {
-                        out.insert("text".into(), c.content.unwrap_or_default().into());
-                    }
-                }
-                out.insert(
-                    "logprobs".into(),
-                    c.logprobs.map_or(Value::Null, Value::Object),
-                );
-                out.insert(
-                    "finish_reason".into(),
-                    c.finish_reason.unwrap_or(Value::Null),
-                );
-                if let Some(s) = c.stop_reason {
-                    out.insert("stop_reason".into(), s);
-                }
-                Value::Object(out)
+            .iter()
+            .map(|(&index, c)| OutChoice {
+                index,
+                message: chat.then(|| OutMessage {
+                    role: c.role.as_deref().unwrap_or("assistant"),
+                    content: c.content.as_deref(),
+                    reasoning_content: c.reasoning.as_deref(),
+                    tool_calls: c.tool_calls.values().collect(),
+                }),
+                text: (!chat).then(|| c.content.as_deref().unwrap_or_default()),
+                logprobs: c.logprobs.as_ref(),
+                finish_reason: c.finish_reason.as_deref(),
+                stop_reason: c.stop_reason.as_deref(),
             })
             .collect();
-        let mut answer = Map::new();
-        answer.insert("id".into(), id.into());
-        answer.insert(
-            "object".into(),
-            match shape {
-                Shape::Chat => "chat.completion",
-                Shape::Text | Shape::Typed(_) => "text_completion",
-            }
-            .into(),
-        );
-        answer.insert("created".into(), self.created.unwrap_or(0).into());
-        answer.insert("model".into(), self.model.unwrap_or_default().into());
-        if let Some(f) = self.fingerprint {
-            answer.insert("system_fingerprint".into(), f);
-        }
-        answer.insert("choices".into(), choices.into());
-        answer.insert("usage".into(), self.usage.unwrap_or(Value::Null));
-        serde_json::to_vec(&Value::Object(answer)).map_err(|_| Failure::Broken)
+        let answer = Answer {
+            id,
+            object: if chat {
+                "chat.completion"
+            } else {
+                "text_completion"
+            },
+            created: self.created.unwrap_or(0),
+            model: self.model.as_deref().unwrap_or_default(),
+            system_fingerprint: self.fingerprint.as_deref(),
+            choices,
+            usage: self.usage.as_deref(),
+        };
+        serde_json::to_vec(&answer).map_err(|_| Failure::Broken)
     }
 }
 
