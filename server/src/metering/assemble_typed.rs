@@ -6,6 +6,10 @@
 //!   and the deltas (text, thinking, tool input JSON), `stop_reason`, `stop_sequence` and the
 //!   usage merged from `message_delta`.
 
+use std::borrow::Cow;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::assembly_failure::Failure;
@@ -15,8 +19,10 @@ use super::typed::Dialect;
 #[derive(Debug)]
 pub struct TypedAssembler {
     dialect: Dialect,
-    /// Responses: the final response. Anthropic: the message.
+    /// Anthropic: the message.
     answer: Option<Map<String, Value>>,
+    /// Responses: the final response, as the engine wrote it.
+    response: Option<Box<RawValue>>,
     /// Anthropic's content blocks by index, with the tool input JSON text so far.
     blocks: Vec<(Map<String, Value>, String)>,
     done: bool,
@@ -28,6 +34,7 @@ impl TypedAssembler {
         Self {
             dialect,
             answer: None,
+            response: None,
             blocks: Vec::new(),
             done: false,
             error: None,
@@ -35,21 +42,42 @@ impl TypedAssembler {
     }
 
     pub fn push(&mut self, data: &[u8]) {
+        // The type first, borrowed: most events (a Responses stream's deltas, its `created` and
+        // `in_progress` snapshots of the whole response) play no part in the answer, and
+        // parsing each into a `Value` tree cost more than the rest of the request (issue 35).
+        let Ok(Kind { kind }) = serde_json::from_slice::<Kind<'_>>(data) else {
+            return;
+        };
+        let kind = kind.unwrap_or_default();
+        match (self.dialect, kind.as_ref()) {
+            (Dialect::Responses, "response.completed" | "response.incomplete") => {
+                if let Ok(Final { response: Some(r) }) = serde_json::from_slice::<Final<'_>>(data) {
+                    if r.get().starts_with('{') {
+                        self.response = RawValue::from_string(r.get().to_owned()).ok();
+                        self.done = true;
+                    }
+                }
+                return;
+            }
+            (Dialect::Responses, "response.failed" | "error")
+            | (
+                Dialect::Anthropic,
+                "error"
+                | "message_start"
+                | "content_block_start"
+                | "content_block_delta"
+                | "message_delta",
+            ) => {}
+            (Dialect::Anthropic, "message_stop") => {
+                self.done = true;
+                return;
+            }
+            _ => return,
+        }
         let Ok(Value::Object(mut event)) = serde_json::from_slice::<Value>(data) else {
             return;
         };
-        let kind = event
-            .get("type")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned();
-        match (self.dialect, kind.as_str()) {
-            (Dialect::Responses, "response.completed" | "response.incomplete") => {
-                if let Some(Value::Object(r)) = event.remove("response") {
-                    self.answer = Some(r);
-                    self.done = true;
-                }
-            }
+        match (self.dialect, kind.as_ref()) {
             (Dialect::Responses, "response.failed") | (_, "error") => {
                 let code = event
                     .get("code")
@@ -113,7 +141,6 @@ impl TypedAssembler {
                     }
                 }
             }
-            (Dialect::Anthropic, "message_stop") => self.done = true,
             _ => {}
         }
     }
@@ -121,6 +148,12 @@ impl TypedAssembler {
     pub fn finish(self) -> Result<Vec<u8>, Failure> {
         if let Some(code) = self.error {
             return Err(Failure::Error(code));
+        }
+        if self.dialect == Dialect::Responses {
+            return match (self.response, self.done) {
+                (Some(r), true) => Ok(r.get().as_bytes().to_vec()),
+                _ => Err(Failure::Broken),
+            };
         }
         let (Some(mut answer), true) = (self.answer, self.done) else {
             return Err(Failure::Broken);
@@ -141,6 +174,20 @@ impl TypedAssembler {
         }
         serde_json::to_vec(&Value::Object(answer)).map_err(|_| Failure::Broken)
     }
+}
+
+/// An event's type.
+#[derive(Deserialize)]
+struct Kind<'a> {
+    #[serde(borrow, rename = "type", default)]
+    kind: Option<Cow<'a, str>>,
+}
+
+/// A Responses stream's final event.
+#[derive(Deserialize)]
+struct Final<'a> {
+    #[serde(borrow, default)]
+    response: Option<&'a RawValue>,
 }
 
 fn index_of(event: &Map<String, Value>) -> usize {
