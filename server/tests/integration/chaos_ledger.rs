@@ -125,7 +125,17 @@ async fn chaos_ledger_loses_and_duplicates_nothing(pool: PgPool) {
     let restarted = deployment.start().await;
     *target.write().await = (restarted.url("/v1/chat/completions"), restarted.key.clone());
     *gw.lock().await = Some(restarted);
-    progress(REQUESTS * 3 / 4).await;
+    // The second outage meets a gateway that has served since its restart (its key cache warm,
+    // as a running replica's is). Counted from the restart: a fast machine sends past 3/4 during
+    // the first outage, and a cold cache in an outage rightly refuses every request (503), which
+    // is not this scenario and left too few answers to judge.
+    let at_restart = next.load(Ordering::Relaxed);
+    progress(
+        (REQUESTS * 3 / 4)
+            .max(at_restart + CONCURRENCY * 4)
+            .min(REQUESTS),
+    )
+    .await;
     proxy.cut();
     tokio::time::sleep(outage).await;
     proxy.restore();

@@ -194,8 +194,17 @@ async fn an_owner_uploads_starts_stops_and_deletes_through_the_forms(pool: PgPoo
         app.state_of(&acme, "helper").await == "ready"
     })
     .await;
-    let (status, _, body) = app.ask(&acme, "helper").await;
-    assert_eq!(status, 200, "the started adapter answers: {body}");
+    // The gateway's routes follow the stored state by notification, a moment later: until then
+    // the name answers 503 `model_starting`, never anything else.
+    common::eventually(SETTLE, "the started adapter answers", || async {
+        let (status, _, body) = app.ask(&acme, "helper").await;
+        assert!(
+            status == 200 || (status == 503 && body["error"]["code"] == "model_starting"),
+            "{status} {body}"
+        );
+        status == 200
+    })
+    .await;
     let html = ada.html("/models").await;
     assert!(html.contains(">ready<"), "{html}");
     assert!(
