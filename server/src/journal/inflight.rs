@@ -178,8 +178,7 @@ impl InflightLog {
 
     /// One `write` of a whole record; a start is counted in the generation it lands in.
     fn write(&self, entry: &Entry<'_>, start: bool) -> io::Result<Arc<Generation>> {
-        let payload = serde_json::to_vec(entry).map_err(io::Error::other)?;
-        let bytes = record::frame(&payload);
+        let bytes = encode(entry)?;
         let mut current = self.lock()?;
         if start && current.len >= GENERATION_BYTES {
             let next = current.generation.seq.saturating_add(1);
@@ -198,6 +197,22 @@ impl InflightLog {
         Ok(current.generation.clone())
     }
 
+    /// Keeps an end waiting for the next start, or writes what waits when it is old or large.
+    fn wait_or_write_end(&self, id: Uuid) -> io::Result<()> {
+        let bytes = encode(&Entry::End { id })?;
+        let mut current = self.lock()?;
+        let now = Instant::now();
+        let since = *current.pending_since.get_or_insert(now);
+        if current.pending.len() + bytes.len() >= ENDS_BYTES
+            || now.duration_since(since) >= ENDS_WAIT
+        {
+            current.write_with(&bytes)
+        } else {
+            current.pending.extend_from_slice(&bytes);
+            Ok(())
+        }
+    }
+
     fn end(&self, id: Uuid, generation: &Arc<Generation>) {
         if let Err(e) = self.wait_or_write_end(id) {
             tracing::warn!(error = %e, request_id = %id, "in-flight end not written");
@@ -211,25 +226,6 @@ impl InflightLog {
     }
 }
 
-impl InflightLog {
-    /// Keeps an end waiting for the next start, or writes what waits when it is old or large.
-    fn wait_or_write_end(&self, id: Uuid) -> io::Result<()> {
-        let payload = serde_json::to_vec(&Entry::End { id }).map_err(io::Error::other)?;
-        let bytes = record::frame(&payload);
-        let mut current = self.lock()?;
-        let now = Instant::now();
-        let since = *current.pending_since.get_or_insert(now);
-        if current.pending.len() + bytes.len() >= ENDS_BYTES
-            || now.duration_since(since) >= ENDS_WAIT
-        {
-            current.write_with(&bytes)
-        } else {
-            current.pending.extend_from_slice(&bytes);
-            Ok(())
-        }
-    }
-}
-
 impl Drop for InflightLog {
     /// A clean stop writes the ends still waiting.
     fn drop(&mut self) {
@@ -239,6 +235,12 @@ impl Drop for InflightLog {
             }
         }
     }
+}
+
+/// A record as written: the entry's JSON, framed.
+fn encode(entry: &Entry<'_>) -> io::Result<Vec<u8>> {
+    let payload = serde_json::to_vec(entry).map_err(io::Error::other)?;
+    Ok(record::frame(&payload))
 }
 
 /// Deletes a closed generation once nothing started in it is open. A request that starts in it

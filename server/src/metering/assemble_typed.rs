@@ -49,6 +49,7 @@ impl TypedAssembler {
             return;
         };
         let kind = kind.unwrap_or_default();
+        // Only the events an answer is built from are parsed whole (`tree`).
         match (self.dialect, kind.as_ref()) {
             (Dialect::Responses, "response.completed" | "response.incomplete") => {
                 if let Ok(Final { response: Some(r) }) = serde_json::from_slice::<Final<'_>>(data) {
@@ -57,28 +58,9 @@ impl TypedAssembler {
                         self.done = true;
                     }
                 }
-                return;
             }
-            (Dialect::Responses, "response.failed" | "error")
-            | (
-                Dialect::Anthropic,
-                "error"
-                | "message_start"
-                | "content_block_start"
-                | "content_block_delta"
-                | "message_delta",
-            ) => {}
-            (Dialect::Anthropic, "message_stop") => {
-                self.done = true;
-                return;
-            }
-            _ => return,
-        }
-        let Ok(Value::Object(mut event)) = serde_json::from_slice::<Value>(data) else {
-            return;
-        };
-        match (self.dialect, kind.as_ref()) {
             (Dialect::Responses, "response.failed") | (_, "error") => {
+                let Some(event) = tree(data) else { return };
                 let code = event
                     .get("code")
                     .or_else(|| event.get("error").and_then(|e| e.get("type")))
@@ -87,11 +69,13 @@ impl TypedAssembler {
                 self.error = Some(code);
             }
             (Dialect::Anthropic, "message_start") => {
+                let Some(mut event) = tree(data) else { return };
                 if let Some(Value::Object(m)) = event.remove("message") {
                     self.answer = Some(m);
                 }
             }
             (Dialect::Anthropic, "content_block_start") => {
+                let Some(mut event) = tree(data) else { return };
                 let index = index_of(&event);
                 if let Some(Value::Object(block)) = event.remove("content_block") {
                     if self.blocks.len() <= index {
@@ -103,6 +87,7 @@ impl TypedAssembler {
                 }
             }
             (Dialect::Anthropic, "content_block_delta") => {
+                let Some(event) = tree(data) else { return };
                 let index = index_of(&event);
                 let Some((block, json)) = self.blocks.get_mut(index) else {
                     return;
@@ -129,6 +114,7 @@ impl TypedAssembler {
                 }
             }
             (Dialect::Anthropic, "message_delta") => {
+                let Some(mut event) = tree(data) else { return };
                 let Some(answer) = self.answer.as_mut() else {
                     return;
                 };
@@ -141,6 +127,7 @@ impl TypedAssembler {
                     }
                 }
             }
+            (Dialect::Anthropic, "message_stop") => self.done = true,
             _ => {}
         }
     }
@@ -173,6 +160,14 @@ impl TypedAssembler {
             answer.insert("content".to_owned(), Value::Array(content));
         }
         serde_json::to_vec(&Value::Object(answer)).map_err(|_| Failure::Broken)
+    }
+}
+
+/// An event parsed whole, when it is an object.
+fn tree(data: &[u8]) -> Option<Map<String, Value>> {
+    match serde_json::from_slice::<Value>(data) {
+        Ok(Value::Object(event)) => Some(event),
+        _ => None,
     }
 }
 
