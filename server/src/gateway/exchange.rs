@@ -139,10 +139,21 @@ pub async fn run(x: Exchange, ctx: MeterContext) -> Reply {
             }
         };
         let dialect = Dialect::of(x.endpoint);
-        let meter = StreamMeter::new(wants)
+        let shape = match x.endpoint {
+            Endpoint::Chat => Shape::Chat,
+            Endpoint::Completions | Endpoint::Embeddings => Shape::Text,
+            Endpoint::Responses | Endpoint::Messages => Shape::Typed(dialect),
+        };
+        let mut meter = StreamMeter::new(wants)
             .with_served_model(&ctx.event.served_name)
             .with_dialect(dialect)
             .with_counter(ctx.counter.clone());
+        if !x.stream && dialect == Dialect::Chunks {
+            // One parse per event serves the meter and the answer.
+            meter = meter.assembling(
+                assemble::Assembler::new(shape).with_served_model(&ctx.event.served_name),
+            );
+        }
         let silence = Silence {
             first: chunk_timeout.max(x.upstream.first_byte_timeout),
             between: chunk_timeout,
@@ -151,11 +162,6 @@ pub async fn run(x: Exchange, ctx: MeterContext) -> Reply {
         if x.stream {
             return Reply::Stream(Box::new(stream));
         }
-        let shape = match x.endpoint {
-            Endpoint::Chat => Shape::Chat,
-            Endpoint::Completions | Endpoint::Embeddings => Shape::Text,
-            Endpoint::Responses | Endpoint::Messages => Shape::Typed(dialect),
-        };
         // INVARIANT: a client that hangs up meanwhile drops this future and the stream with it,
         // which cancels the engine and bills what it produced (test:
         // hang_up::an_abandoned_whole_answer_bills_the_engine_ledger).

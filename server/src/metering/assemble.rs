@@ -12,12 +12,14 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
-use futures::{Stream, StreamExt};
-use serde::{Deserialize, Serialize};
+use futures::StreamExt;
+use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
+use super::chunk::Chunk;
 use super::sse::SseParser;
+use super::stream::{EngineBody, MeteredStream};
 
 /// Which answer is assembled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,58 +32,9 @@ pub enum Shape {
 
 pub use super::assembly_failure::Failure;
 
-#[derive(Deserialize)]
-struct Chunk<'a> {
-    #[serde(borrow, default)]
-    id: Option<Cow<'a, str>>,
-    #[serde(default)]
-    created: Option<u64>,
-    #[serde(borrow, default)]
-    model: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    system_fingerprint: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    choices: Vec<ChunkChoice<'a>>,
-    #[serde(borrow, default)]
-    usage: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    error: Option<&'a RawValue>,
-    /// `error` in vLLM's older error body.
-    #[serde(borrow, default)]
-    object: Option<Cow<'a, str>>,
-}
-
-#[derive(Deserialize)]
-struct ChunkChoice<'a> {
-    #[serde(default)]
-    index: u32,
-    #[serde(borrow, default)]
-    delta: Option<Delta<'a>>,
-    #[serde(borrow, default)]
-    text: Option<Cow<'a, str>>,
-    #[serde(default)]
-    logprobs: Option<Value>,
-    #[serde(borrow, default)]
-    finish_reason: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    stop_reason: Option<&'a RawValue>,
-}
-
-#[derive(Deserialize)]
-struct Delta<'a> {
-    #[serde(borrow, default)]
-    role: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    content: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    reasoning_content: Option<Cow<'a, str>>,
-    #[serde(default)]
-    tool_calls: Option<Vec<Value>>,
-}
-
 /// One choice as it builds up. Values relayed as the engine wrote them (finish and stop reasons)
 /// stay raw JSON: parsing them only to write them again cost more than the rest of a small answer.
-#[derive(Default)]
+#[derive(Debug, Default)]
 struct Choice {
     role: Option<String>,
     content: Option<String>,
@@ -93,8 +46,11 @@ struct Choice {
 }
 
 /// The answer as it builds up from chunks.
+#[derive(Debug)]
 pub struct Assembler {
     shape: Shape,
+    /// The name the client asked for, written as the answer's `model` in place of the engine's.
+    served_model: Option<String>,
     id: Option<String>,
     created: Option<u64>,
     model: Option<String>,
@@ -210,6 +166,7 @@ impl Assembler {
     pub fn new(shape: Shape) -> Self {
         Self {
             shape,
+            served_model: None,
             id: None,
             created: None,
             model: None,
@@ -220,11 +177,22 @@ impl Assembler {
         }
     }
 
+    /// Writes `served` as the answer's `model` (the engine's chunks name what it served).
+    #[must_use]
+    pub fn with_served_model(mut self, served: &str) -> Self {
+        self.served_model = Some(served.to_owned());
+        self
+    }
+
     /// Takes one SSE `data:` payload (`[DONE]` and unreadable ones are skipped).
     pub fn push(&mut self, data: &[u8]) {
-        let Ok(chunk) = serde_json::from_slice::<Chunk<'_>>(data) else {
-            return;
-        };
+        if let Some(chunk) = Chunk::parse(data) {
+            self.add(chunk);
+        }
+    }
+
+    /// Takes one parsed chunk.
+    pub fn add(&mut self, chunk: Chunk<'_>) {
         if let Some(e) = chunk.error {
             let code = serde_json::from_str::<Value>(e.get())
                 .ok()
@@ -243,17 +211,18 @@ impl Assembler {
             self.created = chunk.created;
         }
         if let Some(m) = chunk.model {
-            self.model = Some(m.into_owned());
+            self.model = match &self.served_model {
+                Some(served) => Some(served.clone()),
+                None => serde_json::from_str::<String>(m.get()).ok(),
+            };
         }
         if let Some(f) = chunk.system_fingerprint {
             self.fingerprint = owned(f);
         }
-        if let Some(u) = chunk.usage {
-            if u.get() != "null" {
-                self.usage = owned(u);
-            }
+        if let Some(u) = chunk.usage.filter(|u| u.get() != "null") {
+            self.usage = owned(u);
         }
-        for c in chunk.choices {
+        for c in chunk.choices.into_iter().flatten() {
             let choice = self.choices.entry(c.index).or_default();
             if let Some(d) = c.delta {
                 if let Some(r) = d.role {
@@ -268,14 +237,17 @@ impl Assembler {
                         .get_or_insert_with(String::new)
                         .push_str(&t);
                 }
-                for call in d.tool_calls.into_iter().flatten() {
+                let calls = d
+                    .tool_calls
+                    .and_then(|raw| serde_json::from_str::<Vec<Value>>(raw.get()).ok());
+                for call in calls.into_iter().flatten() {
                     merge_tool_call(&mut choice.tool_calls, call);
                 }
             }
             if let Some(t) = c.text {
                 choice.content.get_or_insert_with(String::new).push_str(&t);
             }
-            if let Some(Value::Object(l)) = c.logprobs {
+            if let Some(Ok(Value::Object(l))) = c.logprobs.map(|l| serde_json::from_str(l.get())) {
                 extend_arrays(choice.logprobs.get_or_insert_with(Map::new), l);
             }
             if let Some(f) = c.finish_reason.filter(|f| f.get() != "null") {
@@ -330,39 +302,25 @@ impl Assembler {
     }
 }
 
-/// One of the two assemblers.
-enum Either {
-    Chunks(Assembler),
-    Typed(super::assemble_typed::TypedAssembler),
-}
-
-impl Either {
-    fn push(&mut self, data: &[u8]) {
-        match self {
-            Self::Chunks(a) => a.push(data),
-            Self::Typed(a) => a.push(data),
-        }
-    }
-
-    fn finish(self) -> Result<Vec<u8>, Failure> {
-        match self {
-            Self::Chunks(a) => a.finish(),
-            Self::Typed(a) => a.finish(),
-        }
-    }
-}
-
 /// Reads a metered stream to its end and assembles the answer. Dropping this future (the client
 /// hung up) drops the stream, whose `Drop` cancels the engine and bills what it produced.
-pub async fn collect<S>(mut stream: S, shape: Shape) -> Result<Bytes, Failure>
-where
-    S: Stream<Item = Result<Bytes, std::io::Error>> + Unpin,
-{
+///
+/// A chunk stream's meter assembles as it meters ([`StreamMeter::assembling`]), so the stream
+/// yields only its end: `[DONE]`, or the error event of a stream that broke, read here. A typed
+/// stream (Responses, Anthropic) yields its events, assembled here.
+///
+/// [`StreamMeter::assembling`]: super::meter::StreamMeter::assembling
+pub async fn collect<B: EngineBody>(
+    mut stream: MeteredStream<B>,
+    shape: Shape,
+) -> Result<Bytes, Failure> {
     let mut parser = SseParser::default();
-    let mut answer = match shape {
-        Shape::Typed(dialect) => Either::Typed(super::assemble_typed::TypedAssembler::new(dialect)),
-        Shape::Chat | Shape::Text => Either::Chunks(Assembler::new(shape)),
+    let mut typed = match shape {
+        Shape::Typed(dialect) => Some(super::assemble_typed::TypedAssembler::new(dialect)),
+        Shape::Chat | Shape::Text => None,
     };
+    // The end events of a chunk stream (an error event names why it broke).
+    let mut ends = Vec::new();
     let mut broken = false;
     while let Some(bytes) = stream.next().await {
         let Ok(bytes) = bytes else {
@@ -371,21 +329,44 @@ where
         };
         parser.push(bytes);
         while let Some(event) = parser.next_event() {
-            if let Some(data) = event.data {
-                answer.push(&data);
-            }
+            push_data(event.data, typed.as_mut(), &mut ends);
         }
     }
     if let Some(event) = parser.finish() {
-        if let Some(data) = event.data {
-            answer.push(&data);
-        }
+        push_data(event.data, typed.as_mut(), &mut ends);
     }
+    let assembled = match typed {
+        Some(typed) => typed.finish(),
+        None => {
+            // A hang-up or a cut took the meter (and its assembler) to record the event: the
+            // end event then says why there is no answer.
+            let mut chunks = stream
+                .take_assembler()
+                .unwrap_or_else(|| Assembler::new(shape));
+            for data in &ends {
+                chunks.push(data);
+            }
+            chunks.finish()
+        }
+    };
     drop(stream);
-    match answer.finish() {
+    match assembled {
         Ok(body) if !broken => Ok(Bytes::from(body)),
         Ok(_) => Err(Failure::Broken),
         Err(e) => Err(e),
+    }
+}
+
+/// One event's data: to the typed assembler, or kept as a chunk stream's end.
+fn push_data(
+    data: Option<Bytes>,
+    typed: Option<&mut super::assemble_typed::TypedAssembler>,
+    ends: &mut Vec<Bytes>,
+) {
+    let Some(data) = data else { return };
+    match typed {
+        Some(typed) => typed.push(&data),
+        None => ends.push(data),
     }
 }
 

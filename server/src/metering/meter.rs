@@ -8,9 +8,11 @@
 use std::borrow::Cow;
 
 use bytes::Bytes;
-use serde::{Deserialize, Deserializer};
+use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use super::assemble::Assembler;
+use super::chunk::Chunk;
 use super::count::{Field, OutputCounter, OutputTally, Part};
 use super::edit::{self, Span, UsageEdit};
 use super::sse::SseEvent;
@@ -33,48 +35,6 @@ pub enum Outgoing {
     Send(Bytes),
     /// The stream's final bytes (`[DONE]`): the event must be recorded before they leave.
     Done(Bytes),
-}
-
-#[derive(Deserialize)]
-struct Probe<'a> {
-    /// `Some` for `"usage": null` too (the member is still there to strip).
-    #[serde(borrow, default, deserialize_with = "present")]
-    usage: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    model: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    choices: Option<Vec<ChoiceProbe<'a>>>,
-    #[serde(borrow, default)]
-    error: Option<&'a RawValue>,
-    /// vLLM's older error body: `{"object":"error","message":..}`.
-    #[serde(borrow, default)]
-    object: Option<Cow<'a, str>>,
-}
-
-fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
-    <&RawValue>::deserialize(d).map(Some)
-}
-
-#[derive(Deserialize)]
-struct ChoiceProbe<'a> {
-    #[serde(default)]
-    index: u32,
-    #[serde(borrow, default)]
-    delta: Option<DeltaProbe<'a>>,
-    #[serde(borrow, default)]
-    text: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    finish_reason: Option<Cow<'a, str>>,
-}
-
-#[derive(Deserialize)]
-struct DeltaProbe<'a> {
-    #[serde(borrow, default)]
-    content: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    reasoning_content: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    tool_calls: Option<&'a RawValue>,
 }
 
 /// The text of a streamed tool call: its function's name and arguments pieces.
@@ -131,10 +91,15 @@ struct ChunkInfo {
     error: bool,
 }
 
-/// Reads one chunk; its output text goes to `tally` when given (the engine reported no usage yet).
-fn inspect(raw: &Bytes, data: &Bytes, tally: Option<&mut OutputTally>) -> Option<ChunkInfo> {
-    let probe: Probe<'_> = serde_json::from_slice(data).ok()?;
-    let choices = probe.choices.as_deref().unwrap_or_default();
+/// What `chunk` says; its output text goes to `tally` when given (the engine reported no usage
+/// yet).
+fn inspect(
+    chunk: &Chunk<'_>,
+    raw: &Bytes,
+    data: &Bytes,
+    tally: Option<&mut OutputTally>,
+) -> ChunkInfo {
+    let choices = chunk.choices();
     if let Some(tally) = tally {
         for c in choices {
             if let Some(t) = &c.text {
@@ -157,11 +122,11 @@ fn inspect(raw: &Bytes, data: &Bytes, tally: Option<&mut OutputTally>) -> Option
         }
     }
     // Values are located, not parsed: only the last usage seen is ever parsed.
-    let usage_span = probe
+    let usage_span = chunk
         .usage
         .and_then(|u| edit::locate(raw, data, u.get().as_bytes()));
-    let has_usage = probe.usage.is_some_and(|u| u.get() != "null");
-    let model_span = probe
+    let has_usage = chunk.usage().is_some();
+    let model_span = chunk
         .model
         .and_then(|m| edit::locate(raw, data, m.get().as_bytes()));
     let generated = choices.iter().any(|c| {
@@ -174,14 +139,14 @@ fn inspect(raw: &Bytes, data: &Bytes, tally: Option<&mut OutputTally>) -> Option
                     || d.tool_calls.is_some()
             })
     });
-    Some(ChunkInfo {
+    ChunkInfo {
         // INVARIANT: a chunk without `choices` is a usage chunk, not a content chunk (test:
         // usage_chunk_without_choices_is_the_usage_chunk).
         usage_only: choices.is_empty() && has_usage,
         finished: choices.iter().any(|c| c.finish_reason.is_some()),
         finish_reasons: choices
             .iter()
-            .filter_map(|c| c.finish_reason.as_deref().map(str::to_owned))
+            .filter_map(|c| c.finish_reason().map(Cow::into_owned))
             .collect(),
         usage_span,
         has_usage,
@@ -189,8 +154,8 @@ fn inspect(raw: &Bytes, data: &Bytes, tally: Option<&mut OutputTally>) -> Option
         generated,
         // INVARIANT: both vLLM error shapes end the stream as an engine error, never as output
         // (test: sse_framing::an_error_inside_a_stream_is_not_billed_as_output).
-        error: probe.error.is_some() || probe.object.as_deref() == Some("error"),
-    })
+        error: chunk.is_error(),
+    }
 }
 
 /// A finished chunk with usage, held back one event.
@@ -229,6 +194,9 @@ pub struct StreamMeter {
     counter: OutputCounter,
     /// The output text, kept only until the engine reports usage.
     tally: OutputTally,
+    /// A whole answer is being assembled: each chunk goes there once parsed, and nothing but the
+    /// stream's end is sent on (the client gets the assembled answer, not the chunks).
+    assembler: Option<Box<Assembler>>,
 }
 
 impl StreamMeter {
@@ -252,6 +220,20 @@ impl StreamMeter {
         self.typed.set_counter(counter.clone());
         self.counter = counter;
         self
+    }
+
+    /// Assembles a whole answer from the chunks as they are metered (one parse per event for
+    /// both): the stream then yields only its end (`[DONE]` or an error event), and the answer is
+    /// taken with [`Self::take_assembler`]. Chunk dialect only.
+    #[must_use]
+    pub fn assembling(mut self, assembler: Assembler) -> Self {
+        self.assembler = Some(Box::new(assembler));
+        self
+    }
+
+    /// The answer assembled so far (see [`Self::assembling`]).
+    pub fn take_assembler(&mut self) -> Option<Assembler> {
+        self.assembler.take().map(|a| *a)
     }
 
     /// The stream's event protocol.
@@ -365,6 +347,19 @@ impl StreamMeter {
         out.extend(self.behind_held.drain(..).map(Outgoing::Send));
     }
 
+    /// An event the meter does not read (a comment or keep-alive, or data that is no chunk): it
+    /// says nothing about a held chunk, so it waits behind it; a whole answer sends none.
+    fn pass_on(&mut self, raw: Bytes, out: &mut Vec<Outgoing>) {
+        if self.assembler.is_some() {
+            return;
+        }
+        if self.held.is_some() {
+            self.behind_held.push(raw);
+        } else {
+            out.push(Outgoing::Send(raw));
+        }
+    }
+
     /// The engine's body ended without `[DONE]`: a held chunk's usage was the final one.
     pub fn on_end(&mut self, out: &mut Vec<Outgoing>) {
         self.release_held(self.wants.usage, out);
@@ -377,12 +372,7 @@ impl StreamMeter {
             return;
         }
         let Some(data) = &event.data else {
-            // A comment or keep-alive says nothing about the held chunk: it waits behind it.
-            if self.held.is_some() {
-                self.behind_held.push(event.raw);
-            } else {
-                out.push(Outgoing::Send(event.raw));
-            }
+            self.pass_on(event.raw, out);
             return;
         };
         if data.as_ref() == b"[DONE]" {
@@ -392,15 +382,15 @@ impl StreamMeter {
             out.push(Outgoing::Done(event.raw));
             return;
         }
-        let tally = self.last_usage.is_none().then_some(&mut self.tally);
-        let Some(info) = inspect(&event.raw, data, tally) else {
-            if self.held.is_some() {
-                self.behind_held.push(event.raw);
-            } else {
-                out.push(Outgoing::Send(event.raw));
-            }
+        let Some(chunk) = Chunk::parse(data) else {
+            self.pass_on(event.raw, out);
             return;
         };
+        let tally = self.last_usage.is_none().then_some(&mut self.tally);
+        let info = inspect(&chunk, &event.raw, data, tally);
+        if let Some(assembler) = &mut self.assembler {
+            assembler.add(chunk);
+        }
         self.saw_error |= info.error;
         for reason in info.finish_reasons {
             if self.finish_reasons.len() < MAX_FINISH_REASONS
@@ -421,6 +411,9 @@ impl StreamMeter {
         }
         if info.generated {
             self.generated_chunks += 1;
+        }
+        if self.assembler.is_some() {
+            return;
         }
         if info.usage_only {
             self.release_held(self.wants.continuous, out);
@@ -696,6 +689,57 @@ mod tests {
         assert!(m.usage_final());
     }
 
+    /// Issue 35: a meter that assembles as it meters gives the answer assembling the chunks it
+    /// would have sent gives (one parse per event instead of two), sends only the stream's end,
+    /// and meters the same.
+    #[test]
+    fn assembling_while_metering_gives_the_answer_of_the_chunks_sent() {
+        use crate::metering::assemble::{Assembler, Shape};
+        let running = |n: u32| {
+            format!(
+                r#"{{"prompt_tokens":5,"completion_tokens":{n},"total_tokens":{}}}"#,
+                5 + n
+            )
+        };
+        let head = r#"data: {"id":"c1","object":"chat.completion.chunk","created":7,"model":"engine-lora","#;
+        let engine = [
+            format!("{head}\"choices\":[{{\"index\":0,\"delta\":{{\"role\":\"assistant\",\"content\":\"\"}},\"finish_reason\":null}}],\"usage\":{}}}\n\n", running(0)),
+            ": keep-alive\n\n".into(),
+            format!("{head}\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"Hel\"}},\"logprobs\":{{\"content\":[{{\"token\":\"Hel\"}}]}},\"finish_reason\":null}}],\"usage\":{}}}\n\n", running(1)),
+            format!("{head}\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"lo\",\"tool_calls\":[{{\"index\":0,\"id\":\"t\",\"function\":{{\"name\":\"f\",\"arguments\":\"{{}}\"}}}}]}},\"logprobs\":{{\"content\":[{{\"token\":\"lo\"}}]}},\"finish_reason\":\"length\"}}],\"usage\":{}}}\n\n", running(2)),
+            format!("{head}\"choices\":[],\"usage\":{U2}}}\n\n"),
+            "data: [DONE]\n\n".into(),
+        ]
+        .concat();
+        let wants = ClientWants {
+            usage: true,
+            continuous: false,
+        };
+        let (sent, by_chunks) =
+            run_meter(&engine, StreamMeter::new(wants).with_served_model("mine"));
+        let mut from_sent = Assembler::new(Shape::Chat);
+        for event in &sent {
+            if let Some(data) = event.strip_prefix("data: ") {
+                from_sent.push(data.trim_end().as_bytes());
+            }
+        }
+        let assembling = StreamMeter::new(wants)
+            .with_served_model("mine")
+            .assembling(Assembler::new(Shape::Chat).with_served_model("mine"));
+        let (ends, mut fused) = run_meter(&engine, assembling);
+        assert_eq!(ends, vec!["data: [DONE]\n\n".to_owned()]);
+        let answer = fused.take_assembler().unwrap().finish().unwrap();
+        assert_eq!(answer, from_sent.finish().unwrap());
+        let answer: serde_json::Value = serde_json::from_slice(&answer).unwrap();
+        assert_eq!(answer["model"], "mine");
+        assert_eq!(answer["choices"][0]["message"]["content"], "Hello");
+        assert_eq!(answer["usage"]["completion_tokens"], 2);
+        assert_eq!(fused.last_usage(), by_chunks.last_usage());
+        assert_eq!(fused.usage_final(), by_chunks.usage_final());
+        assert_eq!(fused.generated_chunks(), by_chunks.generated_chunks());
+        assert_eq!(fused.finish_reasons(), ["length".to_owned()]);
+    }
+
     #[test]
     fn usage_is_found_in_multi_line_events_too() {
         // Two `data:` lines: the data is a joined copy, not a slice of the raw bytes.
@@ -704,7 +748,8 @@ mod tests {
             "data: {{\"choices\":[],\ndata: \"usage\":{U1}}}\n\n"
         )));
         let event = p.next_event().unwrap();
-        let info = inspect(&event.raw, event.data.as_ref().unwrap(), None).unwrap();
+        let data = event.data.as_ref().unwrap();
+        let info = inspect(&Chunk::parse(data).unwrap(), &event.raw, data, None);
         let (s, e) = info.usage_span.unwrap();
         assert_eq!(&event.raw[s..e], U1.as_bytes());
     }
@@ -713,7 +758,7 @@ mod tests {
     fn strips_usage_bytes_exactly() {
         let raw = Bytes::from(format!("data: {{\"usage\":{U1},\"x\":\"usage\"}}\n\n"));
         let data = raw.slice(6..raw.len() - 2);
-        let info = inspect(&raw, &data, None).unwrap();
+        let info = inspect(&Chunk::parse(&data).unwrap(), &raw, &data, None);
         let span = info.usage_span.unwrap();
         assert_eq!(
             edit::apply(&raw, None, Some((span, UsageEdit::Null))),

@@ -125,6 +125,12 @@ impl<B: EngineBody> MeteredStream<B> {
         }
     }
 
+    /// The whole answer its meter assembled (see [`StreamMeter::assembling`]); `None` once the
+    /// meter went to record a hang-up or a cut.
+    pub fn take_assembler(&mut self) -> Option<super::assemble::Assembler> {
+        self.meter.take_assembler()
+    }
+
     /// Meters one upstream read; returns the final bytes (`[DONE]`) if the stream completed in it.
     fn absorb(&mut self, bytes: Bytes, started: Instant) -> Option<Bytes> {
         self.parser.push(bytes);

@@ -1,0 +1,94 @@
+//! One streamed chunk (chat or completions), as the engine wrote it: the fields the meter and the
+//! whole-answer assembler read, borrowed from the event's bytes. One type for both, so an
+//! assembled answer costs one parse per event, not two (issue 35). Values relayed as written stay
+//! raw JSON; nothing here is built into a `Value` tree.
+
+use std::borrow::Cow;
+
+use serde::{Deserialize, Deserializer};
+use serde_json::value::RawValue;
+
+#[derive(Deserialize)]
+pub struct Chunk<'a> {
+    #[serde(borrow, default)]
+    pub id: Option<Cow<'a, str>>,
+    #[serde(default)]
+    pub created: Option<u64>,
+    #[serde(borrow, default)]
+    pub model: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    pub system_fingerprint: Option<&'a RawValue>,
+    /// `None` when the chunk has no `choices` member at all (a usage chunk may omit it).
+    #[serde(borrow, default)]
+    pub choices: Option<Vec<ChunkChoice<'a>>>,
+    /// `Some` for `"usage": null` too (the member is still there for the meter to strip).
+    #[serde(borrow, default, deserialize_with = "present")]
+    pub usage: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    pub error: Option<&'a RawValue>,
+    /// `error` in vLLM's older error body (`{"object":"error","message":..}`).
+    #[serde(borrow, default)]
+    pub object: Option<Cow<'a, str>>,
+}
+
+fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
+    <&RawValue>::deserialize(d).map(Some)
+}
+
+#[derive(Deserialize)]
+pub struct ChunkChoice<'a> {
+    #[serde(default)]
+    pub index: u32,
+    #[serde(borrow, default)]
+    pub delta: Option<Delta<'a>>,
+    #[serde(borrow, default)]
+    pub text: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub logprobs: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    pub finish_reason: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    pub stop_reason: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+pub struct Delta<'a> {
+    #[serde(borrow, default)]
+    pub role: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub content: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub reasoning_content: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub tool_calls: Option<&'a RawValue>,
+}
+
+impl<'a> Chunk<'a> {
+    pub fn parse(data: &'a [u8]) -> Option<Self> {
+        serde_json::from_slice(data).ok()
+    }
+
+    /// The choices (none when the member is absent).
+    pub fn choices(&self) -> &[ChunkChoice<'a>] {
+        self.choices.as_deref().unwrap_or_default()
+    }
+
+    /// The usage value, unless it is `null`.
+    pub fn usage(&self) -> Option<&'a RawValue> {
+        self.usage.filter(|u| u.get() != "null")
+    }
+
+    /// The engine reported an error in the stream (either of vLLM's shapes).
+    pub fn is_error(&self) -> bool {
+        self.error.is_some() || self.object.as_deref() == Some("error")
+    }
+}
+
+impl ChunkChoice<'_> {
+    /// The finish reason as a string, when the choice finished (`null` is not finished).
+    pub fn finish_reason(&self) -> Option<Cow<'_, str>> {
+        self.finish_reason
+            .filter(|f| f.get() != "null")
+            .and_then(|f| serde_json::from_str(f.get()).ok())
+    }
+}
