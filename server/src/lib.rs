@@ -67,7 +67,7 @@ pub mod adapter_check;
 pub mod bodies;
 pub mod fleet;
 pub mod lifecycle;
-pub(crate) mod metering;
+pub mod metering;
 pub mod quota;
 // Edges.
 pub mod api;

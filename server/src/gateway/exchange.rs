@@ -23,6 +23,7 @@ use crate::metering::meter::{ClientWants, StreamMeter};
 use crate::metering::stream::{EngineBody, MeteredStream, Silence};
 use crate::metering::typed::Dialect;
 use crate::metering::whole::{self, WholeLimits, WholeOutcome};
+use crate::metering::whole_answer;
 use crate::usage::UsageStatus;
 
 /// How much of an upstream error body is read.
@@ -165,7 +166,7 @@ pub async fn run(x: Exchange, ctx: MeterContext) -> Reply {
         // INVARIANT: a client that hangs up meanwhile drops this future and the stream with it,
         // which cancels the engine and bills what it produced (test:
         // hang_up::an_abandoned_whole_answer_bills_the_engine_ledger).
-        match assemble::collect(stream, shape).await {
+        match whole_answer::collect(stream, shape).await {
             Ok(body) => Reply::Whole(WholeResponse {
                 status: http::StatusCode::OK,
                 content_type: Some(http::HeaderValue::from_static("application/json")),

@@ -2,8 +2,9 @@
 //! stream (with usage) even when the client wants one JSON answer, so an abandoned request is
 //! metered exactly as an abandoned stream is: the metered stream's `Drop` cancels the engine and
 //! bills the tokens it produced (issue 31: a hang-up used to be billed 0 tokens while the engine
-//! generated them). This module only reads the metered stream's output (model already renamed
-//! to the client's name, usage kept) and writes what the engine's own non-streamed answer holds:
+//! generated them). The meter hands this module each chunk it parsed (one parse per event,
+//! issue 35); it writes what the engine's own non-streamed answer holds, `model` being the name
+//! the client asked for:
 //! `id`, `object` (`chat.completion` / `text_completion`), `created`, `model`, `choices` (the
 //! message or text, `finish_reason`, `logprobs` when present, tool calls merged by index) and
 //! `usage`, as the stream's end reported it.
@@ -11,15 +12,11 @@
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
-use bytes::Bytes;
-use futures::StreamExt;
 use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
 use super::chunk::Chunk;
-use super::sse::SseParser;
-use super::stream::{EngineBody, MeteredStream};
 
 /// Which answer is assembled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -299,74 +296,6 @@ impl Assembler {
             usage: self.usage.as_deref(),
         };
         serde_json::to_vec(&answer).map_err(|_| Failure::Broken)
-    }
-}
-
-/// Reads a metered stream to its end and assembles the answer. Dropping this future (the client
-/// hung up) drops the stream, whose `Drop` cancels the engine and bills what it produced.
-///
-/// A chunk stream's meter assembles as it meters ([`StreamMeter::assembling`]), so the stream
-/// yields only its end: `[DONE]`, or the error event of a stream that broke, read here. A typed
-/// stream (Responses, Anthropic) yields its events, assembled here.
-///
-/// [`StreamMeter::assembling`]: super::meter::StreamMeter::assembling
-pub async fn collect<B: EngineBody>(
-    mut stream: MeteredStream<B>,
-    shape: Shape,
-) -> Result<Bytes, Failure> {
-    let mut parser = SseParser::default();
-    let mut typed = match shape {
-        Shape::Typed(dialect) => Some(super::assemble_typed::TypedAssembler::new(dialect)),
-        Shape::Chat | Shape::Text => None,
-    };
-    // The end events of a chunk stream (an error event names why it broke).
-    let mut ends = Vec::new();
-    let mut broken = false;
-    while let Some(bytes) = stream.next().await {
-        let Ok(bytes) = bytes else {
-            broken = true;
-            break;
-        };
-        parser.push(bytes);
-        while let Some(event) = parser.next_event() {
-            push_data(event.data, typed.as_mut(), &mut ends);
-        }
-    }
-    if let Some(event) = parser.finish() {
-        push_data(event.data, typed.as_mut(), &mut ends);
-    }
-    let assembled = match typed {
-        Some(typed) => typed.finish(),
-        None => {
-            // A hang-up or a cut took the meter (and its assembler) to record the event: the
-            // end event then says why there is no answer.
-            let mut chunks = stream
-                .take_assembler()
-                .unwrap_or_else(|| Assembler::new(shape));
-            for data in &ends {
-                chunks.push(data);
-            }
-            chunks.finish()
-        }
-    };
-    drop(stream);
-    match assembled {
-        Ok(body) if !broken => Ok(Bytes::from(body)),
-        Ok(_) => Err(Failure::Broken),
-        Err(e) => Err(e),
-    }
-}
-
-/// One event's data: to the typed assembler, or kept as a chunk stream's end.
-fn push_data(
-    data: Option<Bytes>,
-    typed: Option<&mut super::assemble_typed::TypedAssembler>,
-    ends: &mut Vec<Bytes>,
-) {
-    let Some(data) = data else { return };
-    match typed {
-        Some(typed) => typed.push(&data),
-        None => ends.push(data),
     }
 }
 

@@ -16,3 +16,4 @@ pub mod sse;
 pub mod stream;
 pub mod typed;
 pub mod whole;
+pub mod whole_answer;
