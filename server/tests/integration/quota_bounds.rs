@@ -235,6 +235,35 @@ async fn hammer(addrs: [SocketAddr; 2], key: &str, clients: usize, each: usize) 
     out
 }
 
+/// Waits until both replicas enforce a limit just set. A replica that learns of a change (NOTIFY)
+/// answers the request that finds its cached limits stale from them while it reads the new ones
+/// (stale-while-revalidate: a request never waits for PostgreSQL), so a request or two per
+/// replica is admitted without the new limit, by design; a limit applies within a second. Sends
+/// one omitted-limit request at a time to each replica until its answer carries the token
+/// window's headers; returns the requests sent and how many were admitted before the limit.
+async fn until_enforced(addrs: [SocketAddr; 2], key: &str) -> (usize, i64) {
+    let (mut sent, mut before) = (0, 0);
+    for addr in addrs {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let r = post_raw(addr, "/v1/chat/completions", key, chat_raw("")).await;
+            assert_eq!(r.status(), 200);
+            let limited = r.headers().contains_key("x-ratelimit-limit-tokens");
+            r.bytes().await.unwrap();
+            sent += 1;
+            if limited {
+                break;
+            }
+            before += 1;
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the replica did not apply the new limit within 5 s"
+            );
+        }
+    }
+    (sent, before)
+}
+
 /// One omitted-limit request's reservation at one micro per token: its prompt (the simulator's
 /// words of "hello there" under the chat template) plus the cap.
 async fn one_reservation(app: &TestApp, key: &str) -> i64 {
@@ -307,8 +336,9 @@ async fn float_string_and_omitted_limits_hold_a_token_rate_on_two_replicas(pool:
     let used_before = tokens_billed(&pool).await;
     let tpm = 1500;
     admin_limits(&pool, &["--tenant", "acme", "--tpm", &tpm.to_string()]).await;
+    let (probes, before_limit) = until_enforced([a.addr, b.addr], &acme.key).await;
     let statuses = hammer([a.addr, b.addr], &acme.key, 8, 40).await;
-    let ok = statuses.iter().filter(|s| **s == 200).count();
+    let ok = statuses.iter().filter(|s| **s == 200).count() + probes;
     assert_eq!(
         statuses.iter().filter(|s| **s == 400).count(),
         statuses.len() * 6 / 8
@@ -318,8 +348,9 @@ async fn float_string_and_omitted_limits_hold_a_token_rate_on_two_replicas(pool:
         events_stored(&pool).await == i64::try_from(ok).unwrap() + 1
     })
     .await;
-    // The window counts only what was admitted under the limit (the earlier request had none).
-    let used = tokens_billed(&pool).await - used_before;
+    // The window counts only what was admitted under the limit (the earlier request had none,
+    // nor had the probes a replica answered from its limits as they were before the change).
+    let used = tokens_billed(&pool).await - used_before - before_limit * reservation;
     println!("tpm {tpm}, used {used}, one reservation {reservation}, {ok} admitted");
     assert!(
         used <= tpm + reservation,
