@@ -190,6 +190,7 @@ impl Assembler {
 
     /// Takes one parsed chunk.
     pub fn add(&mut self, chunk: Chunk<'_>) {
+        let usage = chunk.usage();
         if let Some(e) = chunk.error {
             let code = serde_json::from_str::<Value>(e.get())
                 .ok()
@@ -216,7 +217,7 @@ impl Assembler {
         if let Some(f) = chunk.system_fingerprint {
             self.fingerprint = owned(f);
         }
-        if let Some(u) = chunk.usage.filter(|u| u.get() != "null") {
+        if let Some(u) = usage {
             self.usage = owned(u);
         }
         for c in chunk.choices.into_iter().flatten() {
@@ -247,10 +248,10 @@ impl Assembler {
             if let Some(Ok(Value::Object(l))) = c.logprobs.map(|l| serde_json::from_str(l.get())) {
                 extend_arrays(choice.logprobs.get_or_insert_with(Map::new), l);
             }
-            if let Some(f) = c.finish_reason.filter(|f| f.get() != "null") {
+            if let Some(f) = c.finish_reason {
                 choice.finish_reason = owned(f);
             }
-            if let Some(s) = c.stop_reason.filter(|s| s.get() != "null") {
+            if let Some(s) = c.stop_reason {
                 choice.stop_reason = owned(s);
             }
         }

@@ -35,6 +35,8 @@ fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::
     <&RawValue>::deserialize(d).map(Some)
 }
 
+/// A choice of a chunk. Its optional raw values read `null` as `None` (only `usage` is kept
+/// when `null`, for the meter to strip).
 #[derive(Deserialize)]
 pub struct ChunkChoice<'a> {
     #[serde(default)]
@@ -85,10 +87,30 @@ impl<'a> Chunk<'a> {
 }
 
 impl ChunkChoice<'_> {
-    /// The finish reason as a string, when the choice finished (`null` is not finished).
+    /// The finish reason as a string, when the choice finished.
     pub fn finish_reason(&self) -> Option<Cow<'_, str>> {
         self.finish_reason
-            .filter(|f| f.get() != "null")
             .and_then(|f| serde_json::from_str(f.get()).ok())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn null_members_read_as_absent_but_a_null_usage_is_kept() {
+        let c = Chunk::parse(
+            br#"{"choices":[{"index":0,"finish_reason":null,"stop_reason":null,"logprobs":null,"delta":{"tool_calls":null}}],"usage":null,"error":null}"#,
+        )
+        .unwrap();
+        let choice = &c.choices()[0];
+        assert!(choice.finish_reason.is_none() && choice.stop_reason.is_none());
+        assert!(choice.logprobs.is_none() && c.error.is_none() && !c.is_error());
+        assert!(choice.delta.as_ref().unwrap().tool_calls.is_none());
+        assert_eq!(c.usage.map(RawValue::get), Some("null"));
+        assert!(c.usage().is_none());
+        let done = Chunk::parse(br#"{"choices":[{"finish_reason":"length"}]}"#).unwrap();
+        assert_eq!(done.choices()[0].finish_reason().as_deref(), Some("length"));
     }
 }
