@@ -39,9 +39,15 @@ async fn trickle(addr: SocketAddr, head: String, start: Vec<u8>) -> (Option<Dura
     let mut answer = Vec::new();
     let mut buf = [0u8; 4096];
     let mut tick = tokio::time::interval(Duration::from_millis(100));
+    // A reset the kernel reports to one of our writes is not reported again to the next read,
+    // which then sees a plain end: that end, with nothing read, is the same reset.
+    let mut write_failed = false;
     while opened.elapsed() < Duration::from_secs(5) {
         tokio::select! {
             read = tcp.read(&mut buf) => match read {
+                Ok(0) if write_failed && answer.is_empty() => {
+                    return (Some(opened.elapsed()), RESET.to_owned());
+                }
                 Ok(0) => {
                     return (Some(opened.elapsed()), String::from_utf8_lossy(&answer).into());
                 }
@@ -56,7 +62,7 @@ async fn trickle(addr: SocketAddr, head: String, start: Vec<u8>) -> (Option<Dura
                 Ok(n) => answer.extend_from_slice(&buf[..n]),
             },
             _ = tick.tick() => {
-                let _ = tcp.write_all(b"x").await;
+                write_failed |= tcp.write_all(b"x").await.is_err();
             }
         }
     }
