@@ -54,7 +54,8 @@ impl TypedAssembler {
             (Dialect::Responses, "response.completed" | "response.incomplete") => {
                 if let Ok(Final { response: Some(r) }) = serde_json::from_slice::<Final<'_>>(data) {
                     if r.get().starts_with('{') {
-                        self.response = RawValue::from_string(r.get().to_owned()).ok();
+                        // A copy, not a parse: the final response is the largest event of the stream.
+                        self.response = Some(r.to_owned());
                         self.done = true;
                     }
                 }
