@@ -455,15 +455,16 @@ fn main() {
                 b
             });
             let d = run_phase(direct.clone(), None, body.clone(), false, conns, half).await;
-            let mut e = None;
-            if let Some(sb) = &streamed {
-                e = Some(run_phase(direct.clone(), None, sb.clone(), false, conns, half).await);
-            }
+            let e = match &streamed {
+                Some(sb) => Some(run_phase(direct.clone(), None, sb.clone(), false, conns, half).await),
+                None => None,
+            };
             let g = run_phase(via.clone(), Some(key.clone()), body.clone(), false, conns, half).await;
             let g = g.merge(run_phase(via, Some(key.clone()), body.clone(), false, conns, half).await);
-            if let (Some(sb), Some(first)) = (streamed, e.take()) {
-                e = Some(first.merge(run_phase(direct.clone(), None, sb, false, conns, half).await));
-            }
+            let e = match (e, streamed) {
+                (Some(e), Some(sb)) => Some(e.merge(run_phase(direct.clone(), None, sb, false, conns, half).await)),
+                _ => None,
+            };
             let d = d.merge(run_phase(direct, None, body, false, conns, half).await);
             println!("{label:<14} direct  {:>9.0} req/s  p50 {:>6.2} ms  p99 {:>6.2} ms  {:>6.1} us CPU/req", d.rps(), d.pct(0.5), d.pct(0.99), d.cpu_per_chunk_us());
             println!("{label:<14} gateway {:>9.0} req/s  p50 {:>6.2} ms  p99 {:>6.2} ms  {:>6.1} us CPU/req", g.rps(), g.pct(0.5), g.pct(0.99), g.cpu_per_chunk_us());

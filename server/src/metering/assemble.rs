@@ -31,6 +31,7 @@ pub use super::assembly_failure::Failure;
 
 /// One choice as it builds up. Values relayed as the engine wrote them (finish and stop reasons)
 /// stay raw JSON: parsing them only to write them again cost more than the rest of a small answer.
+/// They are kept by `RawValue::to_owned`, a copy; `RawValue::from_string` would parse them again.
 #[derive(Debug, Default)]
 struct Choice {
     role: Option<String>,
@@ -92,12 +93,6 @@ struct OutMessage<'a> {
     reasoning_content: Option<&'a str>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     tool_calls: Vec<&'a Value>,
-}
-
-/// An owned copy of a raw value, without parsing it again (`RawValue::from_string` would: it
-/// validates its input, and a usage object parsed a third time showed in the profile).
-fn owned(raw: &RawValue) -> Option<Box<RawValue>> {
-    Some(raw.to_owned())
 }
 
 /// Appends `more`'s arrays to `into`'s, key by key (logprobs arrive a token's worth at a time:
@@ -210,16 +205,18 @@ impl Assembler {
             self.created = chunk.created;
         }
         if let Some(m) = chunk.model {
-            self.model = match &self.served_model {
-                Some(served) => Some(served.clone()),
-                None => serde_json::from_str::<String>(m.get()).ok(),
-            };
+            // The served name once, not a copy per chunk; else the engine's, as last named.
+            match &self.served_model {
+                Some(served) if self.model.is_none() => self.model = Some(served.clone()),
+                Some(_) => {}
+                None => self.model = serde_json::from_str::<String>(m.get()).ok(),
+            }
         }
         if let Some(f) = chunk.system_fingerprint {
-            self.fingerprint = owned(f);
+            self.fingerprint = Some(f.to_owned());
         }
         if let Some(u) = usage {
-            self.usage = owned(u);
+            self.usage = Some(u.to_owned());
         }
         for c in chunk.choices.into_iter().flatten() {
             let choice = self.choices.entry(c.index).or_default();
@@ -250,10 +247,10 @@ impl Assembler {
                 extend_arrays(choice.logprobs.get_or_insert_with(Map::new), l);
             }
             if let Some(f) = c.finish_reason {
-                choice.finish_reason = owned(f);
+                choice.finish_reason = Some(f.to_owned());
             }
             if let Some(s) = c.stop_reason {
-                choice.stop_reason = owned(s);
+                choice.stop_reason = Some(s.to_owned());
             }
         }
     }
