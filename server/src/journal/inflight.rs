@@ -8,7 +8,9 @@
 //! absorbs if the real event was also journaled).
 //!
 //! The log is a series of generation files `inflight/{seq:016}.log` of journal-framed records
-//! (length, CRC-32, JSON). A generation past [`GENERATION_BYTES`] is closed for new starts, and
+//! (length, CRC-32, payload): binary entries ([`put_entry`]); a file an older binary wrote holds
+//! JSON entries, which are still read (an older binary skips the binary ones it cannot read, so a
+//! rollback loses only the recovery of what was in flight). A generation past [`GENERATION_BYTES`] is closed for new starts, and
 //! its file is deleted once every request started in it has ended, so the log stays small
 //! without ever rewriting a record that a crash could tear.
 //!
@@ -30,7 +32,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use super::record;
+use super::{codec, record};
 use crate::usage::{Provenance, UsageEvent, UsageStatus};
 
 /// A generation is closed for new starts past this size.
@@ -43,7 +45,7 @@ const ENDS_WAIT: Duration = Duration::from_millis(50);
 /// Most bytes of ends kept waiting.
 const ENDS_BYTES: usize = 16 * 1024;
 
-/// One record of the log.
+/// One record of the log, as older binaries wrote it in JSON (read back at recovery only).
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "k")]
 enum Entry<'a> {
@@ -95,9 +97,8 @@ struct Current {
 }
 
 impl Current {
-    /// Writes what waits, with `record` after it, in one `write`.
-    fn write_with(&mut self, record: &[u8]) -> io::Result<()> {
-        self.pending.extend_from_slice(record);
+    /// Writes what waits (the framed records in `pending`) in one `write`.
+    fn write_pending(&mut self) -> io::Result<()> {
         let written = self.file.write_all(&self.pending);
         if written.is_ok() {
             self.len += self.pending.len() as u64;
@@ -176,9 +177,9 @@ impl InflightLog {
             .map_err(|_| io::Error::other("in-flight log poisoned"))
     }
 
-    /// One `write` of a whole record; a start is counted in the generation it lands in.
+    /// One `write` of a whole record (and the ends waiting for it); a start is counted in the
+    /// generation it lands in.
     fn write(&self, entry: &Entry<'_>, start: bool) -> io::Result<Arc<Generation>> {
-        let bytes = encode(entry)?;
         let mut current = self.lock()?;
         if start && current.len >= GENERATION_BYTES {
             let next = current.generation.seq.saturating_add(1);
@@ -190,7 +191,8 @@ impl InflightLog {
             current.pending_since = old.pending_since;
             retire(&old.generation);
         }
-        current.write_with(&bytes)?;
+        record::frame_into(&mut current.pending, |out| put_entry(out, entry));
+        current.write_pending()?;
         if start {
             current.generation.open.fetch_add(1, Ordering::AcqRel);
         }
@@ -199,16 +201,15 @@ impl InflightLog {
 
     /// Keeps an end waiting for the next start, or writes what waits when it is old or large.
     fn wait_or_write_end(&self, id: Uuid) -> io::Result<()> {
-        let bytes = encode(&Entry::End { id })?;
         let mut current = self.lock()?;
+        record::frame_into(&mut current.pending, |out| {
+            put_entry(out, &Entry::End { id })
+        });
         let now = Instant::now();
         let since = *current.pending_since.get_or_insert(now);
-        if current.pending.len() + bytes.len() >= ENDS_BYTES
-            || now.duration_since(since) >= ENDS_WAIT
-        {
-            current.write_with(&bytes)
+        if current.pending.len() >= ENDS_BYTES || now.duration_since(since) >= ENDS_WAIT {
+            current.write_pending()
         } else {
-            current.pending.extend_from_slice(&bytes);
             Ok(())
         }
     }
@@ -231,16 +232,71 @@ impl Drop for InflightLog {
     fn drop(&mut self) {
         if let Ok(mut current) = self.current.lock() {
             if !current.pending.is_empty() {
-                let _ = current.write_with(&[]);
+                let _ = current.write_pending();
             }
         }
     }
 }
 
-/// A record as written: the entry's JSON, framed.
-fn encode(entry: &Entry<'_>) -> io::Result<Vec<u8>> {
-    let payload = serde_json::to_vec(entry).map_err(io::Error::other)?;
-    Ok(record::frame(&payload))
+/// Entry tags of the binary format (below `{`, which starts the JSON of older binaries).
+const START: u8 = 1;
+const PROGRESS: u8 = 2;
+const END: u8 = 3;
+
+/// An entry's binary payload.
+fn put_entry(out: &mut Vec<u8>, entry: &Entry<'_>) {
+    match entry {
+        Entry::Start { event, prompt } => {
+            out.push(START);
+            codec::put_event(out, event);
+            out.extend_from_slice(&prompt.to_le_bytes());
+        }
+        Entry::Progress {
+            id,
+            prompt,
+            cached,
+            completion,
+        } => {
+            out.push(PROGRESS);
+            out.extend_from_slice(id.as_bytes());
+            codec::put_opt_u64(out, *prompt);
+            codec::put_opt_u64(out, *cached);
+            out.extend_from_slice(&completion.to_le_bytes());
+        }
+        Entry::End { id } => {
+            out.push(END);
+            out.extend_from_slice(id.as_bytes());
+        }
+    }
+}
+
+/// An entry from its payload: binary, or the JSON an older binary wrote.
+fn read_entry(payload: &[u8]) -> Result<Entry<'static>, String> {
+    if payload.first() == Some(&b'{') {
+        return serde_json::from_slice(payload).map_err(|e| e.to_string());
+    }
+    let mut r = codec::Reader::new(payload);
+    match binary_entry(&mut r) {
+        Some(e) if r.is_empty() => Ok(e),
+        _ => Err("not an in-flight entry".into()),
+    }
+}
+
+fn binary_entry(r: &mut codec::Reader<'_>) -> Option<Entry<'static>> {
+    Some(match r.u8()? {
+        START => Entry::Start {
+            event: Cow::Owned(codec::get_event(r)?),
+            prompt: r.u64()?,
+        },
+        PROGRESS => Entry::Progress {
+            id: r.uuid()?,
+            prompt: r.opt_u64()?,
+            cached: r.opt_u64()?,
+            completion: r.u64()?,
+        },
+        END => Entry::End { id: r.uuid()? },
+        _ => return None,
+    })
 }
 
 /// Deletes a closed generation once nothing started in it is open. A request that starts in it
@@ -352,7 +408,7 @@ impl Recovery {
                 record::Frame::Incomplete | record::Frame::Corrupt => break,
             };
             at += len;
-            match serde_json::from_slice::<Entry>(payload) {
+            match read_entry(payload) {
                 Ok(Entry::Start { event, prompt }) => {
                     self.order.push(event.request_id);
                     self.started.insert(
@@ -493,6 +549,77 @@ mod tests {
         drop(log);
         let (_, none) = InflightLog::open(dir.path()).unwrap();
         assert!(none.is_empty());
+    }
+
+    /// A log an older binary wrote (JSON entries) is still recovered, and entries of both
+    /// formats meet in one file: an end in binary closes a start in JSON.
+    #[test]
+    fn json_entries_of_an_older_binary_are_recovered() {
+        let dir = tempfile::tempdir().unwrap();
+        let (ended, cut) = (started(1), started(2));
+        let mut bytes = Vec::new();
+        for entry in [
+            Entry::Start {
+                event: Cow::Borrowed(&ended),
+                prompt: 5,
+            },
+            Entry::Start {
+                event: Cow::Borrowed(&cut),
+                prompt: 6,
+            },
+            Entry::Progress {
+                id: cut.request_id,
+                prompt: None,
+                cached: None,
+                completion: 3,
+            },
+        ] {
+            let json = serde_json::to_vec(&entry).unwrap();
+            record::frame_into(&mut bytes, |out| out.extend_from_slice(&json));
+        }
+        record::frame_into(&mut bytes, |out| {
+            put_entry(
+                out,
+                &Entry::End {
+                    id: ended.request_id,
+                },
+            )
+        });
+        fs::create_dir_all(dir.path().join("inflight")).unwrap();
+        fs::write(path(&dir.path().join("inflight"), 0), &bytes).unwrap();
+        let (_, recovered) = InflightLog::open(dir.path()).unwrap();
+        let got: Vec<_> = recovered
+            .iter()
+            .map(|e| (e.request_id, e.prompt_tokens, e.completion_tokens))
+            .collect();
+        assert_eq!(got, vec![(cut.request_id, 6, 3)]);
+        assert_eq!(recovered[0].served_name, cut.served_name);
+    }
+
+    #[test]
+    fn every_entry_round_trips_in_binary_and_a_cut_one_is_refused() {
+        let e = started(7);
+        for entry in [
+            Entry::Start {
+                event: Cow::Borrowed(&e),
+                prompt: 9,
+            },
+            Entry::Progress {
+                id: e.request_id,
+                prompt: Some(4),
+                cached: None,
+                completion: 2,
+            },
+            Entry::End { id: e.request_id },
+        ] {
+            let mut out = Vec::new();
+            put_entry(&mut out, &entry);
+            assert_eq!(
+                format!("{:?}", read_entry(&out).unwrap()),
+                format!("{entry:?}")
+            );
+            assert!(read_entry(&out[..out.len() - 1]).is_err());
+        }
     }
 
     #[test]

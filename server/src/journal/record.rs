@@ -1,7 +1,8 @@
 //! One journal record: `u32` LE payload length, `u32` LE CRC-32 of the payload, the payload (a
-//! usage event as JSON). A record cut short by a crash, or whose checksum does not match, ends
+//! usage event: binary, [`super::codec`]; records an older binary wrote hold JSON, still read). A record cut short by a crash, or whose checksum does not match, ends
 //! the readable part of a segment: it is detected and dropped, never misread.
 
+use super::codec;
 use crate::usage::UsageEvent;
 
 /// Bytes before the payload.
@@ -10,21 +11,41 @@ const HEADER: usize = 8;
 const MAX_PAYLOAD: usize = 64 * 1024;
 
 /// Encodes an event as a record.
-pub fn encode(event: &UsageEvent) -> serde_json::Result<Vec<u8>> {
-    Ok(frame(&serde_json::to_vec(event)?))
+pub fn encode(event: &UsageEvent) -> Vec<u8> {
+    let mut out = Vec::with_capacity(256);
+    frame_into(&mut out, |out| {
+        out.push(EVENT);
+        codec::put_event(out, event);
+    });
+    out
 }
 
-/// Frames a payload: length, checksum, payload (the journal's and the in-flight log's records).
-pub fn frame(payload: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(HEADER + payload.len());
-    out.extend_from_slice(
-        &u32::try_from(payload.len())
-            .unwrap_or(u32::MAX)
-            .to_le_bytes(),
-    );
-    out.extend_from_slice(&crc32fast::hash(payload).to_le_bytes());
-    out.extend_from_slice(payload);
-    out
+/// The first byte of a binary event payload (below `{`, which starts an older binary's JSON).
+const EVENT: u8 = 1;
+
+/// The event in a payload: binary, or the JSON of an older binary.
+fn event_from(payload: &[u8]) -> Option<UsageEvent> {
+    match payload.first() {
+        Some(b'{') => serde_json::from_slice(payload).ok(),
+        Some(&EVENT) => {
+            let mut r = codec::Reader::new(&payload[1..]);
+            codec::get_event(&mut r).filter(|_| r.is_empty())
+        }
+        _ => None,
+    }
+}
+
+/// Appends a record (length, checksum, payload: the journal's and the in-flight log's records) to
+/// `out`, its payload written in place by `put` (no buffer of its own).
+pub fn frame_into(out: &mut Vec<u8>, put: impl FnOnce(&mut Vec<u8>)) {
+    let at = out.len();
+    out.extend_from_slice(&[0; HEADER]);
+    put(out);
+    let payload = &out[at + HEADER..];
+    let len = u32::try_from(payload.len()).unwrap_or(u32::MAX);
+    let crc = crc32fast::hash(payload);
+    out[at..at + 4].copy_from_slice(&len.to_le_bytes());
+    out[at + 4..at + HEADER].copy_from_slice(&crc.to_le_bytes());
 }
 
 /// What the bytes at the start of a buffer hold, framing only.
@@ -73,12 +94,12 @@ pub enum Decoded {
 
 pub fn decode(buf: &[u8]) -> Decoded {
     match unframe(buf) {
-        Frame::Whole { payload, len } => match serde_json::from_slice(payload) {
-            Ok(event) => Decoded::Record {
+        Frame::Whole { payload, len } => match event_from(payload) {
+            Some(event) => Decoded::Record {
                 event: Box::new(event),
                 len,
             },
-            Err(_) => Decoded::Corrupt,
+            None => Decoded::Corrupt,
         },
         Frame::Incomplete => Decoded::Incomplete,
         Frame::Corrupt => Decoded::Corrupt,
@@ -119,7 +140,7 @@ pub(crate) mod tests {
     #[test]
     fn round_trips_and_detects_every_torn_or_flipped_byte() {
         let e = event(7);
-        let rec = encode(&e).unwrap();
+        let rec = encode(&e);
         assert_eq!(
             decode(&rec),
             Decoded::Record {
@@ -138,6 +159,22 @@ pub(crate) mod tests {
                 "flip at {i} misread"
             );
         }
+    }
+
+    /// Records written before the binary format (the whole event as JSON) still replay.
+    #[test]
+    fn a_json_record_replays() {
+        let e = event(4);
+        let payload = serde_json::to_vec(&e).unwrap();
+        let mut rec = Vec::new();
+        frame_into(&mut rec, |out| out.extend_from_slice(&payload));
+        assert_eq!(
+            decode(&rec),
+            Decoded::Record {
+                event: Box::new(e),
+                len: rec.len()
+            }
+        );
     }
 
     /// Issue 32: a record written by a binary before events named their endpoint and reasoning

@@ -202,7 +202,7 @@ impl Journal {
             return self.inflight.forget_recovered();
         }
         for event in events {
-            self.write(&record::encode(event).map_err(io::Error::other)?)?;
+            self.write(&record::encode(event))?;
         }
         self.active
             .lock()
@@ -221,7 +221,7 @@ impl Journal {
 
     /// Appends one event; returns once it is as durable as the journal's level promises.
     pub async fn append(&self, event: &UsageEvent) -> io::Result<()> {
-        let bytes = record::encode(event).map_err(io::Error::other)?;
+        let bytes = record::encode(event);
         let gen = self.write(&bytes)?;
         self.metrics.journaled.fetch_add(1, Ordering::Relaxed);
         match self.durability {

@@ -146,7 +146,7 @@ async fn a_torn_tail_is_dropped_not_misread(pool: PgPool) {
     }
     // A crash mid-write: half a record at the end.
     let seg = segment::path(dir.path(), 0);
-    let torn = tokenfactory::journal::record::encode(&event(t, 1000)).unwrap();
+    let torn = tokenfactory::journal::record::encode(&event(t, 1000));
     let mut bytes = std::fs::read(&seg).unwrap();
     bytes.extend_from_slice(&torn[..torn.len() / 2]);
     std::fs::write(&seg, bytes).unwrap();
