@@ -10,7 +10,9 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
+
+use arc_swap::ArcSwap;
 
 use super::histogram::{self, Histogram};
 use crate::usage::{UsageEvent, UsageStatus};
@@ -134,7 +136,9 @@ fn escape(v: &str) -> String {
 /// All request-path series of this replica.
 #[derive(Debug)]
 pub struct RequestMetrics {
-    models: RwLock<HashMap<String, Arc<ModelSeries>>>,
+    /// Read twice per request from every worker: copied on the rare insert (a base seen for the
+    /// first time), so a read writes no shared cache line as a lock's would.
+    models: ArcSwap<HashMap<String, Arc<ModelSeries>>>,
     /// Answers given before a model was resolved (bad key, unknown model, bad body).
     unresolved: Arc<ModelSeries>,
     upstream: [AtomicU64; UPSTREAM_KINDS.len()],
@@ -145,7 +149,7 @@ pub struct RequestMetrics {
 impl Default for RequestMetrics {
     fn default() -> Self {
         Self {
-            models: RwLock::default(),
+            models: ArcSwap::default(),
             unresolved: Arc::new(ModelSeries::new("")),
             upstream: Default::default(),
             refusals: Default::default(),
@@ -166,19 +170,20 @@ impl Drop for Held {
 impl RequestMetrics {
     /// The series of base model `model` (created the first time it is seen).
     pub fn model(&self, model: &str) -> Arc<ModelSeries> {
-        if let Ok(map) = self.models.read() {
-            if let Some(s) = map.get(model) {
-                return s.clone();
-            }
+        if let Some(s) = self.models.load().get(model) {
+            return s.clone();
         }
-        match self.models.write() {
-            Ok(mut map) => map
-                .entry(model.to_owned())
-                .or_insert_with(|| Arc::new(ModelSeries::new(model)))
-                .clone(),
-            // A poisoned map loses this replica's per-model series, never the request.
-            Err(_) => self.unresolved.clone(),
-        }
+        let mut series = None;
+        self.models.rcu(|map| {
+            let mut map = HashMap::clone(map);
+            series = Some(
+                map.entry(model.to_owned())
+                    .or_insert_with(|| Arc::new(ModelSeries::new(model)))
+                    .clone(),
+            );
+            map
+        });
+        series.unwrap_or_else(|| self.unresolved.clone())
     }
 
     /// Counts an answer's head: `model` is `None` before resolution; `error` is the error
@@ -272,11 +277,7 @@ impl RequestMetrics {
     }
 
     pub fn render(&self, out: &mut String) {
-        let mut models: Vec<Arc<ModelSeries>> = self
-            .models
-            .read()
-            .map(|m| m.values().cloned().collect())
-            .unwrap_or_default();
+        let mut models: Vec<Arc<ModelSeries>> = self.models.load().values().cloned().collect();
         models.sort_by(|a, b| a.label.cmp(&b.label));
         let with_unresolved: Vec<&ModelSeries> = std::iter::once(&*self.unresolved)
             .chain(models.iter().map(|m| &**m))
