@@ -30,6 +30,8 @@ const MAX_COMPLETION_LIMIT: u64 = i32::MAX as u64;
 #[derive(Debug)]
 pub struct ClientRequest<'a> {
     pub body: BTreeMap<String, &'a RawValue>,
+    /// The body's length in bytes (the rewritten body is about as long).
+    pub body_len: usize,
     pub model: String,
     pub stream: bool,
     pub wants: ClientWants,
@@ -208,6 +210,7 @@ pub fn parse(bytes: &[u8]) -> Result<ClientRequest<'_>, GatewayError> {
     let bounds = Bounds::read(&body)?;
     Ok(ClientRequest {
         body,
+        body_len: bytes.len(),
         model,
         stream,
         wants,
@@ -484,23 +487,42 @@ impl ClientRequest<'_> {
             }
             replaced.insert("cache_salt", to_raw_value(&salt).map_err(reencode)?);
         }
-        let nvext_raw = nvext
-            .map(|n| to_raw_value(&n).map_err(reencode))
-            .transpose()?;
-        let mut out: BTreeMap<&str, &RawValue> =
-            self.body.iter().map(|(k, v)| (k.as_str(), *v)).collect();
-        for denied in &route.policy.denied_fields {
-            out.remove(denied.as_str());
+        if let Some(n) = nvext {
+            replaced.insert("nvext", to_raw_value(&n).map_err(reencode)?);
         }
-        // Not an object: nothing an engine could read safely.
-        out.remove("nvext");
-        if let Some(n) = &nvext_raw {
-            out.insert("nvext", n);
+        // The client's members (not `nvext`: not an object is nothing an engine could read
+        // safely, an object was rebuilt above) and ours, merged in key order and written as they
+        // are: no second map, no serializer over raw values.
+        let mut client = self
+            .body
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.get()))
+            .filter(|(k, _)| {
+                *k != "nvext"
+                    && !replaced.contains_key(k)
+                    && !route.policy.denied_fields.iter().any(|d| d == k)
+            })
+            .peekable();
+        let mut ours = replaced.iter().map(|(k, v)| (*k, v.get())).peekable();
+        let mut out = Vec::with_capacity(self.body_len + 256);
+        out.push(b'{');
+        loop {
+            let next = match (client.peek(), ours.peek()) {
+                (Some(c), Some(o)) if c.0 < o.0 => client.next(),
+                (_, Some(_)) => ours.next(),
+                (Some(_), None) => client.next(),
+                (None, None) => break,
+            };
+            let Some((key, value)) = next else { break };
+            if out.len() > 1 {
+                out.push(b',');
+            }
+            serde_json::to_writer(&mut out, key).map_err(reencode)?;
+            out.push(b':');
+            out.extend_from_slice(value.as_bytes());
         }
-        for (k, v) in &replaced {
-            out.insert(k, v);
-        }
-        serde_json::to_vec(&out).map_err(reencode)
+        out.push(b'}');
+        Ok(out)
     }
 }
 
@@ -597,6 +619,30 @@ mod tests {
             .unwrap();
         let v: Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(v["max_tokens"], 40);
+    }
+
+    /// The rewritten body is the client's members and the gateway's merged in key order, each
+    /// written once: a replaced member never appears twice, denied ones and a non-object
+    /// `nvext` not at all, and a key that needs escaping stays valid JSON.
+    #[test]
+    fn the_rewrite_merges_members_in_key_order() {
+        let r = parse(
+            br#"{"zz":1,"model":"m","a\"b":[1, 2],"nvext":"x","sim":{},"stream":false,"max_tokens":3}"#,
+        )
+        .unwrap();
+        let out = r
+            .upstream_body(
+                Endpoint::Chat,
+                true,
+                &route(SaltPolicy::Shared),
+                Uuid::nil(),
+                9,
+            )
+            .unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            r#"{"a\"b":[1, 2],"max_tokens":3,"model":"engine-m","stream":true,"stream_options":{"continuous_usage_stats":true,"include_usage":true},"zz":1}"#
+        );
     }
 
     #[test]
