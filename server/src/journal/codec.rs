@@ -219,9 +219,33 @@ impl<'a> Reader<'a> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
-    use crate::journal::record::tests::event;
+
+    /// An event for the journal's tests.
+    pub fn event(n: u8) -> UsageEvent {
+        UsageEvent {
+            request_id: Uuid::now_v7(),
+            tenant_id: Uuid::nil(),
+            api_key_id: None,
+            served_name: format!("m{n}"),
+            base_model: "b".into(),
+            adapter: None,
+            graph: "g".into(),
+            price_key: "b".into(),
+            prompt_tokens: i64::from(n),
+            cached_tokens: 0,
+            completion_tokens: 2,
+            reasoning_tokens: 0,
+            endpoint: Endpoint::Chat,
+            provenance: Provenance::Engine,
+            status: UsageStatus::Ok,
+            stream: true,
+            ttft_ms: Some(3),
+            duration_ms: 9,
+            started_at: OffsetDateTime::now_utc().replace_nanosecond(0).unwrap(),
+        }
+    }
 
     #[test]
     fn every_field_round_trips_and_every_cut_is_refused() {

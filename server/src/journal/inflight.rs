@@ -469,7 +469,7 @@ impl Recovery {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::journal::record::tests::event;
+    use crate::journal::codec::tests::event;
 
     fn started(n: u8) -> UsageEvent {
         let mut e = event(n);

@@ -107,35 +107,9 @@ pub fn decode(buf: &[u8]) -> Decoded {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
-    use crate::usage::{Provenance, UsageStatus};
-
-    pub fn event(n: u8) -> UsageEvent {
-        UsageEvent {
-            request_id: uuid::Uuid::now_v7(),
-            tenant_id: uuid::Uuid::nil(),
-            api_key_id: None,
-            served_name: format!("m{n}"),
-            base_model: "b".into(),
-            adapter: None,
-            graph: "g".into(),
-            price_key: "b".into(),
-            prompt_tokens: i64::from(n),
-            cached_tokens: 0,
-            completion_tokens: 2,
-            reasoning_tokens: 0,
-            endpoint: crate::endpoint::Endpoint::Chat,
-            provenance: Provenance::Engine,
-            status: UsageStatus::Ok,
-            stream: true,
-            ttft_ms: Some(3),
-            duration_ms: 9,
-            started_at: time::OffsetDateTime::now_utc()
-                .replace_nanosecond(0)
-                .unwrap(),
-        }
-    }
+    use crate::journal::codec::tests::event;
 
     #[test]
     fn round_trips_and_detects_every_torn_or_flipped_byte() {
