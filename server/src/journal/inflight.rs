@@ -10,9 +10,10 @@
 //! The log is a series of generation files `inflight/{seq:016}.log` of journal-framed records
 //! (length, CRC-32, payload): binary entries ([`put_entry`]); a file an older binary wrote holds
 //! JSON entries, which are still read (an older binary skips the binary ones it cannot read, so a
-//! rollback loses only the recovery of what was in flight). A generation past [`GENERATION_BYTES`] is closed for new starts, and
-//! its file is deleted once every request started in it has ended, so the log stays small
-//! without ever rewriting a record that a crash could tear.
+//! rollback loses only the recovery of what was in flight). A generation past
+//! [`GENERATION_BYTES`] is closed for new starts, and its file is deleted once every request
+//! started in it has ended, so the log stays small without ever rewriting a record that a crash
+//! could tear.
 //!
 //! An end is not written on its own: it waits in memory and leaves with the next start (or
 //! progress) in the same `write`, or on its own once [`ENDS_WAIT`] has passed or
@@ -45,7 +46,8 @@ const ENDS_WAIT: Duration = Duration::from_millis(50);
 /// Most bytes of ends kept waiting.
 const ENDS_BYTES: usize = 16 * 1024;
 
-/// One record of the log, as older binaries wrote it in JSON (read back at recovery only).
+/// One record of the log: written in binary ([`put_entry`]); its serde form is the JSON older
+/// binaries wrote, still read at recovery.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "k")]
 enum Entry<'a> {
