@@ -17,16 +17,12 @@ use crate::usage::{Provenance, UsageEvent, UsageStatus};
 pub fn put_event(out: &mut Vec<u8>, e: &UsageEvent) {
     out.extend_from_slice(e.request_id.as_bytes());
     out.extend_from_slice(e.tenant_id.as_bytes());
-    put_opt_uuid(out, e.api_key_id);
+    put_opt(out, e.api_key_id, |out, id| {
+        out.extend_from_slice(id.as_bytes())
+    });
     put_str(out, &e.served_name);
     put_str(out, &e.base_model);
-    match &e.adapter {
-        Some(a) => {
-            out.push(1);
-            put_str(out, a);
-        }
-        None => out.push(0),
-    }
+    put_opt(out, e.adapter.as_deref(), put_str);
     put_str(out, &e.graph);
     put_str(out, &e.price_key);
     for n in [
@@ -37,6 +33,8 @@ pub fn put_event(out: &mut Vec<u8>, e: &UsageEvent) {
     ] {
         out.extend_from_slice(&n.to_le_bytes());
     }
+    // The codes are the record format: matched exhaustively, so a new variant must be given
+    // one; never renumbered.
     out.push(endpoint_code(e.endpoint));
     out.push(match e.provenance {
         Provenance::Engine => 0,
@@ -51,13 +49,9 @@ pub fn put_event(out: &mut Vec<u8>, e: &UsageEvent) {
         UsageStatus::Rejected => 4,
     });
     out.push(u8::from(e.stream));
-    match e.ttft_ms {
-        Some(t) => {
-            out.push(1);
-            out.extend_from_slice(&t.to_le_bytes());
-        }
-        None => out.push(0),
-    }
+    put_opt(out, e.ttft_ms, |out, t| {
+        out.extend_from_slice(&t.to_le_bytes())
+    });
     out.extend_from_slice(&e.duration_ms.to_le_bytes());
     out.extend_from_slice(&e.started_at.unix_timestamp_nanos().to_le_bytes());
 }
@@ -67,14 +61,10 @@ pub fn get_event(r: &mut Reader<'_>) -> Option<UsageEvent> {
     Some(UsageEvent {
         request_id: r.uuid()?,
         tenant_id: r.uuid()?,
-        api_key_id: r.opt_uuid()?,
+        api_key_id: r.opt(Reader::uuid)?,
         served_name: r.string()?,
         base_model: r.string()?,
-        adapter: match r.u8()? {
-            0 => None,
-            1 => Some(r.string()?),
-            _ => return None,
-        },
+        adapter: r.opt(Reader::string)?,
         graph: r.string()?,
         price_key: r.string()?,
         prompt_tokens: r.i64()?,
@@ -108,11 +98,7 @@ pub fn get_event(r: &mut Reader<'_>) -> Option<UsageEvent> {
             1 => true,
             _ => return None,
         },
-        ttft_ms: match r.u8()? {
-            0 => None,
-            1 => Some(i32::from_le_bytes(r.array()?)),
-            _ => return None,
-        },
+        ttft_ms: r.opt(|r| Some(i32::from_le_bytes(r.array()?)))?,
         duration_ms: i32::from_le_bytes(r.array()?),
         started_at: OffsetDateTime::from_unix_timestamp_nanos(i128::from_le_bytes(r.array()?))
             .ok()?,
@@ -129,21 +115,12 @@ fn endpoint_code(e: Endpoint) -> u8 {
     }
 }
 
-fn put_opt_uuid(out: &mut Vec<u8>, id: Option<Uuid>) {
-    match id {
-        Some(id) => {
+/// Appends an option: a presence byte, then the value if there is one.
+pub fn put_opt<T>(out: &mut Vec<u8>, v: Option<T>, put: impl FnOnce(&mut Vec<u8>, T)) {
+    match v {
+        Some(v) => {
             out.push(1);
-            out.extend_from_slice(id.as_bytes());
-        }
-        None => out.push(0),
-    }
-}
-
-pub fn put_opt_u64(out: &mut Vec<u8>, n: Option<u64>) {
-    match n {
-        Some(n) => {
-            out.push(1);
-            out.extend_from_slice(&n.to_le_bytes());
+            put(out, v);
         }
         None => out.push(0),
     }
@@ -195,18 +172,11 @@ impl<'a> Reader<'a> {
         Some(Uuid::from_bytes(self.array()?))
     }
 
-    fn opt_uuid(&mut self) -> Option<Option<Uuid>> {
+    /// Reads an option written by [`put_opt`]; `None` if the bytes are not one.
+    pub fn opt<T>(&mut self, get: impl FnOnce(&mut Self) -> Option<T>) -> Option<Option<T>> {
         match self.u8()? {
             0 => Some(None),
-            1 => Some(Some(self.uuid()?)),
-            _ => None,
-        }
-    }
-
-    pub fn opt_u64(&mut self) -> Option<Option<u64>> {
-        match self.u8()? {
-            0 => Some(None),
-            1 => Some(Some(self.u64()?)),
+            1 => get(self).map(Some),
             _ => None,
         }
     }

@@ -261,8 +261,12 @@ fn put_entry(out: &mut Vec<u8>, entry: &Entry<'_>) {
         } => {
             out.push(PROGRESS);
             out.extend_from_slice(id.as_bytes());
-            codec::put_opt_u64(out, *prompt);
-            codec::put_opt_u64(out, *cached);
+            codec::put_opt(out, *prompt, |out, n| {
+                out.extend_from_slice(&n.to_le_bytes())
+            });
+            codec::put_opt(out, *cached, |out, n| {
+                out.extend_from_slice(&n.to_le_bytes())
+            });
             out.extend_from_slice(&completion.to_le_bytes());
         }
         Entry::End { id } => {
@@ -292,8 +296,8 @@ fn binary_entry(r: &mut codec::Reader<'_>) -> Option<Entry<'static>> {
         },
         PROGRESS => Entry::Progress {
             id: r.uuid()?,
-            prompt: r.opt_u64()?,
-            cached: r.opt_u64()?,
+            prompt: r.opt(codec::Reader::u64)?,
+            cached: r.opt(codec::Reader::u64)?,
             completion: r.u64()?,
         },
         END => Entry::End { id: r.uuid()? },

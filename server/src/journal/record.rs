@@ -1,6 +1,7 @@
 //! One journal record: `u32` LE payload length, `u32` LE CRC-32 of the payload, the payload (a
-//! usage event: binary, [`super::codec`]; records an older binary wrote hold JSON, still read). A record cut short by a crash, or whose checksum does not match, ends
-//! the readable part of a segment: it is detected and dropped, never misread.
+//! usage event: binary, [`super::codec`]; records an older binary wrote hold JSON, still read).
+//! A record cut short by a crash, or whose checksum does not match, ends the readable part of a
+//! segment: it is detected and dropped, never misread.
 
 use super::codec;
 use crate::usage::UsageEvent;
