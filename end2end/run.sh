@@ -11,6 +11,17 @@ root=$(pwd)
 work=$(mktemp -d)
 db="tokenfactory_e2e_$$"
 port=$((20000 + RANDOM % 20000))
+# Every failure names its line and command, with the servers' last log lines, on stderr: CI shows
+# only the end of the output, and a step that fails quietly (a wait that times out, a tool that
+# writes its error to stdout) would otherwise leave nothing to read there.
+failed() {
+  echo "end2end: failed (exit $1) at line $2: $3" >&2
+  for f in serve.log serve.err dyn-serve.err; do
+    [ -s "$work/$f" ] && { echo "--- last lines of $f" >&2; tail -30 "$work/$f" >&2; }
+  done
+  return 0
+}
+trap 'failed $? $LINENO "$BASH_COMMAND"' ERR
 
 if ! command -v chromium >/dev/null 2>&1; then
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
@@ -19,7 +30,9 @@ if ! command -v chromium >/dev/null 2>&1; then
 fi
 command -v npm >/dev/null 2>&1 || { SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo; DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq nodejs npm >/dev/null; }
 
+echo "end2end: building" >&2
 cargo build -q -p tokenfactory
+echo "end2end: starting the demo gateway" >&2
 DATABASE_URL="postgres://postgres@127.0.0.1:5432/$db" TF_LISTEN="127.0.0.1:$port" \
   TF_METRICS_LISTEN="127.0.0.1:0" TF_JOURNAL_DIR="$work/journal" TF_REDIS_PREFIX="e2e:$$:" TF_DEMO_STATE="$work/demo.json" \
   target/debug/tokenfactory serve --demo --allow-owner-role > "$work/serve.log" 2> "$work/serve.err" &
@@ -38,8 +51,8 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
-for _ in $(seq 1 120); do grep -q "API key:" "$work/serve.log" 2>/dev/null && break; sleep 0.5; done
-grep -q "API key:" "$work/serve.log" || { cat "$work/serve.err" >&2; exit 1; }
+for _ in $(seq 1 240); do grep -q "API key:" "$work/serve.log" 2>/dev/null && break; sleep 0.5; done
+grep -q "API key:" "$work/serve.log" || { echo "end2end: no API key printed within 120 s" >&2; false; }
 key=$(sed -n 's/^ *API key: *//p' "$work/serve.log")
 email=$(sed -n 's/^ *Tenant login: *\([^ ]*\) \/ .*/\1/p' "$work/serve.log")
 password=$(sed -n 's/^ *Tenant login: *[^ ]* \/ *//p' "$work/serve.log")
@@ -103,6 +116,7 @@ if [ -n "${TF_DYNAMO_URL:-}" ]; then
 fi
 
 # The portal in a real browser, JavaScript off.
+echo "end2end: the portal in Chromium" >&2
 (cd end2end && npm ci --silent --no-audit --no-fund)
 (cd end2end && TF_BASE_URL="http://127.0.0.1:$port" TF_EMAIL="$email" TF_PASSWORD="$password" TF_API_KEY="$key" \
   TF_ADMIN_EMAIL="$admin_email" TF_ADMIN_PASSWORD="$admin_password" npm test)
