@@ -117,6 +117,6 @@ fi
 
 # The portal in a real browser, JavaScript off.
 echo "end2end: the portal in Chromium" >&2
-(cd end2end && npm ci --silent --no-audit --no-fund)
+(cd end2end && npm ci --loglevel=error --no-audit --no-fund)
 (cd end2end && TF_BASE_URL="http://127.0.0.1:$port" TF_EMAIL="$email" TF_PASSWORD="$password" TF_API_KEY="$key" \
   TF_ADMIN_EMAIL="$admin_email" TF_ADMIN_PASSWORD="$admin_password" npm test)
