@@ -11,12 +11,13 @@ root=$(pwd)
 work=$(mktemp -d)
 db="tokenfactory_e2e_$$"
 port=$((20000 + RANDOM % 20000))
-# Every failure names its line and command, with the servers' last log lines, on stderr: CI shows
+# Every failure names its line and command (as written, unexpanded: no key is printed) and the
+# servers' last log lines (not the banner, which holds the demo's credentials), on stderr: CI shows
 # only the end of the output, and a step that fails quietly (a wait that times out, a tool that
 # writes its error to stdout) would otherwise leave nothing to read there.
 failed() {
   echo "end2end: failed (exit $1) at line $2: $3" >&2
-  for f in serve.log serve.err dyn-serve.err; do
+  for f in serve.err dyn-serve.err; do
     [ -s "$work/$f" ] && { echo "--- last lines of $f" >&2; tail -30 "$work/$f" >&2; }
   done
   return 0
