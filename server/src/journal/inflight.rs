@@ -251,7 +251,7 @@ fn put_entry(out: &mut Vec<u8>, entry: &Entry<'_>) {
         Entry::Start { event, prompt } => {
             out.push(START);
             codec::put_event(out, event);
-            out.extend_from_slice(&prompt.to_le_bytes());
+            codec::put_u64(out, *prompt);
         }
         Entry::Progress {
             id,
@@ -261,13 +261,9 @@ fn put_entry(out: &mut Vec<u8>, entry: &Entry<'_>) {
         } => {
             out.push(PROGRESS);
             out.extend_from_slice(id.as_bytes());
-            codec::put_opt(out, *prompt, |out, n| {
-                out.extend_from_slice(&n.to_le_bytes())
-            });
-            codec::put_opt(out, *cached, |out, n| {
-                out.extend_from_slice(&n.to_le_bytes())
-            });
-            out.extend_from_slice(&completion.to_le_bytes());
+            codec::put_opt(out, *prompt, codec::put_u64);
+            codec::put_opt(out, *cached, codec::put_u64);
+            codec::put_u64(out, *completion);
         }
         Entry::End { id } => {
             out.push(END);

@@ -4,11 +4,10 @@
 //! replays what PostgreSQL did not acknowledge); nothing is counted twice (PostgreSQL's primary
 //! key on the request id absorbs a replay).
 //!
-//! Layout of the journal directory: segments `{seq:016}.journal` of records
-//! (`u32` LE payload length, `u32` LE CRC-32 of the payload, the event in binary, `codec`; an
-//! older binary wrote JSON, still read), the shipper's
-//! `cursor` (segment and offset acknowledged by PostgreSQL), and a `lock` file held by the one
-//! process that owns the directory.
+//! Layout of the journal directory: segments `{seq:016}.journal` of records (`u32` LE payload
+//! length, `u32` LE CRC-32 of the payload, the event in binary, `codec`; an older binary wrote
+//! JSON, still read), the shipper's `cursor` (segment and offset acknowledged by PostgreSQL), and
+//! a `lock` file held by the one process that owns the directory.
 
 pub mod codec;
 pub mod durability;
