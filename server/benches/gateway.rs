@@ -157,46 +157,6 @@ async fn serve_sim() -> SocketAddr {
     addr
 }
 
-/// The ceiling the gateway is measured against: a bare HTTP/1 pass-through in a few dozen lines
-/// of hyper (no auth, no resolution, no admission, no metering), one upstream connection per
-/// client connection, bodies relayed as they come. What the gateway costs beyond this is what its
-/// features cost.
-async fn serve_passthrough(upstream: SocketAddr) -> SocketAddr {
-    use hyper::server::conn::http1;
-    use hyper_util::rt::TokioIo;
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = l.local_addr().unwrap();
-    tokio::spawn(async move {
-        loop {
-            let (client, _) = l.accept().await.unwrap();
-            client.set_nodelay(true).unwrap();
-            tokio::spawn(async move {
-                let up = tokio::net::TcpStream::connect(upstream).await.unwrap();
-                up.set_nodelay(true).unwrap();
-                let (send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(up))
-                    .await
-                    .unwrap();
-                tokio::spawn(conn);
-                let send = Arc::new(tokio::sync::Mutex::new(send));
-                let service = hyper::service::service_fn(
-                    move |req: hyper::Request<hyper::body::Incoming>| {
-                        let send = send.clone();
-                        async move {
-                            let mut send = send.lock().await;
-                            send.ready().await?;
-                            send.send_request(req).await
-                        }
-                    },
-                );
-                let _ = http1::Builder::new()
-                    .serve_connection(TokioIo::new(client), service)
-                    .await;
-            });
-        }
-    });
-    addr
-}
-
 /// The gateway's address, a key of a tenant without body logging, one of a tenant with it, and
 /// the capture counters.
 struct Gw {
@@ -387,7 +347,7 @@ fn main() {
         }
 
         println!("gateway benchmark: {conns} connections, {secs} s per phase");
-        let bare = serve_passthrough(sim).await;
+        let bare = common::passthrough::serve(sim).await;
         let bare_url = format!("http://{bare}/v1/chat/completions");
         run_phase(bare_url.clone(), None, small.clone(), false, 4, Duration::from_millis(300)).await;
         // One path alone for a profiler (`perf record -p`, `valgrind --tool=callgrind`):

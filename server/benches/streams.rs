@@ -11,6 +11,10 @@
 //! `TF_STREAMS_WINDOW_SECS` (CPU sampling window once all are open, default 10),
 //! `TF_BENCH_BIN` (the binary to measure, default `target/release/tokenfactory`).
 //!
+//! The same streams then go through a bare relay (`common::passthrough`, hyper on both sides, no
+//! auth or metering; this binary run again as a process of its own) and the two are printed side
+//! by side: issue 35 asks the gateway's CPU per streamed chunk to be within 1.2x of it.
+//!
 //! Open files: this process raises its soft limit to the hard one, and, when it may (root or
 //! CAP_SYS_RESOURCE), the hard limit to what N streams need (the gateway needs 2 per stream, 3
 //! before issue 19, and the simulator and this client 1 each); the children inherit it. When it
@@ -206,7 +210,172 @@ async fn one_stream(gw: SocketAddr, request: Arc<Vec<u8>>) {
     FAILED.fetch_add(1, Ordering::Relaxed);
 }
 
+/// When set (`LISTEN UPSTREAM`), this process is the bare relay the gateway is compared with.
+const RELAY_ENV: &str = "TF_STREAMS_RELAY";
+
+/// The bare relay as a process of its own (this bench's binary run again), so its CPU, memory and
+/// descriptors are counted as the gateway's are. Serves until it is killed.
+fn relay_main(spec: &str) -> ! {
+    let (listen, upstream) = spec.split_once(' ').unwrap();
+    let (listen, upstream): (SocketAddr, SocketAddr) =
+        (listen.parse().unwrap(), upstream.parse().unwrap());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async move {
+        let l = tokio::net::TcpListener::bind(listen).await.unwrap();
+        common::passthrough::serve_on(l, upstream).await;
+    });
+    unreachable!("the relay serves until it is killed")
+}
+
+/// A streaming chat request to `addr` (the gateway ignores nothing of it; the bare relay and the
+/// engine ignore the key).
+fn stream_request(
+    addr: SocketAddr,
+    key: &str,
+    body: &serde_json::Value,
+    close: bool,
+) -> Arc<Vec<u8>> {
+    let body = body.to_string();
+    let connection = if close { "Connection: close\r\n" } else { "" };
+    Arc::new(
+        format!(
+            "POST /v1/chat/completions HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {key}\r\n\
+             Content-Type: application/json\r\n{connection}Content-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .into_bytes(),
+    )
+}
+
+/// What N open streams cost one relaying process.
+struct Measured {
+    open: u64,
+    rss_per_stream_kib: f64,
+    fds_per_stream: f64,
+    chunks_per_s: f64,
+    cpu_per_chunk_us: f64,
+}
+
+/// Opens `streams` streams through `addr` (served by process `pid`), samples that process's CPU
+/// over `window` once all are open, prints and returns what they cost, and hangs up.
+async fn measure(
+    label: &str,
+    pid: u32,
+    addr: SocketAddr,
+    key: &str,
+    streams: u64,
+    window: Duration,
+) -> Measured {
+    for counter in [&OPENED, &CHUNKS, &FAILED] {
+        counter.store(0, Ordering::Relaxed);
+    }
+    let request = stream_request(
+        addr,
+        key,
+        &serde_json::json!({
+            "model": "bench-base",
+            "messages": [{"role": "user", "content": "hi"}],
+            "max_tokens": 900,
+            "stream": true,
+            "sim": {"token_interval_ms": 1000},
+        }),
+        false,
+    );
+    // Warm up: caches filled, one upstream connection made and one stream billed.
+    let warm = stream_request(
+        addr,
+        key,
+        &serde_json::json!({
+            "model": "bench-base",
+            "messages": [{"role": "user", "content": "hi"}],
+            "max_tokens": 2,
+            "stream": true,
+        }),
+        true,
+    );
+    for _ in 0..3 {
+        one_stream(addr, warm.clone()).await;
+    }
+    let failed_warm = FAILED.swap(0, Ordering::Relaxed);
+    assert!(
+        OPENED.load(Ordering::Relaxed) > 0,
+        "{label}: warm-up streams failed ({failed_warm})"
+    );
+    OPENED.store(0, Ordering::Relaxed);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (rss0, fds0) = (rss_kib(pid), fd_count(pid));
+    println!("{label} idle: {rss0} KiB RSS, {fds0} descriptors");
+
+    // Open the streams, a batch at a time (the listen backlogs are finite).
+    let t0 = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..streams {
+        tasks.spawn(one_stream(addr, request.clone()));
+        if i % 250 == 249 {
+            while OPENED.load(Ordering::Relaxed) + FAILED.load(Ordering::Relaxed) + 500 < i {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while OPENED.load(Ordering::Relaxed) + FAILED.load(Ordering::Relaxed) < streams
+        && Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let open = OPENED.load(Ordering::Relaxed);
+    println!(
+        "{open} of {streams} streams open through the {label} after {:.1} s ({} failed)",
+        t0.elapsed().as_secs_f64(),
+        FAILED.load(Ordering::Relaxed)
+    );
+    // Settle (every stream past its first buffers), then sample.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (c0, cpu0, w0) = (CHUNKS.load(Ordering::Relaxed), cpu_of(pid), Instant::now());
+    tokio::time::sleep(window).await;
+    let (c1, cpu1, elapsed) = (CHUNKS.load(Ordering::Relaxed), cpu_of(pid), w0.elapsed());
+    let (rss1, fds1) = (rss_kib(pid), fd_count(pid));
+    let open = OPENED.load(Ordering::Relaxed) - FAILED.load(Ordering::Relaxed).min(open);
+    let chunks = c1 - c0;
+    let cpu = cpu1.saturating_sub(cpu0);
+    let m = Measured {
+        open,
+        rss_per_stream_kib: rss1.saturating_sub(rss0) as f64 / open.max(1) as f64,
+        fds_per_stream: fds1.saturating_sub(fds0) as f64 / open.max(1) as f64,
+        chunks_per_s: chunks as f64 / elapsed.as_secs_f64(),
+        cpu_per_chunk_us: cpu.as_secs_f64() * 1e6 / chunks.max(1) as f64,
+    };
+    println!("{label} with {open} open streams: {rss1} KiB RSS, {fds1} descriptors");
+    println!(
+        "  RSS per open stream: {:.1} KiB (target <= 25)",
+        m.rss_per_stream_kib
+    );
+    println!(
+        "  descriptors per open stream: {:.2} (target 2)",
+        m.fds_per_stream
+    );
+    println!(
+        "  {:.0} chunks/s streamed; {label} CPU {:.1}% of one core, {:.2} us per chunk",
+        m.chunks_per_s,
+        cpu.as_secs_f64() * 100.0 / elapsed.as_secs_f64(),
+        m.cpu_per_chunk_us
+    );
+    // Hang up: the gateway half-closes upstream and bills what was streamed.
+    tasks.abort_all();
+    while tasks.join_next().await.is_some() {}
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    println!(
+        "after hang-up: {} KiB RSS, {} descriptors",
+        rss_kib(pid),
+        fd_count(pid)
+    );
+    m
+}
+
 fn main() {
+    if let Ok(spec) = std::env::var(RELAY_ENV) {
+        relay_main(&spec);
+    }
     let streams: u64 = env_or("TF_STREAMS", 1000);
     let window = Duration::from_secs(env_or("TF_STREAMS_WINDOW_SECS", 10));
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -230,7 +399,7 @@ fn main() {
         let (db_url, key) = setup_db().await;
         let scratch = std::env::temp_dir().join(format!("tf-bench-streams-{}", std::process::id()));
         std::fs::create_dir_all(&scratch).unwrap();
-        let (sim, gw) = (free_port(), free_port());
+        let (sim, gw, relay) = (free_port(), free_port(), free_port());
         let fleet = write_fleet(&scratch, sim);
         let quiet = |c: &mut Command| {
             c.env("RUST_LOG", "warn")
@@ -238,7 +407,13 @@ fn main() {
                 .stdout(Stdio::null());
         };
         let mut sim_cmd = Command::new(&bin);
-        sim_cmd.args(["engine-sim", "--listen", &sim.to_string(), "--models", "bench-base"]);
+        sim_cmd.args([
+            "engine-sim",
+            "--listen",
+            &sim.to_string(),
+            "--models",
+            "bench-base",
+        ]);
         quiet(&mut sim_cmd);
         let mut children = Children(vec![sim_cmd.spawn().unwrap()]);
         wait_for_port(sim, "engine-sim").await;
@@ -249,112 +424,37 @@ fn main() {
             .env("DATABASE_URL", &db_url)
             .env("TF_REDIS_PREFIX", format!("tfbench{}:", std::process::id()))
             .env("TF_JOURNAL_DIR", scratch.join("journal"))
-            .env("TF_DEMO", "false");
+            .env("TF_DEMO", "false")
+            // One machine, the bench database's owner: no separate application role here.
+            .env("TF_ALLOW_OWNER_ROLE", "true");
         quiet(&mut gw_cmd);
         children.0.push(gw_cmd.spawn().unwrap());
-        let pid = children.0[1].id();
+        let gw_pid = children.0[1].id();
         wait_for_port(gw, "gateway").await;
+        let mut relay_cmd = Command::new(std::env::current_exe().unwrap());
+        relay_cmd.env(RELAY_ENV, format!("{relay} {sim}"));
+        quiet(&mut relay_cmd);
+        children.0.push(relay_cmd.spawn().unwrap());
+        let relay_pid = children.0[2].id();
+        wait_for_port(relay, "bare relay").await;
 
-        let body = serde_json::json!({
-            "model": "bench-base",
-            "messages": [{"role": "user", "content": "hi"}],
-            "max_tokens": 900,
-            "stream": true,
-            "sim": {"token_interval_ms": 1000},
-        })
-        .to_string();
-        let request = Arc::new(
-            format!(
-                "POST /v1/chat/completions HTTP/1.1\r\nHost: {gw}\r\nAuthorization: Bearer {key}\r\n\
-                 Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-                body.len()
-            )
-            .into_bytes(),
-        );
-        // Warm up: caches filled, one upstream connection made and one stream billed.
-        let warm = serde_json::json!({
-            "model": "bench-base",
-            "messages": [{"role": "user", "content": "hi"}],
-            "max_tokens": 2,
-            "stream": true,
-        })
-        .to_string();
-        let warm = Arc::new(
-            format!(
-                "POST /v1/chat/completions HTTP/1.1\r\nHost: {gw}\r\nAuthorization: Bearer {key}\r\n\
-                 Content-Type: application/json\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{warm}",
-                warm.len()
-            )
-            .into_bytes(),
-        );
-        for _ in 0..3 {
-            one_stream(gw, warm.clone()).await;
-        }
-        let failed_warm = FAILED.swap(0, Ordering::Relaxed);
-        assert!(OPENED.load(Ordering::Relaxed) > 0, "warm-up streams failed ({failed_warm})");
-        OPENED.store(0, Ordering::Relaxed);
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        let (rss0, fds0) = (rss_kib(pid), fd_count(pid));
-        println!("gateway idle: {} KiB RSS, {fds0} descriptors", rss0);
-
-        // Open the streams, a batch at a time (the listen backlogs are finite).
-        let t0 = Instant::now();
-        let mut tasks = tokio::task::JoinSet::new();
-        for i in 0..streams {
-            tasks.spawn(one_stream(gw, request.clone()));
-            if i % 250 == 249 {
-                while OPENED.load(Ordering::Relaxed) + FAILED.load(Ordering::Relaxed) + 500 < i {
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
-            }
-        }
-        let deadline = Instant::now() + Duration::from_secs(120);
-        while OPENED.load(Ordering::Relaxed) + FAILED.load(Ordering::Relaxed) < streams
-            && Instant::now() < deadline
-        {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        let open = OPENED.load(Ordering::Relaxed);
+        let g = measure("gateway", gw_pid, gw, &key, streams, window).await;
+        let b = measure("bare relay", relay_pid, relay, &key, streams, window).await;
         println!(
-            "{open} of {streams} streams open after {:.1} s ({} failed)",
-            t0.elapsed().as_secs_f64(),
-            FAILED.load(Ordering::Relaxed)
-        );
-        // Settle (every stream past its first buffers), then sample.
-        tokio::time::sleep(Duration::from_secs(3)).await;
-        let (c0, cpu0, w0) = (CHUNKS.load(Ordering::Relaxed), cpu_of(pid), Instant::now());
-        tokio::time::sleep(window).await;
-        let (c1, cpu1, elapsed) = (CHUNKS.load(Ordering::Relaxed), cpu_of(pid), w0.elapsed());
-        let (rss1, fds1) = (rss_kib(pid), fd_count(pid));
-        let open = OPENED.load(Ordering::Relaxed) - FAILED.load(Ordering::Relaxed).min(open);
-        let chunks = c1 - c0;
-        let cpu = cpu1.saturating_sub(cpu0);
-        println!(
-            "gateway with {open} open streams: {} KiB RSS, {fds1} descriptors",
-            rss1
-        );
-        println!(
-            "  RSS per open stream: {:.1} KiB (target <= 25)",
-            (rss1.saturating_sub(rss0)) as f64 / open.max(1) as f64
-        );
-        println!(
-            "  descriptors per open stream: {:.2} (target 2)",
-            (fds1.saturating_sub(fds0)) as f64 / open.max(1) as f64
-        );
-        println!(
-            "  {:.0} chunks/s streamed; gateway CPU {:.1}% of one core, {:.2} us per chunk",
-            chunks as f64 / elapsed.as_secs_f64(),
-            cpu.as_secs_f64() * 100.0 / elapsed.as_secs_f64(),
-            cpu.as_secs_f64() * 1e6 / chunks.max(1) as f64
-        );
-        // Hang up: the gateway half-closes upstream and bills what was streamed.
-        tasks.abort_all();
-        while tasks.join_next().await.is_some() {}
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        println!(
-            "after hang-up: {} KiB RSS, {} descriptors",
-            rss_kib(pid),
-            fd_count(pid)
+            "gateway / bare relay at {} / {} open streams: CPU per chunk {:.2} / {:.2} us = {:.2} \
+             (target <= 1.2); RSS per stream {:.1} / {:.1} KiB; descriptors {:.2} / {:.2}; \
+             chunks/s {:.0} / {:.0}",
+            g.open,
+            b.open,
+            g.cpu_per_chunk_us,
+            b.cpu_per_chunk_us,
+            g.cpu_per_chunk_us / b.cpu_per_chunk_us.max(0.01),
+            g.rss_per_stream_kib,
+            b.rss_per_stream_kib,
+            g.fds_per_stream,
+            b.fds_per_stream,
+            g.chunks_per_s,
+            b.chunks_per_s
         );
         drop(children);
         let _ = std::fs::remove_dir_all(&scratch);

@@ -2,6 +2,8 @@
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)] // benchmarks fail loudly
 
+pub mod passthrough;
+
 /// Drops and recreates database `name` on the server of `DATABASE_URL` (or the local default),
 /// migrates it and returns a pool of `connections` and its URL.
 pub async fn fresh_database(name: &str, connections: u32) -> (sqlx::PgPool, String) {

@@ -15,12 +15,15 @@
 //! started in it has ended, so the log stays small without ever rewriting a record that a crash
 //! could tear.
 //!
-//! An end is not written on its own: it waits in memory and leaves with the next start (or
-//! progress) in the same `write`, or on its own once [`ENDS_WAIT`] has passed or
-//! [`ENDS_BYTES`] are waiting. Under load that halves the log's system calls per request (issue
-//! 35). Losing a waiting end to a crash is harmless: the request's own event is already in the
-//! journal, so the recovered `interrupted` copy carries the same request id and PostgreSQL's
-//! primary key absorbs it.
+//! Ends and progress are not written on their own: they wait in memory and leave with the next
+//! start in the same `write`, or once [`ENDS_WAIT`] has passed (the journal's group committer
+//! writes what is due, [`InflightLog::write_due`]) or [`ENDS_BYTES`] are waiting. Under load that
+//! halves the log's system calls per request, and a stream's progress no longer costs a `write`
+//! of its own each second (issue 35). Losing a waiting end to a crash is harmless: the request's
+//! own event is already in the journal, so the recovered `interrupted` copy carries the same
+//! request id and PostgreSQL's primary key absorbs it. Losing a waiting progress bills the
+//! request at the progress before it: at most [`ENDS_WAIT`] (and a group-commit interval) more
+//! behind than the second [`PROGRESS_EVERY`] already allows, never more than was relayed.
 
 use std::borrow::Cow;
 use std::fs::{self, File, OpenOptions};
@@ -33,6 +36,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use super::nudge::Nudge;
 use super::{codec, record};
 use crate::usage::{Provenance, UsageEvent, UsageStatus};
 
@@ -41,9 +45,9 @@ const GENERATION_BYTES: u64 = 8 * 1024 * 1024;
 /// Progress is written at most this often per request.
 pub const PROGRESS_EVERY: Duration = Duration::from_secs(1);
 const SUFFIX: &str = ".log";
-/// Longest an end waits for a start to ride with.
-const ENDS_WAIT: Duration = Duration::from_millis(50);
-/// Most bytes of ends kept waiting.
+/// Longest an end or a progress waits for a start to ride with.
+pub const ENDS_WAIT: Duration = Duration::from_millis(50);
+/// Most bytes of ends and progress kept waiting.
 const ENDS_BYTES: usize = 16 * 1024;
 
 /// One record of the log: written in binary ([`put_entry`]); its serde form is the JSON older
@@ -92,9 +96,9 @@ struct Current {
     file: File,
     len: u64,
     generation: Arc<Generation>,
-    /// Framed end records not yet written, then the record being written with them.
+    /// Framed end and progress records not yet written, then the start written with them.
     pending: Vec<u8>,
-    /// When the oldest waiting end was added.
+    /// When the oldest waiting record was added.
     pending_since: Option<Instant>,
 }
 
@@ -115,6 +119,8 @@ impl Current {
 pub struct InflightLog {
     dir: PathBuf,
     current: Mutex<Current>,
+    /// Wakes the journal's committer when a record starts waiting (it writes it when due).
+    nudge: Option<Arc<Nudge>>,
 }
 
 impl InflightLog {
@@ -136,9 +142,17 @@ impl InflightLog {
             Self {
                 dir,
                 current: Mutex::new(current),
+                nudge: None,
             },
             recovered.events(),
         ))
+    }
+
+    /// Nudges `nudge` when a record starts waiting: whoever holds it calls [`Self::write_due`]
+    /// at the due time.
+    pub(super) fn nudging(mut self, nudge: Arc<Nudge>) -> Self {
+        self.nudge = Some(nudge);
+        self
     }
 
     /// Deletes the generations of previous processes (their requests are recovered).
@@ -158,7 +172,7 @@ impl InflightLog {
             event: Cow::Borrowed(event),
             prompt: prompt_estimate,
         };
-        let generation = match self.write(&entry, true) {
+        let generation = match self.write_start(&entry) {
             Ok(g) => Some(g),
             Err(e) => {
                 tracing::warn!(error = %e, request_id = %event.request_id, "in-flight record not written");
@@ -179,11 +193,11 @@ impl InflightLog {
             .map_err(|_| io::Error::other("in-flight log poisoned"))
     }
 
-    /// One `write` of a whole record (and the ends waiting for it); a start is counted in the
-    /// generation it lands in.
-    fn write(&self, entry: &Entry<'_>, start: bool) -> io::Result<Arc<Generation>> {
+    /// One `write` of a start (and the records waiting for it); it is counted in the generation
+    /// it lands in.
+    fn write_start(&self, entry: &Entry<'_>) -> io::Result<Arc<Generation>> {
         let mut current = self.lock()?;
-        if start && current.len >= GENERATION_BYTES {
+        if current.len >= GENERATION_BYTES {
             let next = current.generation.seq.saturating_add(1);
             let fresh = open_generation(&self.dir, next)?;
             let mut old = std::mem::replace(&mut *current, fresh);
@@ -195,29 +209,48 @@ impl InflightLog {
         }
         record::frame_into(&mut current.pending, |out| put_entry(out, entry));
         current.write_pending()?;
-        if start {
-            current.generation.open.fetch_add(1, Ordering::AcqRel);
-        }
+        current.generation.open.fetch_add(1, Ordering::AcqRel);
         Ok(current.generation.clone())
     }
 
-    /// Keeps an end waiting for the next start, or writes what waits when it is old or large.
-    fn wait_or_write_end(&self, id: Uuid) -> io::Result<()> {
+    /// Keeps an end or progress waiting for the next start, or writes what waits when it is old
+    /// or large.
+    fn wait_or_write(&self, entry: &Entry<'_>) -> io::Result<()> {
         let mut current = self.lock()?;
-        record::frame_into(&mut current.pending, |out| {
-            put_entry(out, &Entry::End { id })
-        });
+        record::frame_into(&mut current.pending, |out| put_entry(out, entry));
         let now = Instant::now();
+        let first = current.pending_since.is_none();
         let since = *current.pending_since.get_or_insert(now);
         if current.pending.len() >= ENDS_BYTES || now.duration_since(since) >= ENDS_WAIT {
-            current.write_pending()
-        } else {
-            Ok(())
+            return current.write_pending();
         }
+        drop(current);
+        if first {
+            if let Some(nudge) = &self.nudge {
+                nudge.nudge();
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes what has waited [`ENDS_WAIT`] or longer; returns how long until what still waits
+    /// falls due (`None`: nothing waits). The journal's group committer calls it when nudged and
+    /// at each due time, so nothing waits much longer than [`ENDS_WAIT`] when no start comes
+    /// along.
+    pub fn write_due(&self) -> Option<Duration> {
+        let mut current = self.lock().ok()?;
+        let waited = current.pending_since?.elapsed();
+        if waited < ENDS_WAIT {
+            return Some(ENDS_WAIT - waited);
+        }
+        if let Err(e) = current.write_pending() {
+            tracing::warn!(error = %e, "in-flight ends and progress not written");
+        }
+        None
     }
 
     fn end(&self, id: Uuid, generation: &Arc<Generation>) {
-        if let Err(e) = self.wait_or_write_end(id) {
+        if let Err(e) = self.wait_or_write(&Entry::End { id }) {
             tracing::warn!(error = %e, request_id = %id, "in-flight end not written");
         }
         if generation.open.fetch_sub(1, Ordering::AcqRel) == 1 {
@@ -323,8 +356,8 @@ pub struct Ticket {
 }
 
 impl Ticket {
-    /// Writes the request's progress if [`PROGRESS_EVERY`] has passed since the start or the
-    /// last progress (a page-cache write; never fsynced).
+    /// Records the request's progress if [`PROGRESS_EVERY`] has passed since the start or the
+    /// last progress (it waits for the next write, at most [`ENDS_WAIT`]; never fsynced).
     pub fn progress(&mut self, p: impl FnOnce() -> Progress) {
         if self.generation.is_none() || self.last.elapsed() < PROGRESS_EVERY {
             return;
@@ -337,7 +370,7 @@ impl Ticket {
             cached: p.cached,
             completion: p.completion,
         };
-        if let Err(e) = self.log.write(&entry, false) {
+        if let Err(e) = self.log.wait_or_write(&entry) {
             tracing::warn!(error = %e, request_id = %self.id, "in-flight progress not written");
         }
     }
@@ -659,6 +692,39 @@ mod tests {
         }
         let (_, recovered) = InflightLog::open(dir.path()).unwrap();
         assert!(recovered.is_empty());
+    }
+
+    #[test]
+    fn progress_waits_like_an_end_and_is_written_once_due() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = started(1);
+        {
+            let (log, _) = InflightLog::open(dir.path()).unwrap();
+            let log = Arc::new(log);
+            let mut t = log.start(&a, 7);
+            t.last = Instant::now() - PROGRESS_EVERY;
+            t.progress(|| Progress {
+                prompt: Some(30),
+                cached: None,
+                completion: 12,
+            });
+            // Waiting, and not yet due: the committer is told when it will be.
+            let due = log.write_due().unwrap();
+            assert!(due <= ENDS_WAIT && due > Duration::ZERO);
+            assert!(!log.lock().unwrap().pending.is_empty());
+            log.lock().unwrap().pending_since = Some(Instant::now() - ENDS_WAIT);
+            assert_eq!(log.write_due(), None);
+            assert!(log.lock().unwrap().pending.is_empty());
+            // A crash after it was written: billed at that progress.
+            std::mem::forget(t);
+            std::mem::forget(log);
+        }
+        let (_, recovered) = InflightLog::open(dir.path()).unwrap();
+        let got: Vec<_> = recovered
+            .iter()
+            .map(|e| (e.request_id, e.prompt_tokens, e.completion_tokens))
+            .collect();
+        assert_eq!(got, vec![(a.request_id, 30, 12)]);
     }
 
     #[test]

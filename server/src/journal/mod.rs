@@ -13,6 +13,7 @@ pub mod codec;
 pub mod durability;
 pub mod inflight;
 pub mod metrics;
+mod nudge;
 pub mod record;
 pub mod segment;
 pub mod shipper;

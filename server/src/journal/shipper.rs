@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use sqlx::PgPool;
 use time::OffsetDateTime;
@@ -22,6 +22,9 @@ const BATCH: usize = 2_000;
 const BATCH_BYTES: usize = 8 * 1024 * 1024;
 /// Pause after a pass that found less than a full batch.
 const IDLE: Duration = Duration::from_millis(20);
+/// Longest a caught-up shipper goes without a pass when the journal takes no write (its gauges
+/// are refreshed at least this often).
+const IDLE_RECHECK: Duration = Duration::from_secs(1);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
 pub struct Shipper {
@@ -51,10 +54,33 @@ impl Shipper {
     }
 
     /// Ships until `cancel`, backing off while PostgreSQL is unreachable.
+    ///
+    /// A pass that found nothing to ship is not repeated until the journal has taken a write
+    /// since (its `journaled` count moved) or [`IDLE_RECHECK`] has passed: an idle pass lists the
+    /// directory twice and reads the segment on a blocking thread, and 50 of them a second were
+    /// a third of an idle replica's CPU (issue 35).
     pub async fn run(self: Arc<Self>, cancel: CancellationToken) {
         let mut backoff = Duration::from_millis(100);
+        // The journal's write count when a pass last found everything shipped.
+        let mut caught_up: Option<(u64, Instant)> = None;
         loop {
-            let pause = match self.ship_once().await {
+            let journaled = self.metrics.journaled.load(Ordering::Acquire);
+            if let Some((at, when)) = caught_up {
+                if at == journaled && when.elapsed() < IDLE_RECHECK {
+                    tokio::select! {
+                        () = cancel.cancelled() => return,
+                        () = tokio::time::sleep(IDLE) => {}
+                    }
+                    continue;
+                }
+            }
+            let cursor = *self.cursor.lock().await;
+            let pass = self.ship_once().await;
+            caught_up = match pass {
+                Ok(0) if *self.cursor.lock().await == cursor => Some((journaled, Instant::now())),
+                _ => None,
+            };
+            let pause = match pass {
                 Ok(n) => {
                     backoff = Duration::from_millis(100);
                     // A full batch means a backlog: go again at once. Otherwise wait, so that

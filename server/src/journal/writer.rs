@@ -6,7 +6,7 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::atomic::{AtomicBool, AtomicU64};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use sqlx::PgPool;
@@ -14,6 +14,7 @@ use sqlx::PgPool;
 use super::durability::Durability;
 use super::inflight::InflightLog;
 use super::metrics::JournalMetrics;
+use super::nudge::Nudge;
 use super::{record, segment};
 use crate::usage::{SinkFuture, SpendBarrier, UsageEvent, UsageSink};
 use crate::usage_store;
@@ -55,19 +56,31 @@ struct Committer {
     /// Generation of the last write, and of the last write covered by an fsync.
     written: AtomicU64,
     synced: tokio::sync::watch::Sender<u64>,
-    wake: Condvar,
-    wake_lock: Mutex<()>,
+    /// Ends its idle wait: a write in `process` mode, a waiter in `machine` mode, an in-flight
+    /// record waiting to be written.
+    nudge: Arc<Nudge>,
     stop: AtomicBool,
     every: Duration,
     durability: Durability,
     metrics: Arc<JournalMetrics>,
+    /// Its waiting ends and progress are written once due. Weak: the log's own drop (a clean
+    /// stop) writes what waits, whatever this thread is doing.
+    inflight: Weak<InflightLog>,
 }
+
+/// Longest idle wait: nothing depends on it (work nudges the committer); it bounds what a missed
+/// nudge could cost.
+const IDLE_WAIT: Duration = Duration::from_secs(1);
 
 impl Committer {
     fn run(&self) {
         loop {
-            let stopping = self.stop.load(Ordering::Acquire);
-            let target = self.written.load(Ordering::Acquire);
+            let inflight_due = self
+                .inflight
+                .upgrade()
+                .and_then(|inflight| inflight.write_due());
+            let stopping = self.stop.load(Ordering::SeqCst);
+            let target = self.written.load(Ordering::SeqCst);
             if target > *self.synced.borrow() {
                 let result = self
                     .file
@@ -89,26 +102,19 @@ impl Committer {
             if stopping {
                 return;
             }
-            if let Ok(guard) = self.wake_lock.lock() {
-                // Re-checked under the lock writers notify under: no wake-up is lost.
-                if self.written.load(Ordering::Acquire) == target
-                    && !self.stop.load(Ordering::Acquire)
-                {
-                    let _ = self.wake.wait_timeout(guard, self.every);
-                }
-            }
+            // Idle: nothing to fsync. Sleep until a write, a stop or an in-flight record's due
+            // time; the in-flight log nudges when a record starts waiting.
+            let limit = inflight_due.map_or(IDLE_WAIT, |due| due.min(IDLE_WAIT));
+            self.nudge.wait_idle(limit, || {
+                self.written.load(Ordering::SeqCst) != target || self.stop.load(Ordering::SeqCst)
+            });
         }
-    }
-
-    fn notify(&self) {
-        let _guard = self.wake_lock.lock();
-        self.wake.notify_one();
     }
 
     /// Waits until an fsync covers write generation `gen`.
     async fn covered(&self, gen: u64) -> io::Result<()> {
+        // The write nudged an idle committer; a busy one fsyncs again when it is done.
         let mut rx = self.synced.subscribe();
-        self.notify();
         rx.wait_for(|synced| *synced >= gen)
             .await
             .map(|_| ())
@@ -159,18 +165,20 @@ impl Journal {
             file.sync_all()?;
         }
         io::Seek::seek(&mut file, io::SeekFrom::Start(valid))?;
+        let nudge = Arc::new(Nudge::default());
+        let (inflight, recovered) = InflightLog::open(dir)?;
+        let inflight = Arc::new(inflight.nudging(nudge.clone()));
         let committer = Arc::new(Committer {
             file: Mutex::new(file.try_clone()?),
             written: AtomicU64::new(0),
             synced: tokio::sync::watch::Sender::new(0),
-            wake: Condvar::new(),
-            wake_lock: Mutex::new(()),
+            nudge,
             stop: AtomicBool::new(false),
             every: group_commit,
             durability,
             metrics: metrics.clone(),
+            inflight: Arc::downgrade(&inflight),
         });
-        let (inflight, recovered) = InflightLog::open(dir)?;
         let runner = committer.clone();
         let thread = std::thread::Builder::new()
             .name("tf-journal-fsync".into())
@@ -186,7 +194,7 @@ impl Journal {
             metrics,
             dir: dir.to_owned(),
             durability,
-            inflight: Arc::new(inflight),
+            inflight,
             _lock: lock,
         };
         journal.journal_recovered(&recovered)?;
@@ -237,14 +245,16 @@ impl Journal {
             .active
             .lock()
             .map_err(|_| io::Error::other("journal poisoned"))?;
-        if self.committer.stop.load(Ordering::Acquire) {
+        if self.committer.stop.load(Ordering::SeqCst) {
             return Err(io::Error::other("journal closed"));
         }
         // INVARIANT: a record is in the OS before its request's final bytes leave (the request
         // path awaits `append`); test: journal_faults::sigkill_loses_no_answered_request_and_invents_none.
         active.file.write_all(bytes)?;
         active.len += bytes.len() as u64;
-        let gen = self.committer.written.fetch_add(1, Ordering::AcqRel) + 1;
+        let gen = self.committer.written.fetch_add(1, Ordering::SeqCst) + 1;
+        // `process` mode: an idle committer sleeps until told (it fsyncs within `every` of it).
+        self.committer.nudge.nudge();
         if active.len >= SEGMENT_BYTES {
             self.rotate(&mut active)?;
         }
@@ -270,9 +280,9 @@ impl Journal {
     /// Stops appends and the committer after a last fsync (graceful shutdown).
     pub fn close(&self) {
         if let Ok(_active) = self.active.lock() {
-            self.committer.stop.store(true, Ordering::Release);
+            self.committer.stop.store(true, Ordering::SeqCst);
         }
-        self.committer.notify();
+        self.committer.nudge.wake_now();
         if let Some(t) = self.thread.lock().ok().and_then(|mut t| t.take()) {
             let _ = t.join();
         }
@@ -304,5 +314,82 @@ impl UsageSink for JournalSink {
                 }
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use super::*;
+    use crate::journal::codec::tests::event;
+
+    fn inflight_bytes(dir: &Path) -> u64 {
+        fs::read_dir(dir.join("inflight"))
+            .unwrap()
+            .map(|f| f.unwrap().metadata().unwrap().len())
+            .sum()
+    }
+
+    /// An end waits in memory; with nothing else happening, the idle committer (nudged when it
+    /// started waiting) writes it once due, not one group-commit tick later, not never.
+    #[test]
+    fn the_idle_committer_writes_a_waiting_in_flight_end_when_due() {
+        let dir = tempfile::tempdir().unwrap();
+        let metrics = Arc::new(JournalMetrics::default());
+        let journal = Journal::open(
+            dir.path(),
+            Durability::Process,
+            Duration::from_millis(5),
+            metrics.clone(),
+        )
+        .unwrap();
+        let ticket = journal.inflight.start(&event(1), 3);
+        let started = inflight_bytes(dir.path());
+        assert!(started > 0, "a start is written at once");
+        // Let the committer settle into its idle wait (nothing to fsync: no journal write).
+        std::thread::sleep(Duration::from_millis(20));
+        let fsyncs = metrics.fsyncs.load(Ordering::Relaxed);
+        let ended = Instant::now();
+        drop(ticket);
+        while inflight_bytes(dir.path()) == started {
+            assert!(
+                ended.elapsed() < IDLE_WAIT * 5,
+                "the waiting end was never written"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // Written at its due time, not at the idle wait's limit (a lost nudge).
+        let waited = ended.elapsed();
+        assert!(waited >= crate::journal::inflight::ENDS_WAIT);
+        assert!(waited < IDLE_WAIT / 2, "written after {waited:?}");
+        // Idle means idle: no fsync without a journal write.
+        assert_eq!(metrics.fsyncs.load(Ordering::Relaxed), fsyncs);
+        journal.close();
+    }
+
+    /// A write wakes the idle committer: `machine` durability returns once fsynced, long before
+    /// the idle wait's limit.
+    #[tokio::test]
+    async fn a_write_wakes_the_idle_committer() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = Journal::open(
+            dir.path(),
+            Durability::Machine,
+            Duration::from_millis(5),
+            Arc::new(JournalMetrics::default()),
+        )
+        .unwrap();
+        for n in 0..20 {
+            // Idle between appends, so each one must wake the committer.
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            let t = Instant::now();
+            journal.append(&event(n)).await.unwrap();
+            assert!(
+                t.elapsed() < IDLE_WAIT / 2,
+                "append {n} waited for the idle limit"
+            );
+        }
+        journal.close();
     }
 }
