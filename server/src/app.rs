@@ -121,7 +121,8 @@ pub async fn build(pool: PgPool, options: AppOptions) -> anyhow::Result<App> {
         Some(journal) => {
             let shipper = Arc::new(
                 Shipper::new(journal.dir.clone(), pool.clone(), journal.metrics.clone())
-                    .with_spend_barrier(spend.clone()),
+                    .with_spend_barrier(spend.clone())
+                    .waking_on(journal.appended.clone()),
             );
             tracker.spawn(shipper.clone().run(cancel.clone()));
             (

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use sqlx::PgPool;
 use time::OffsetDateTime;
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::metrics::JournalMetrics;
@@ -33,6 +34,11 @@ pub struct Shipper {
     metrics: Arc<JournalMetrics>,
     cursor: tokio::sync::Mutex<Option<Cursor>>,
     spend: Option<SpendBarrier>,
+    /// The journal's append signal: a caught-up shipper waits on it instead of checking
+    /// every [`IDLE`].
+    appended: Option<Arc<Notify>>,
+    /// [`IDLE_RECHECK`], longer in the test that proves an append wakes the shipper.
+    idle_recheck: Duration,
 }
 
 impl Shipper {
@@ -43,7 +49,22 @@ impl Shipper {
             metrics,
             cursor: tokio::sync::Mutex::new(None),
             spend: None,
+            appended: None,
+            idle_recheck: IDLE_RECHECK,
         }
+    }
+
+    /// Sleeps while caught up until `appended` is notified (the journal's
+    /// [`super::Journal::appended`]), so an idle replica's shipper does not wake 50 times a second.
+    pub fn waking_on(mut self, appended: Arc<Notify>) -> Self {
+        self.appended = Some(appended);
+        self
+    }
+
+    /// Sets how long a caught-up shipper may go without a pass (default [`IDLE_RECHECK`]).
+    pub fn idle_recheck(mut self, every: Duration) -> Self {
+        self.idle_recheck = every;
+        self
     }
 
     /// Waits on `spend` before each batch is inserted (see [`SpendBarrier`]): one wait per
@@ -66,7 +87,16 @@ impl Shipper {
         loop {
             let journaled = self.metrics.journaled.load(Ordering::Acquire);
             if let Some((at, when)) = caught_up {
-                if at == journaled && when.elapsed() < IDLE_RECHECK {
+                if at == journaled && when.elapsed() < self.idle_recheck {
+                    if let Some(appended) = &self.appended {
+                        // An append wakes it (a permit stored meanwhile is not lost); it then
+                        // waits IDLE, so light traffic still ships in batches.
+                        tokio::select! {
+                            () = cancel.cancelled() => return,
+                            () = appended.notified() => {}
+                            () = tokio::time::sleep(self.idle_recheck.saturating_sub(when.elapsed())) => {}
+                        }
+                    }
                     tokio::select! {
                         () = cancel.cancelled() => return,
                         () = tokio::time::sleep(IDLE) => {}

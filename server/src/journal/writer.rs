@@ -45,6 +45,8 @@ pub struct Journal {
     pub durability: Durability,
     /// Requests forwarded and not yet journaled (`inflight`): what a crash would otherwise forget.
     pub inflight: Arc<InflightLog>,
+    /// Notified on every append: wakes a caught-up shipper ([`super::Shipper::waking_on`]).
+    pub appended: Arc<tokio::sync::Notify>,
     /// Held for the process' lifetime: two processes must never append to one directory.
     _lock: File,
 }
@@ -195,6 +197,7 @@ impl Journal {
             dir: dir.to_owned(),
             durability,
             inflight,
+            appended: Arc::new(tokio::sync::Notify::new()),
             _lock: lock,
         };
         journal.journal_recovered(&recovered)?;
@@ -232,6 +235,7 @@ impl Journal {
         let bytes = record::encode(event);
         let gen = self.write(&bytes)?;
         self.metrics.journaled.fetch_add(1, Ordering::Relaxed);
+        self.appended.notify_one();
         match self.durability {
             Durability::Machine => self.committer.covered(gen).await,
             // `process`: the committer's timer picks the write up within `group_commit`.

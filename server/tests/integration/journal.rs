@@ -226,3 +226,33 @@ async fn postgres_outage_grows_the_backlog_then_drains_once(pool: PgPool) {
         .unwrap();
     assert_eq!(stored.len(), 200);
 }
+
+/// Issue 35: a caught-up shipper sleeps instead of scanning the journal 50 times a second; an
+/// append wakes it. With the idle recheck set to a minute, only the append's signal can ship the
+/// events in time; a gap between appends longer than the old 20 ms tick each time.
+#[sqlx::test(migrations = "../migrations")]
+async fn an_append_wakes_the_idle_shipper(pool: PgPool) {
+    let t = tenant(&pool).await;
+    let dir = tempfile::tempdir().unwrap();
+    let journal = open(dir.path(), Durability::Process);
+    let shipper = Arc::new(
+        Shipper::new(dir.path().to_owned(), pool.clone(), journal.metrics.clone())
+            .waking_on(journal.appended.clone())
+            .idle_recheck(Duration::from_secs(60)),
+    );
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let task = tokio::spawn(shipper.clone().run(cancel.clone()));
+    for n in 1..=3 {
+        // Caught up and asleep.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        journal.append(&event(t, n)).await.unwrap();
+        eventually(Duration::from_secs(10), "the append is shipped", || async {
+            journal.metrics.shipped.load(Ordering::Relaxed) == n as u64
+        })
+        .await;
+    }
+    cancel.cancel();
+    task.await.unwrap();
+    assert_eq!(sums(&pool).await, (3, 2 * 6));
+    journal.close();
+}
