@@ -366,14 +366,15 @@ mod tests {
         // Written at its due time, not at the idle wait's limit (a lost nudge).
         let waited = ended.elapsed();
         assert!(waited >= crate::journal::inflight::ENDS_WAIT);
-        assert!(waited < IDLE_WAIT / 2, "written after {waited:?}");
+        assert!(waited < IDLE_WAIT * 9 / 10, "written after {waited:?}");
         // Idle means idle: no fsync without a journal write.
         assert_eq!(metrics.fsyncs.load(Ordering::Relaxed), fsyncs);
         journal.close();
     }
 
     /// A write wakes the idle committer: `machine` durability returns once fsynced, long before
-    /// the idle wait's limit.
+    /// the idle wait's limit (a lost nudge would wait about the whole second: the committer went
+    /// idle 2 ms before each append; the bound leaves a slow disk room).
     #[tokio::test]
     async fn a_write_wakes_the_idle_committer() {
         let dir = tempfile::tempdir().unwrap();
@@ -390,7 +391,7 @@ mod tests {
             let t = Instant::now();
             journal.append(&event(n)).await.unwrap();
             assert!(
-                t.elapsed() < IDLE_WAIT / 2,
+                t.elapsed() < IDLE_WAIT * 9 / 10,
                 "append {n} waited for the idle limit"
             );
         }
