@@ -227,16 +227,21 @@ fn relay_main(spec: &str) -> ! {
     unreachable!("the relay serves until it is killed")
 }
 
-/// A streaming chat request to `addr` (the gateway ignores nothing of it; the bare relay and the
-/// engine ignore the key).
-fn stream_request(
-    addr: SocketAddr,
-    key: &str,
-    body: &serde_json::Value,
-    close: bool,
-) -> Arc<Vec<u8>> {
+/// A streaming chat request to `addr` for `max_tokens`, one token a second when `paced` (the
+/// simulator's knob, which the bench base lets through); the bare relay and the engine ignore
+/// the key. The short unpaced ones warm up, on a connection closed after them.
+fn stream_request(addr: SocketAddr, key: &str, max_tokens: u32, paced: bool) -> Arc<Vec<u8>> {
+    let mut body = serde_json::json!({
+        "model": "bench-base",
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": max_tokens,
+        "stream": true,
+    });
+    if paced {
+        body["sim"] = serde_json::json!({"token_interval_ms": 1000});
+    }
     let body = body.to_string();
-    let connection = if close { "Connection: close\r\n" } else { "" };
+    let connection = if paced { "" } else { "Connection: close\r\n" };
     Arc::new(
         format!(
             "POST /v1/chat/completions HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {key}\r\n\
@@ -269,30 +274,9 @@ async fn measure(
     for counter in [&OPENED, &CHUNKS, &FAILED] {
         counter.store(0, Ordering::Relaxed);
     }
-    let request = stream_request(
-        addr,
-        key,
-        &serde_json::json!({
-            "model": "bench-base",
-            "messages": [{"role": "user", "content": "hi"}],
-            "max_tokens": 900,
-            "stream": true,
-            "sim": {"token_interval_ms": 1000},
-        }),
-        false,
-    );
+    let request = stream_request(addr, key, 900, true);
     // Warm up: caches filled, one upstream connection made and one stream billed.
-    let warm = stream_request(
-        addr,
-        key,
-        &serde_json::json!({
-            "model": "bench-base",
-            "messages": [{"role": "user", "content": "hi"}],
-            "max_tokens": 2,
-            "stream": true,
-        }),
-        true,
-    );
+    let warm = stream_request(addr, key, 2, false);
     for _ in 0..3 {
         one_stream(addr, warm.clone()).await;
     }

@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use sqlx::PgPool;
 use time::OffsetDateTime;
@@ -34,8 +34,8 @@ pub struct Shipper {
     metrics: Arc<JournalMetrics>,
     cursor: tokio::sync::Mutex<Option<Cursor>>,
     spend: Option<SpendBarrier>,
-    /// The journal's append signal: a caught-up shipper waits on it instead of checking
-    /// every [`IDLE`].
+    /// The journal's append signal: a caught-up shipper sleeps until it instead of passing
+    /// again every [`IDLE`].
     appended: Option<Arc<Notify>>,
     /// [`IDLE_RECHECK`], longer in the test that proves an append wakes the shipper.
     idle_recheck: Duration,
@@ -76,40 +76,26 @@ impl Shipper {
 
     /// Ships until `cancel`, backing off while PostgreSQL is unreachable.
     ///
-    /// A pass that found nothing to ship is not repeated until the journal has taken a write
-    /// since (its `journaled` count moved) or [`IDLE_RECHECK`] has passed: an idle pass lists the
-    /// directory twice and reads the segment on a blocking thread, and 50 of them a second were
-    /// a third of an idle replica's CPU (issue 35).
+    /// With [`Self::waking_on`], a pass that found nothing to ship is followed by a sleep until
+    /// the journal's next append (or [`IDLE_RECHECK`]) instead of another pass [`IDLE`] later: an
+    /// idle pass lists the directory twice and reads the segment on a blocking thread, and 50 of
+    /// them a second were a third of an idle replica's CPU (issue 35).
     pub async fn run(self: Arc<Self>, cancel: CancellationToken) {
         let mut backoff = Duration::from_millis(100);
-        // The journal's write count when a pass last found everything shipped.
-        let mut caught_up: Option<(u64, Instant)> = None;
         loop {
-            let journaled = self.metrics.journaled.load(Ordering::Acquire);
-            if let Some((at, when)) = caught_up {
-                if at == journaled && when.elapsed() < self.idle_recheck {
-                    if let Some(appended) = &self.appended {
-                        // An append wakes it (a permit stored meanwhile is not lost); it then
-                        // waits IDLE, so light traffic still ships in batches.
-                        tokio::select! {
-                            () = cancel.cancelled() => return,
-                            () = appended.notified() => {}
-                            () = tokio::time::sleep(self.idle_recheck.saturating_sub(when.elapsed())) => {}
-                        }
-                    }
-                    tokio::select! {
-                        () = cancel.cancelled() => return,
-                        () = tokio::time::sleep(IDLE) => {}
-                    }
-                    continue;
-                }
-            }
             let cursor = *self.cursor.lock().await;
             let pass = self.ship_once().await;
-            caught_up = match pass {
-                Ok(0) if *self.cursor.lock().await == cursor => Some((journaled, Instant::now())),
-                _ => None,
-            };
+            // Caught up: nothing shipped and the cursor did not move to a later segment.
+            let caught_up = matches!(pass, Ok(0)) && *self.cursor.lock().await == cursor;
+            if let (true, Some(appended)) = (caught_up, &self.appended) {
+                // An append made during the pass left a permit: no append is slept through.
+                // The IDLE pause below still follows, so light traffic ships in batches.
+                tokio::select! {
+                    () = cancel.cancelled() => return,
+                    () = appended.notified() => {}
+                    () = tokio::time::sleep(self.idle_recheck) => {}
+                }
+            }
             let pause = match pass {
                 Ok(n) => {
                     backoff = Duration::from_millis(100);

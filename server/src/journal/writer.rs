@@ -34,7 +34,8 @@ struct Active {
 /// An append writes its record with one `write` call under a short lock, on the caller's task:
 /// the record is in the OS (it survives a crash of this process) when `append` returns, with no
 /// thread hop. Disk durability comes from the group committer thread: in `process` mode it
-/// fsyncs every few milliseconds; in `machine` mode an append waits for the first fsync that
+/// fsyncs at most every group-commit interval while writes come (and sleeps while none do); in
+/// `machine` mode an append waits for the first fsync that
 /// started after its write, so one fsync covers every request waiting at that moment.
 pub struct Journal {
     active: Mutex<Active>,
@@ -238,7 +239,7 @@ impl Journal {
         self.appended.notify_one();
         match self.durability {
             Durability::Machine => self.committer.covered(gen).await,
-            // `process`: the committer's timer picks the write up within `group_commit`.
+            // `process`: the write nudged the committer; it fsyncs within `group_commit`.
             _ => Ok(()),
         }
     }
@@ -257,7 +258,7 @@ impl Journal {
         active.file.write_all(bytes)?;
         active.len += bytes.len() as u64;
         let gen = self.committer.written.fetch_add(1, Ordering::SeqCst) + 1;
-        // `process` mode: an idle committer sleeps until told (it fsyncs within `every` of it).
+        // An idle committer sleeps until told; a busy one sees the write on its next round.
         self.committer.nudge.nudge();
         if active.len >= SEGMENT_BYTES {
             self.rotate(&mut active)?;
