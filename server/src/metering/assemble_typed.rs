@@ -13,6 +13,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::assembly_failure::Failure;
+use super::borrowed::opt_str;
 use super::typed::Dialect;
 
 /// The answer being built.
@@ -175,7 +176,7 @@ fn tree(data: &[u8]) -> Option<Map<String, Value>> {
 /// An event's type.
 #[derive(Deserialize)]
 struct Kind<'a> {
-    #[serde(borrow, rename = "type", default)]
+    #[serde(borrow, rename = "type", default, deserialize_with = "opt_str")]
     kind: Option<Cow<'a, str>>,
 }
 

@@ -8,9 +8,11 @@ use std::borrow::Cow;
 use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 
+use super::borrowed::opt_str;
+
 #[derive(Deserialize)]
 pub struct Chunk<'a> {
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "opt_str")]
     pub id: Option<Cow<'a, str>>,
     #[serde(default)]
     pub created: Option<u64>,
@@ -27,7 +29,7 @@ pub struct Chunk<'a> {
     #[serde(borrow, default)]
     pub error: Option<&'a RawValue>,
     /// `error` in vLLM's older error body (`{"object":"error","message":..}`).
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "opt_str")]
     pub object: Option<Cow<'a, str>>,
 }
 
@@ -43,7 +45,7 @@ pub struct ChunkChoice<'a> {
     pub index: u32,
     #[serde(borrow, default)]
     pub delta: Option<Delta<'a>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "opt_str")]
     pub text: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     pub logprobs: Option<&'a RawValue>,
@@ -55,11 +57,11 @@ pub struct ChunkChoice<'a> {
 
 #[derive(Deserialize)]
 pub struct Delta<'a> {
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "opt_str")]
     pub role: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "opt_str")]
     pub content: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "opt_str")]
     pub reasoning_content: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     pub tool_calls: Option<&'a RawValue>,
@@ -89,8 +91,7 @@ impl<'a> Chunk<'a> {
 impl ChunkChoice<'_> {
     /// The finish reason as a string, when the choice finished.
     pub fn finish_reason(&self) -> Option<Cow<'_, str>> {
-        self.finish_reason
-            .and_then(|f| serde_json::from_str(f.get()).ok())
+        self.finish_reason.and_then(super::borrowed::str_of)
     }
 }
 
@@ -112,5 +113,29 @@ mod tests {
         assert!(c.usage().is_none());
         let done = Chunk::parse(br#"{"choices":[{"finish_reason":"length"}]}"#).unwrap();
         assert_eq!(done.choices()[0].finish_reason().as_deref(), Some("length"));
+        assert!(matches!(
+            done.choices()[0].finish_reason(),
+            Some(Cow::Borrowed(_))
+        ));
+    }
+
+    #[test]
+    fn a_chunks_strings_are_borrowed_from_its_bytes() {
+        let c = Chunk::parse(
+            br#"{"id":"chatcmpl-1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant","content":"hi","reasoning_content":"r"},"text":"t"}]}"#,
+        )
+        .unwrap();
+        let choice = &c.choices()[0];
+        let delta = choice.delta.as_ref().unwrap();
+        for s in [
+            &c.id,
+            &c.object,
+            &choice.text,
+            &delta.role,
+            &delta.content,
+            &delta.reasoning_content,
+        ] {
+            assert!(matches!(s, Some(Cow::Borrowed(_))), "copied: {s:?}");
+        }
     }
 }

@@ -12,6 +12,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::assemble::Assembler;
+use super::borrowed::opt_str;
 use super::chunk::Chunk;
 use super::count::{Field, OutputCounter, OutputTally, Part};
 use super::edit::{self, Span, UsageEdit};
@@ -46,9 +47,9 @@ pub(crate) struct ToolCallProbe<'a> {
 
 #[derive(Deserialize)]
 struct FunctionProbe<'a> {
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "opt_str")]
     name: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "opt_str")]
     arguments: Option<Cow<'a, str>>,
 }
 

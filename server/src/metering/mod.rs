@@ -5,6 +5,7 @@
 pub mod assemble;
 pub mod assemble_typed;
 pub mod assembly_failure;
+pub mod borrowed;
 pub mod chunk;
 pub mod context;
 pub mod count;

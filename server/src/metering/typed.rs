@@ -24,6 +24,7 @@ use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use super::borrowed::opt_str;
 use super::count::{Field, OutputCounter, OutputTally, Part};
 use super::edit;
 use crate::endpoint::Endpoint;
@@ -80,7 +81,7 @@ impl Dialect {
 
 #[derive(Deserialize)]
 struct Event<'a> {
-    #[serde(borrow, rename = "type", default)]
+    #[serde(borrow, rename = "type", default, deserialize_with = "opt_str")]
     kind: Option<std::borrow::Cow<'a, str>>,
     /// Responses: the whole response (created, in_progress, completed, ...).
     #[serde(borrow, default)]
@@ -329,11 +330,11 @@ fn output_delta(kind: &str, delta: Option<&RawValue>, tally: &mut OutputTally) -
     if kind == "content_block_delta" {
         #[derive(Deserialize)]
         struct Block<'a> {
-            #[serde(borrow, default)]
+            #[serde(borrow, default, deserialize_with = "opt_str")]
             text: Option<std::borrow::Cow<'a, str>>,
-            #[serde(borrow, default)]
+            #[serde(borrow, default, deserialize_with = "opt_str")]
             thinking: Option<std::borrow::Cow<'a, str>>,
-            #[serde(borrow, default)]
+            #[serde(borrow, default, deserialize_with = "opt_str")]
             partial_json: Option<std::borrow::Cow<'a, str>>,
         }
         let Ok(b) = serde_json::from_str::<Block<'_>>(delta.get()) else {

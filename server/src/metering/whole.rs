@@ -27,6 +27,7 @@ use futures::{Stream, StreamExt};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use super::borrowed::opt_str;
 use super::context::{settle, Pending};
 use super::count::{Field, OutputCounter, OutputTally, Part};
 use crate::usage::{Usage, UsageStatus};
@@ -55,7 +56,7 @@ struct WholeProbe<'a> {
     data: Option<&'a RawValue>,
     #[serde(borrow, default)]
     error: Option<&'a RawValue>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "opt_str")]
     object: Option<std::borrow::Cow<'a, str>>,
 }
 
@@ -75,15 +76,15 @@ impl WholeProbe<'_> {
 struct ChoiceText<'a> {
     #[serde(borrow, default)]
     message: Option<MessageText<'a>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "opt_str")]
     text: Option<std::borrow::Cow<'a, str>>,
 }
 
 #[derive(Deserialize)]
 struct MessageText<'a> {
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "opt_str")]
     content: Option<std::borrow::Cow<'a, str>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "opt_str")]
     reasoning_content: Option<std::borrow::Cow<'a, str>>,
     #[serde(borrow, default)]
     tool_calls: Option<&'a RawValue>,
