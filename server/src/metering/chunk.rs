@@ -8,7 +8,7 @@ use std::borrow::Cow;
 use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 
-use super::borrowed::opt_str;
+use super::borrowed::{opt_str, str_of};
 
 #[derive(Deserialize)]
 pub struct Chunk<'a> {
@@ -91,7 +91,7 @@ impl<'a> Chunk<'a> {
 impl ChunkChoice<'_> {
     /// The finish reason as a string, when the choice finished.
     pub fn finish_reason(&self) -> Option<Cow<'_, str>> {
-        self.finish_reason.and_then(super::borrowed::str_of)
+        self.finish_reason.and_then(str_of)
     }
 }
 
