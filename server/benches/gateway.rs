@@ -8,7 +8,8 @@
 //! `cargo bench -p tokenfactory --bench gateway` (needs PostgreSQL; uses database
 //! `tokenfactory_bench`, recreated each run). Env: `TF_BENCH_SECONDS` (per phase, default 5),
 //! `TF_BENCH_CONNECTIONS` (default 50), `TF_BENCH_ONLY=bodies` (only the body-capture phases:
-//! the same load through the gateway for a tenant without and with body logging, alternating).
+//! the same load through the gateway for a tenant without and with body logging, alternating),
+//! `TF_BENCH_SIM` (an engine simulator running as a process of its own, see `serve_sim`).
 
 #![allow(
     clippy::disallowed_methods,
@@ -146,7 +147,13 @@ fn memchr_count(b: &[u8]) -> u64 {
     b.windows(2).filter(|w| w == b"\n\n").count() as u64
 }
 
+/// The engine: `TF_BENCH_SIM=host:port` names one running as a process of its own
+/// (`tokenfactory engine-sim --models bench-base,bench-embed`), so this process's CPU is the load
+/// generator's and the gateway's alone; otherwise a simulator in this process.
 async fn serve_sim() -> SocketAddr {
+    if let Ok(addr) = std::env::var("TF_BENCH_SIM") {
+        return addr.parse().expect("TF_BENCH_SIM is host:port");
+    }
     let sim = EngineSim::new(SimConfig {
         models: vec!["bench-base".into(), "bench-embed".into()],
         ..SimConfig::default()

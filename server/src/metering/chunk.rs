@@ -8,7 +8,7 @@ use std::borrow::Cow;
 use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 
-use super::borrowed::{opt_str, str_of};
+use super::borrowed::{from_event, opt_str, str_of};
 
 #[derive(Deserialize)]
 pub struct Chunk<'a> {
@@ -69,7 +69,7 @@ pub struct Delta<'a> {
 
 impl<'a> Chunk<'a> {
     pub fn parse(data: &'a [u8]) -> Option<Self> {
-        serde_json::from_slice(data).ok()
+        from_event(data)
     }
 
     /// The choices (none when the member is absent).

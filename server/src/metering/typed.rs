@@ -184,7 +184,7 @@ pub struct TypedMeter {
 impl TypedMeter {
     /// Reads one event's data (`raw`: the whole event, for locating the model).
     pub fn on_data(&mut self, dialect: Dialect, raw: &[u8], data: &[u8]) -> Seen {
-        let Ok(event) = serde_json::from_slice::<Event<'_>>(data) else {
+        let Some(event) = super::borrowed::from_event::<Event<'_>>(data) else {
             return Seen::default();
         };
         let kind = event.kind.as_deref().unwrap_or_default();
