@@ -4,9 +4,9 @@
 //! chunk (its `id`, `object`, `role`, `content`), so every such field reads through
 //! [`opt_str`] (issue 35). A string with escapes is still decoded into an owned one.
 //!
-//! An engine's event is read with [`from_event`]: one UTF-8 check of the whole event, then
-//! serde_json reads it as a `str`. Read from bytes, serde_json checks every string it borrows
-//! again, keys included: a dozen checks per streamed chunk.
+//! The meters read each engine event with [`from_event`]: one UTF-8 check of the whole event,
+//! then serde_json reads it as a `str`. Read from bytes, serde_json checks every string it
+//! borrows again, keys included: a dozen checks per streamed chunk.
 
 use std::borrow::Cow;
 

@@ -24,7 +24,7 @@ use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::borrowed::opt_str;
+use super::borrowed::{from_event, opt_str};
 use super::count::{Field, OutputCounter, OutputTally, Part};
 use super::edit;
 use crate::endpoint::Endpoint;
@@ -184,7 +184,7 @@ pub struct TypedMeter {
 impl TypedMeter {
     /// Reads one event's data (`raw`: the whole event, for locating the model).
     pub fn on_data(&mut self, dialect: Dialect, raw: &[u8], data: &[u8]) -> Seen {
-        let Some(event) = super::borrowed::from_event::<Event<'_>>(data) else {
+        let Some(event) = from_event::<Event<'_>>(data) else {
             return Seen::default();
         };
         let kind = event.kind.as_deref().unwrap_or_default();
