@@ -146,15 +146,17 @@ pub async fn run(x: Exchange, ctx: MeterContext) -> Reply {
             Endpoint::Responses | Endpoint::Messages => Shape::Typed(dialect),
         };
         let mut meter = StreamMeter::new(wants)
-            .with_served_model(&ctx.event.served_name)
             .with_dialect(dialect)
             .with_counter(ctx.counter.clone());
-        if !x.stream && dialect == Dialect::Chunks {
-            // One parse per event serves the meter and the answer.
-            meter = meter.assembling(
+        meter = if !x.stream && dialect == Dialect::Chunks {
+            // One parse per event serves the meter and the answer; no chunk is relayed, so the
+            // served name is the answer's alone.
+            meter.assembling(
                 assemble::Assembler::new(shape).with_served_model(&ctx.event.served_name),
-            );
-        }
+            )
+        } else {
+            meter.with_served_model(&ctx.event.served_name)
+        };
         let silence = Silence {
             first: chunk_timeout.max(x.upstream.first_byte_timeout),
             between: chunk_timeout,
@@ -188,7 +190,9 @@ pub async fn run(x: Exchange, ctx: MeterContext) -> Reply {
         };
         let status = upstream.status;
         let content_type = upstream.headers.get(http::header::CONTENT_TYPE).cloned();
-        match whole::read_whole(upstream.body, &mut pending, limits).await {
+        // Boxed: a JSON answer where a stream was asked for is rare, and its reader's state
+        // (a few KiB) inline would be moved with every exchange's future.
+        match Box::pin(whole::read_whole(upstream.body, &mut pending, limits)).await {
             WholeOutcome::Answer(body) => Reply::Whole(WholeResponse {
                 status,
                 content_type,

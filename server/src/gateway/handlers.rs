@@ -140,7 +140,8 @@ async fn serve(gw: Gateway, endpoint: Endpoint, req: Request) -> Response {
     if traces::on() {
         close_trace(&span, response.status(), error);
     }
-    if let Ok(v) = HeaderValue::from_str(&id.to_string()) {
+    let mut text = Uuid::encode_buffer();
+    if let Ok(v) = HeaderValue::from_str(id.hyphenated().encode_lower(&mut text)) {
         response.headers_mut().insert("x-request-id", v);
     }
     response

@@ -3,10 +3,11 @@
 //! `cache_salt`, strip the base's denied engine-control fields; every other field passes through
 //! untouched.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
-use serde_json::value::{to_raw_value, RawValue};
-use serde_json::{Map, Value};
+use serde_json::value::RawValue;
+use serde_json::Value;
 use uuid::Uuid;
 
 use super::error::GatewayError;
@@ -424,36 +425,39 @@ impl ClientRequest<'_> {
     ) -> Result<Vec<u8>, GatewayError> {
         let reencode =
             |_| GatewayError::bad_request("The request body could not be re-encoded.", None);
-        let mut replaced: BTreeMap<&str, Box<RawValue>> = BTreeMap::new();
-        replaced.insert(
-            "model",
-            to_raw_value(&route.upstream_model).map_err(reencode)?,
-        );
+        // Our members as JSON text; the common ones are constants, not built per request.
+        let mut replaced: BTreeMap<&str, Cow<'static, str>> = BTreeMap::new();
+        replaced.insert("model", json(&route.upstream_model)?);
         if let (None, Some(limit)) = (self.max_tokens(endpoint), Self::limit_field(endpoint)) {
             // INVARIANT: the engine's limit is the one admission reserved for (test:
             // quota_bounds::omitted_max_tokens_is_capped_upstream).
-            replaced.insert(limit, to_raw_value(&default_cap).map_err(reencode)?);
+            replaced.insert(limit, Cow::Owned(default_cap.to_string()));
         }
         if stream && endpoint.generates() {
             // The client may have asked for one JSON answer: the engine streams regardless.
-            replaced.insert("stream", to_raw_value(&true).map_err(reencode)?);
+            replaced.insert("stream", Cow::Borrowed("true"));
         }
         if endpoint == Endpoint::Responses {
             // INVARIANT: the engine keeps no response another tenant could fetch by id (test:
             // typed_endpoints::responses_refuse_engine_state_for_every_tenant).
-            replaced.insert("store", to_raw_value(&false).map_err(reencode)?);
+            replaced.insert("store", Cow::Borrowed("false"));
         }
         // Responses and Messages report usage in their stream's final events unasked.
         if stream && matches!(endpoint, Endpoint::Chat | Endpoint::Completions) {
-            let mut options = match field::<Value>(&self.body, "stream_options") {
-                Some(Ok(Value::Object(o))) => o,
-                _ => Map::new(),
+            let options = match field::<Value>(&self.body, "stream_options") {
+                Some(Ok(Value::Object(mut o))) => {
+                    o.insert("include_usage".into(), Value::Bool(true));
+                    if route.continuous_usage {
+                        o.insert("continuous_usage_stats".into(), Value::Bool(true));
+                    }
+                    json(&o)?
+                }
+                _ if route.continuous_usage => {
+                    Cow::Borrowed(r#"{"continuous_usage_stats":true,"include_usage":true}"#)
+                }
+                _ => Cow::Borrowed(r#"{"include_usage":true}"#),
             };
-            options.insert("include_usage".into(), Value::Bool(true));
-            if route.continuous_usage {
-                options.insert("continuous_usage_stats".into(), Value::Bool(true));
-            }
-            replaced.insert("stream_options", to_raw_value(&options).map_err(reencode)?);
+            replaced.insert("stream_options", options);
         }
         // INVARIANT: only the base's allowed `nvext` keys reach the engine (worker pins and
         // agent hints are stripped by default; test:
@@ -485,10 +489,10 @@ impl ClientRequest<'_> {
             if let Some(n) = &mut nvext {
                 n.insert("cache_salt".into(), Value::String(salt.clone()));
             }
-            replaced.insert("cache_salt", to_raw_value(&salt).map_err(reencode)?);
+            replaced.insert("cache_salt", json(&salt)?);
         }
         if let Some(n) = nvext {
-            replaced.insert("nvext", to_raw_value(&n).map_err(reencode)?);
+            replaced.insert("nvext", json(&n)?);
         }
         // The client's members (not `nvext`: not an object is nothing an engine could read
         // safely, an object was rebuilt above) and ours, merged in key order and written as they
@@ -503,7 +507,7 @@ impl ClientRequest<'_> {
                     && !route.policy.denied_fields.iter().any(|d| d == k)
             })
             .peekable();
-        let mut ours = replaced.iter().map(|(k, v)| (*k, v.get())).peekable();
+        let mut ours = replaced.iter().map(|(k, v)| (*k, v.as_ref())).peekable();
         let mut out = Vec::with_capacity(self.body_len + 256);
         out.push(b'{');
         loop {
@@ -524,6 +528,13 @@ impl ClientRequest<'_> {
         out.push(b'}');
         Ok(out)
     }
+}
+
+/// A member's value as JSON text.
+fn json<T: serde::Serialize + ?Sized>(value: &T) -> Result<Cow<'static, str>, GatewayError> {
+    serde_json::to_string(value)
+        .map(Cow::Owned)
+        .map_err(|_| GatewayError::bad_request("The request body could not be re-encoded.", None))
 }
 
 /// The prompt's tokens for billing a request that was cut before the engine reported usage: by
@@ -710,6 +721,15 @@ mod tests {
         assert_eq!(v["stream_options"]["x"], 1);
         assert_eq!(v["cache_salt"], format!("{tenant}:mine"));
         assert_eq!(v["max_tokens"], 12);
+        // Without the client's own options ours are written as they always read.
+        let r = parse(br#"{"model":"m","max_tokens":1}"#).unwrap();
+        let out = r
+            .upstream_body(Endpoint::Chat, true, &route(SaltPolicy::Shared), tenant, 99)
+            .unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            r#"{"max_tokens":1,"model":"engine-m","stream":true,"stream_options":{"continuous_usage_stats":true,"include_usage":true}}"#
+        );
         // A shared-cache model leaves the client's salt alone; a non-stream adds no options.
         let r = parse(br#"{"model":"m","max_completion_tokens":5,"max_tokens":9}"#).unwrap();
         assert_eq!(r.max_tokens(Endpoint::Chat), Some(5));

@@ -8,7 +8,7 @@
 //! Anything that does not parse is an error, never a guess: a body whose framing is broken ends
 //! the exchange as an upstream failure and the connection is closed, not reused.
 
-use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use http::{HeaderMap, HeaderValue, StatusCode};
 use uuid::Uuid;
 
 /// Longest response head accepted (hyper's default limit is about 400 KiB; an engine's is a few
@@ -79,6 +79,8 @@ pub enum Framing {
 #[derive(Debug)]
 pub struct Head {
     pub status: StatusCode,
+    /// `content-type` and `retry-after`, the fields the exchange reads; framing and reuse are
+    /// read from the head here.
     pub headers: HeaderMap,
     pub framing: Framing,
     /// Whether the connection may carry another request once the body ended.
@@ -119,18 +121,27 @@ pub fn parse_head(buf: &[u8]) -> Result<Parsed, WireError> {
     if status.is_informational() {
         return Ok(Parsed::Interim(len));
     }
-    let mut headers = HeaderMap::with_capacity(response.headers.len());
-    for field in response.headers.iter() {
-        let name = HeaderName::from_bytes(field.name.as_bytes())
-            .map_err(|_| WireError::Head(httparse::Error::HeaderName))?;
+    // Only the headers the exchange reads are kept (a `HeaderMap` of every field cost a hash,
+    // a name lookup and an allocation per field, on every request); framing reads the fields.
+    let fields = &*response.headers;
+    let mut headers = HeaderMap::new();
+    for field in fields {
+        let name = field.name.as_bytes();
+        let kept = if name.eq_ignore_ascii_case(b"content-type") {
+            http::header::CONTENT_TYPE
+        } else if name.eq_ignore_ascii_case(b"retry-after") {
+            http::header::RETRY_AFTER
+        } else {
+            continue;
+        };
         let value = HeaderValue::from_bytes(field.value).map_err(|_| WireError::HeaderValue)?;
-        headers.append(name, value);
+        headers.append(kept, value);
     }
-    let (framing, smuggled) = framing(status, &headers)?;
+    let (framing, smuggled) = framing(status, fields)?;
     let keep_alive = response.version == Some(1)
         && framing != Framing::Close
         && !smuggled
-        && !has_token(&headers, http::header::CONNECTION, "close");
+        && !has_token(fields, "connection", "close");
     Ok(Parsed::Head(
         Head {
             status,
@@ -144,16 +155,17 @@ pub fn parse_head(buf: &[u8]) -> Result<Parsed, WireError> {
 
 /// The body's framing (RFC 9112 section 6.3), and whether the head carried both
 /// `transfer-encoding` and `content-length` (then the connection is not reused).
-fn framing(status: StatusCode, headers: &HeaderMap) -> Result<(Framing, bool), WireError> {
+fn framing(
+    status: StatusCode,
+    fields: &[httparse::Header<'_>],
+) -> Result<(Framing, bool), WireError> {
     if status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED {
         return Ok((Framing::Length(0), false));
     }
-    let has_length = headers.contains_key(http::header::CONTENT_LENGTH);
-    if headers.contains_key(http::header::TRANSFER_ENCODING) {
-        let last = headers
-            .get_all(http::header::TRANSFER_ENCODING)
-            .iter()
-            .flat_map(|v| v.as_bytes().split(|b| *b == b','))
+    let has_length = values(fields, "content-length").next().is_some();
+    if values(fields, "transfer-encoding").next().is_some() {
+        let last = values(fields, "transfer-encoding")
+            .flat_map(|v| v.split(|b| *b == b','))
             .map(<[u8]>::trim_ascii)
             .rfind(|t| !t.is_empty());
         let chunked = last.is_some_and(|t| t.eq_ignore_ascii_case(b"chunked"));
@@ -169,8 +181,8 @@ fn framing(status: StatusCode, headers: &HeaderMap) -> Result<(Framing, bool), W
     }
     // Repeated values (in one field or several) must all agree.
     let mut length = None;
-    for value in headers.get_all(http::header::CONTENT_LENGTH) {
-        for part in value.as_bytes().split(|b| *b == b',') {
+    for value in values(fields, "content-length") {
+        for part in value.split(|b| *b == b',') {
             let part = part.trim_ascii();
             if part.is_empty() || !part.iter().all(u8::is_ascii_digit) {
                 return Err(WireError::ContentLength);
@@ -190,11 +202,21 @@ fn framing(status: StatusCode, headers: &HeaderMap) -> Result<(Framing, bool), W
         .ok_or(WireError::ContentLength)
 }
 
+/// The values of every field named `name` (any case), in order.
+fn values<'a>(
+    fields: &'a [httparse::Header<'a>],
+    name: &'a str,
+) -> impl DoubleEndedIterator<Item = &'a [u8]> + 'a {
+    fields
+        .iter()
+        .filter(move |f| f.name.eq_ignore_ascii_case(name))
+        .map(|f| f.value)
+}
+
 /// Whether a comma-separated header (such as `connection`) lists `token`.
-fn has_token(headers: &HeaderMap, name: HeaderName, token: &str) -> bool {
-    headers.get_all(name).iter().any(|v| {
-        v.as_bytes()
-            .split(|b| *b == b',')
+fn has_token(fields: &[httparse::Header<'_>], name: &str, token: &str) -> bool {
+    values(fields, name).any(|v| {
+        v.split(|b| *b == b',')
             .any(|t| t.trim_ascii().eq_ignore_ascii_case(token.as_bytes()))
     })
 }
@@ -400,6 +422,14 @@ mod tests {
         assert_eq!(h.framing, Framing::Chunked);
         assert!(h.keep_alive);
         assert_eq!(h.headers["content-type"], "text/event-stream");
+        // Only the fields the exchange reads are kept.
+        assert_eq!(h.headers.len(), 1);
+        let h = head("HTTP/1.1 429 Too Many\r\nRetry-After: 3\r\nX-Other: y\r\nContent-Length: 0\r\nCONNECTION: Close\r\n\r\n");
+        assert_eq!(h.headers["retry-after"], "3");
+        assert_eq!(
+            (h.headers.len(), h.framing, h.keep_alive),
+            (1, Framing::Length(0), false)
+        );
 
         let h = head(
             "HTTP/1.1 404 Not Found\r\ncontent-length: 7\r\nconnection: keep-alive, Close\r\n\r\n",

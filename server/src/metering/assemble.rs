@@ -51,7 +51,10 @@ pub struct Assembler {
     served_model: Option<String>,
     id: Option<String>,
     created: Option<u64>,
+    /// The engine's name (when no served name is set).
     model: Option<String>,
+    /// A chunk named a model: the answer names one (the served name, when set).
+    named: bool,
     fingerprint: Option<Box<RawValue>>,
     choices: BTreeMap<u32, Choice>,
     usage: Option<Box<RawValue>>,
@@ -163,6 +166,7 @@ impl Assembler {
             id: None,
             created: None,
             model: None,
+            named: false,
             fingerprint: None,
             choices: BTreeMap::new(),
             usage: None,
@@ -179,6 +183,10 @@ impl Assembler {
 
     /// Takes one SSE `data:` payload (`[DONE]` and unreadable ones are skipped).
     pub fn push(&mut self, data: &[u8]) {
+        // Every stream's end: not parsed (a failed parse builds an error, about as dear as a chunk).
+        if data == b"[DONE]" {
+            return;
+        }
         if let Some(chunk) = Chunk::parse(data) {
             self.add(chunk);
         }
@@ -206,10 +214,10 @@ impl Assembler {
         }
         if let Some(m) = chunk.model {
             // The served name once, not a copy per chunk; else the engine's, as last named.
-            match &self.served_model {
-                Some(served) if self.model.is_none() => self.model = Some(served.clone()),
-                Some(_) => {}
-                None => self.model = serde_json::from_str::<String>(m.get()).ok(),
+            if self.served_model.is_some() {
+                self.named = true;
+            } else {
+                self.model = serde_json::from_str::<String>(m.get()).ok();
             }
         }
         if let Some(f) = chunk.system_fingerprint {
@@ -289,7 +297,12 @@ impl Assembler {
                 "text_completion"
             },
             created: self.created.unwrap_or(0),
-            model: self.model.as_deref().unwrap_or_default(),
+            model: if self.named {
+                self.served_model.as_deref()
+            } else {
+                self.model.as_deref()
+            }
+            .unwrap_or_default(),
             system_fingerprint: self.fingerprint.as_deref(),
             choices,
             usage: self.usage.as_deref(),
