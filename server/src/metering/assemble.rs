@@ -183,7 +183,7 @@ impl Assembler {
 
     /// Takes one SSE `data:` payload (`[DONE]` and unreadable ones are skipped).
     pub fn push(&mut self, data: &[u8]) {
-        // Every stream's end: not parsed (a failed parse builds an error, about as dear as a chunk).
+        // Every stream's end: not parsed (a failed parse allocates its error).
         if data == b"[DONE]" {
             return;
         }
