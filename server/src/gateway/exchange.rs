@@ -145,10 +145,10 @@ pub async fn run(x: Exchange, ctx: MeterContext) -> Reply {
             Endpoint::Completions | Endpoint::Embeddings => Shape::Text,
             Endpoint::Responses | Endpoint::Messages => Shape::Typed(dialect),
         };
-        let mut meter = StreamMeter::new(wants)
+        let meter = StreamMeter::new(wants)
             .with_dialect(dialect)
             .with_counter(ctx.counter.clone());
-        meter = if !x.stream && dialect == Dialect::Chunks {
+        let meter = if !x.stream && dialect == Dialect::Chunks {
             // One parse per event serves the meter and the answer; no chunk is relayed, so the
             // served name is the answer's alone.
             meter.assembling(

@@ -423,8 +423,6 @@ impl ClientRequest<'_> {
         tenant: Uuid,
         default_cap: u64,
     ) -> Result<Vec<u8>, GatewayError> {
-        let reencode =
-            |_| GatewayError::bad_request("The request body could not be re-encoded.", None);
         // Our members as JSON text; the common ones are constants, not built per request.
         let mut replaced: BTreeMap<&str, Cow<'static, str>> = BTreeMap::new();
         replaced.insert("model", json(&route.upstream_model)?);
@@ -521,7 +519,7 @@ impl ClientRequest<'_> {
             if out.len() > 1 {
                 out.push(b',');
             }
-            serde_json::to_writer(&mut out, key).map_err(reencode)?;
+            serde_json::to_writer(&mut out, key).map_err(|_| unencodable())?;
             out.push(b':');
             out.extend_from_slice(value.as_bytes());
         }
@@ -534,7 +532,12 @@ impl ClientRequest<'_> {
 fn json<T: serde::Serialize + ?Sized>(value: &T) -> Result<Cow<'static, str>, GatewayError> {
     serde_json::to_string(value)
         .map(Cow::Owned)
-        .map_err(|_| GatewayError::bad_request("The request body could not be re-encoded.", None))
+        .map_err(|_| unencodable())
+}
+
+/// The rewritten body could not be written as JSON.
+fn unencodable() -> GatewayError {
+    GatewayError::bad_request("The request body could not be re-encoded.", None)
 }
 
 /// The prompt's tokens for billing a request that was cut before the engine reported usage: by

@@ -163,8 +163,9 @@ fn framing(
         return Ok((Framing::Length(0), false));
     }
     let has_length = values(fields, "content-length").next().is_some();
-    if values(fields, "transfer-encoding").next().is_some() {
-        let last = values(fields, "transfer-encoding")
+    let mut codings = values(fields, "transfer-encoding").peekable();
+    if codings.peek().is_some() {
+        let last = codings
             .flat_map(|v| v.split(|b| *b == b','))
             .map(<[u8]>::trim_ascii)
             .rfind(|t| !t.is_empty());
