@@ -13,7 +13,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::assembly_failure::Failure;
-use super::borrowed::opt_str;
+use super::borrowed::{from_event, opt_str};
 use super::typed::Dialect;
 
 /// The answer being built.
@@ -46,14 +46,14 @@ impl TypedAssembler {
         // The type first, borrowed: most events (a Responses stream's deltas, its `created` and
         // `in_progress` snapshots of the whole response) play no part in the answer, and
         // parsing each into a `Value` tree cost more than the rest of the request (issue 35).
-        let Ok(Kind { kind }) = serde_json::from_slice::<Kind<'_>>(data) else {
+        let Some(Kind { kind }) = from_event::<Kind<'_>>(data) else {
             return;
         };
         let kind = kind.unwrap_or_default();
         // Only the events an answer is built from are parsed whole (`tree`).
         match (self.dialect, kind.as_ref()) {
             (Dialect::Responses, "response.completed" | "response.incomplete") => {
-                if let Ok(Final { response: Some(r) }) = serde_json::from_slice::<Final<'_>>(data) {
+                if let Some(Final { response: Some(r) }) = from_event::<Final<'_>>(data) {
                     if r.get().starts_with('{') {
                         // A copy, not a parse: the final response is the largest event of the stream.
                         self.response = Some(r.to_owned());

@@ -4,9 +4,11 @@
 //! chunk (its `id`, `object`, `role`, `content`), so every such field reads through
 //! [`opt_str`] (issue 35). A string with escapes is still decoded into an owned one.
 //!
-//! The meters read each engine event with [`from_event`]: one UTF-8 check of the whole event,
-//! then serde_json reads it as a `str`. Read from bytes, serde_json checks every string it
-//! borrows again, keys included: a dozen checks per streamed chunk.
+//! The meters and the assemblers read each engine event, and the meter its kept usage, with
+//! [`from_event`]: one UTF-8 check of the whole text, then serde_json reads it as a `str`. Read
+//! from bytes, serde_json checks every string it reads again, keys included: a dozen checks per
+//! streamed chunk, and a fifth of the cost of reading a `usage` object (2,713 against 2,194
+//! instructions).
 
 use std::borrow::Cow;
 

@@ -12,7 +12,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::assemble::Assembler;
-use super::borrowed::opt_str;
+use super::borrowed::{from_event, opt_str};
 use super::chunk::Chunk;
 use super::count::{Field, OutputCounter, OutputTally, Part};
 use super::edit::{self, Span, UsageEdit};
@@ -255,7 +255,7 @@ impl StreamMeter {
         }
         self.last_usage
             .as_ref()
-            .and_then(|raw| serde_json::from_slice(raw).ok())
+            .and_then(|raw| from_event(raw))
     }
     /// Whether the usage captured is the engine's final count (the usage chunk, or usage on a
     /// finished chunk), not a running count of a stream that ended early.
