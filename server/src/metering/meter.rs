@@ -253,9 +253,7 @@ impl StreamMeter {
         if self.dialect != Dialect::Chunks {
             return self.typed.usage();
         }
-        self.last_usage
-            .as_ref()
-            .and_then(|raw| from_event(raw))
+        self.last_usage.as_ref().and_then(|raw| from_event(raw))
     }
     /// Whether the usage captured is the engine's final count (the usage chunk, or usage on a
     /// finished chunk), not a running count of a stream that ended early.
