@@ -239,4 +239,16 @@ mod tests {
             Err(Failure::Error(Some("upstream_timeout".into())))
         );
     }
+
+    /// An event that is not UTF-8 is no answer, as the meter does not count it complete.
+    #[test]
+    fn a_completed_event_that_is_not_utf8_is_not_the_answer() {
+        let mut a = TypedAssembler::new(Dialect::Responses);
+        a.push(b"{\"type\":\"response.completed\",\"response\":{\"id\":\"resp_\xff\"}}");
+        assert_eq!(a.finish(), Err(Failure::Broken));
+        let mut a = TypedAssembler::new(Dialect::Responses);
+        a.push(b"{\"type\":\"response.completed\",\"response\":{\"id\":\"resp_\xc3\xa9\"}}");
+        let v: Value = serde_json::from_slice(&a.finish().unwrap()).unwrap();
+        assert_eq!(v["id"], "resp_\u{e9}");
+    }
 }
