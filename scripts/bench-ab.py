@@ -42,11 +42,15 @@ def run(binary, args):
     return float(m.group(1)), float(m.group(2))
 
 
+def spread(xs):
+    """Standard deviation over mean: how far one binary's runs swing."""
+    return statistics.stdev(xs) / statistics.mean(xs) if len(xs) > 1 else 0.0
+
+
 def summary(name, base, new):
     ratios = [n / b for b, n in zip(base, new)]
     mean = statistics.mean(ratios)
     se = statistics.stdev(ratios) / math.sqrt(len(ratios)) if len(ratios) > 1 else float("nan")
-    spread = lambda xs: statistics.stdev(xs) / statistics.mean(xs) if len(xs) > 1 else 0.0
     print(
         f"{name}: new/baseline per pair mean {mean:.3f} (standard error {se:.3f}), "
         f"median {statistics.median(ratios):.3f}; run-to-run spread baseline "
@@ -66,9 +70,12 @@ def main():
     base, new = [], []
     for i in range(args.pairs):
         # The order flips every pair, so a drift on the machine weighs on both alike.
-        first, second = (args.baseline, args.new) if i % 2 == 0 else (args.new, args.baseline)
-        a, b = run(first, args), run(second, args)
-        (bl, nw) = (a, b) if i % 2 == 0 else (b, a)
+        if i % 2 == 0:
+            bl = run(args.baseline, args)
+            nw = run(args.new, args)
+        else:
+            nw = run(args.new, args)
+            bl = run(args.baseline, args)
         base.append(bl)
         new.append(nw)
         print(

@@ -167,8 +167,8 @@ impl TypedAssembler {
 
 /// An event parsed whole, when it is an object.
 fn tree(data: &[u8]) -> Option<Map<String, Value>> {
-    match serde_json::from_slice::<Value>(data) {
-        Ok(Value::Object(event)) => Some(event),
+    match from_event::<Value>(data) {
+        Some(Value::Object(event)) => Some(event),
         _ => None,
     }
 }
