@@ -10,24 +10,19 @@
 //! The log is a series of generation files `inflight/{seq:016}.log` of journal-framed records
 //! (length, CRC-32, payload): binary entries ([`put_entry`]); a file an older binary wrote holds
 //! JSON entries, which are still read (an older binary skips the binary ones it cannot read, so a
-//! rollback loses only the recovery of what was in flight). A generation past
-//! [`GENERATION_BYTES`] is closed for new starts, and its file is deleted once every request
-//! started in it has ended, so the log stays small without ever rewriting a record that a crash
-//! could tear.
+//! rollback loses only the recovery of what was in flight). A generation holds
+//! [`GENERATION_BYTES`]; a start that does not fit opens the next one, and a closed generation's
+//! file is deleted once every request started in it has ended, so the log stays small without
+//! ever rewriting a record that a crash could tear.
 //!
-//! Ends and progress are not written on their own: they wait in memory and leave with the next
-//! start in the same `write`, or once [`ENDS_WAIT`] has passed (the journal's group committer
-//! writes what is due, [`InflightLog::write_due`]) or [`ENDS_BYTES`] are waiting. Under load that
-//! halves the log's system calls per request, and a stream's progress no longer costs a `write`
-//! of its own each second (issue 35). Losing a waiting end to a crash is harmless: the request's
-//! own event is already in the journal, so the recovered `interrupted` copy carries the same
-//! request id and PostgreSQL's primary key absorbs it. Losing a waiting progress bills the
-//! request at the progress before it: at most [`ENDS_WAIT`] (and a group-commit interval) more
-//! behind than the second [`PROGRESS_EVERY`] already allows, never more than was relayed.
+//! Records are copied into the generation's shared file mapping ([`super::mapped`]) under a lock
+//! held for that copy alone: no system call per record (issue 35), so every record, end and
+//! progress included, is in the page cache as soon as it is made.
 
 use std::borrow::Cow;
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
+use std::cell::RefCell;
+use std::fs;
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -36,19 +31,15 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use super::nudge::Nudge;
+use super::mapped::MappedFile;
 use super::{codec, record};
 use crate::usage::{Provenance, UsageEvent, UsageStatus};
 
-/// A generation is closed for new starts past this size.
-const GENERATION_BYTES: u64 = 8 * 1024 * 1024;
+/// Bytes reserved per generation file.
+const GENERATION_BYTES: usize = 8 * 1024 * 1024;
 /// Progress is written at most this often per request.
 pub const PROGRESS_EVERY: Duration = Duration::from_secs(1);
 const SUFFIX: &str = ".log";
-/// Longest an end or a progress waits for a start to ride with.
-pub const ENDS_WAIT: Duration = Duration::from_millis(50);
-/// Most bytes of ends and progress kept waiting.
-const ENDS_BYTES: usize = 16 * 1024;
 
 /// One record of the log: written in binary ([`put_entry`]); its serde form is the JSON older
 /// binaries wrote, still read at recovery.
@@ -92,35 +83,21 @@ struct Generation {
     open: AtomicU64,
 }
 
+/// The generation records are appended to.
 struct Current {
-    file: File,
-    len: u64,
+    file: MappedFile,
     generation: Arc<Generation>,
-    /// Framed end and progress records not yet written, then the start written with them.
-    pending: Vec<u8>,
-    /// When the oldest waiting record was added.
-    pending_since: Option<Instant>,
 }
 
-impl Current {
-    /// Writes what waits (the framed records in `pending`) in one `write`.
-    fn write_pending(&mut self) -> io::Result<()> {
-        let written = self.file.write_all(&self.pending);
-        if written.is_ok() {
-            self.len += self.pending.len() as u64;
-        }
-        self.pending.clear();
-        self.pending_since = None;
-        written
-    }
+thread_local! {
+    /// A record framed outside the log's lock (the lock covers only its copy into the file).
+    static FRAMED: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
 /// The in-flight log of one process (the journal directory's lock holder).
 pub struct InflightLog {
     dir: PathBuf,
     current: Mutex<Current>,
-    /// Wakes the journal's committer when a record starts waiting (it writes it when due).
-    nudge: Option<Arc<Nudge>>,
 }
 
 impl InflightLog {
@@ -137,22 +114,14 @@ impl InflightLog {
             recovered.read(&path(&dir, *seq))?;
         }
         let next = seqs.last().map_or(0, |s| s.saturating_add(1));
-        let current = open_generation(&dir, next)?;
+        let current = open_generation(&dir, next, 0)?;
         Ok((
             Self {
                 dir,
                 current: Mutex::new(current),
-                nudge: None,
             },
             recovered.events(),
         ))
-    }
-
-    /// Nudges `nudge` when a record starts waiting: whoever holds it calls [`Self::write_due`]
-    /// at the due time.
-    pub(super) fn nudging(mut self, nudge: Arc<Nudge>) -> Self {
-        self.nudge = Some(nudge);
-        self
     }
 
     /// Deletes the generations of previous processes (their requests are recovered).
@@ -172,7 +141,7 @@ impl InflightLog {
             event: Cow::Borrowed(event),
             prompt: prompt_estimate,
         };
-        let generation = match self.write_start(&entry) {
+        let generation = match self.append(&entry, true) {
             Ok(g) => Some(g),
             Err(e) => {
                 tracing::warn!(error = %e, request_id = %event.request_id, "in-flight record not written");
@@ -193,81 +162,39 @@ impl InflightLog {
             .map_err(|_| io::Error::other("in-flight log poisoned"))
     }
 
-    /// One `write` of a start (and the records waiting for it); it is counted in the generation
-    /// it lands in.
-    fn write_start(&self, entry: &Entry<'_>) -> io::Result<Arc<Generation>> {
-        let mut current = self.lock()?;
-        if current.len >= GENERATION_BYTES {
-            let next = current.generation.seq.saturating_add(1);
-            let fresh = open_generation(&self.dir, next)?;
-            let mut old = std::mem::replace(&mut *current, fresh);
-            // Waiting ends go with the start into the fresh file (an end is matched by id, in
-            // whichever file it lands).
-            current.pending = std::mem::take(&mut old.pending);
-            current.pending_since = old.pending_since;
-            retire(&old.generation);
-        }
-        record::frame_into(&mut current.pending, |out| put_entry(out, entry));
-        current.write_pending()?;
-        current.generation.open.fetch_add(1, Ordering::AcqRel);
-        Ok(current.generation.clone())
-    }
-
-    /// Keeps an end or progress waiting for the next start, or writes what waits when it is old
-    /// or large.
-    fn wait_or_write(&self, entry: &Entry<'_>) -> io::Result<()> {
-        let mut current = self.lock()?;
-        record::frame_into(&mut current.pending, |out| put_entry(out, entry));
-        let now = Instant::now();
-        let first = current.pending_since.is_none();
-        let since = *current.pending_since.get_or_insert(now);
-        if current.pending.len() >= ENDS_BYTES || now.duration_since(since) >= ENDS_WAIT {
-            return current.write_pending();
-        }
-        drop(current);
-        if first {
-            if let Some(nudge) = &self.nudge {
-                nudge.nudge();
+    /// Appends a record, opening the next generation when it does not fit; a start is counted
+    /// in the generation it lands in, which is returned.
+    fn append(&self, entry: &Entry<'_>, start: bool) -> io::Result<Arc<Generation>> {
+        FRAMED.with_borrow_mut(|framed| {
+            framed.clear();
+            record::frame_into(framed, |out| put_entry(out, entry));
+            let mut current = self.lock()?;
+            if !current.file.append(framed) {
+                let next = current.generation.seq.saturating_add(1);
+                let fresh = open_generation(&self.dir, next, framed.len())?;
+                let old = std::mem::replace(&mut *current, fresh);
+                retire(&old.generation);
+                if !current.file.append(framed) {
+                    return Err(io::Error::other(
+                        "in-flight record larger than its generation",
+                    ));
+                }
             }
-        }
-        Ok(())
-    }
-
-    /// Writes what has waited [`ENDS_WAIT`] or longer; returns how long until what still waits
-    /// falls due (`None`: nothing waits). The journal's group committer calls it when nudged and
-    /// at each due time, so nothing waits much longer than [`ENDS_WAIT`] when no start comes
-    /// along.
-    pub fn write_due(&self) -> Option<Duration> {
-        let mut current = self.lock().ok()?;
-        let waited = current.pending_since?.elapsed();
-        if waited < ENDS_WAIT {
-            return Some(ENDS_WAIT - waited);
-        }
-        if let Err(e) = current.write_pending() {
-            tracing::warn!(error = %e, "in-flight ends and progress not written");
-        }
-        None
+            if start {
+                current.generation.open.fetch_add(1, Ordering::AcqRel);
+            }
+            Ok(current.generation.clone())
+        })
     }
 
     fn end(&self, id: Uuid, generation: &Arc<Generation>) {
-        if let Err(e) = self.wait_or_write(&Entry::End { id }) {
+        if let Err(e) = self.append(&Entry::End { id }, false) {
             tracing::warn!(error = %e, request_id = %id, "in-flight end not written");
         }
         if generation.open.fetch_sub(1, Ordering::AcqRel) == 1 {
             let current = self.lock().map(|c| c.generation.seq).unwrap_or(u64::MAX);
             if generation.seq < current {
                 retire(generation);
-            }
-        }
-    }
-}
-
-impl Drop for InflightLog {
-    /// A clean stop writes the ends still waiting.
-    fn drop(&mut self) {
-        if let Ok(mut current) = self.current.lock() {
-            if !current.pending.is_empty() {
-                let _ = current.write_pending();
             }
         }
     }
@@ -357,7 +284,7 @@ pub struct Ticket {
 
 impl Ticket {
     /// Records the request's progress if [`PROGRESS_EVERY`] has passed since the start or the
-    /// last progress (it waits for the next write, at most [`ENDS_WAIT`]; never fsynced).
+    /// last progress (never fsynced).
     pub fn progress(&mut self, p: impl FnOnce() -> Progress) {
         if self.generation.is_none() || self.last.elapsed() < PROGRESS_EVERY {
             return;
@@ -370,7 +297,7 @@ impl Ticket {
             cached: p.cached,
             completion: p.completion,
         };
-        if let Err(e) = self.log.wait_or_write(&entry) {
+        if let Err(e) = self.log.append(&entry, false) {
             tracing::warn!(error = %e, request_id = %self.id, "in-flight progress not written");
         }
     }
@@ -407,20 +334,16 @@ fn list(dir: &Path) -> io::Result<Vec<u64>> {
     Ok(seqs)
 }
 
-fn open_generation(dir: &Path, seq: u64) -> io::Result<Current> {
+/// A new generation file with room for at least `need` bytes.
+fn open_generation(dir: &Path, seq: u64, need: usize) -> io::Result<Current> {
     let path = path(dir, seq);
-    let file = OpenOptions::new().create(true).append(true).open(&path)?;
-    let len = file.metadata()?.len();
     Ok(Current {
-        file,
-        len,
+        file: MappedFile::create(&path, GENERATION_BYTES.max(need))?,
         generation: Arc::new(Generation {
             seq,
             path,
             open: AtomicU64::new(0),
         }),
-        pending: Vec::new(),
-        pending_since: None,
     })
 }
 
@@ -657,66 +580,27 @@ mod tests {
         }
     }
 
+    /// Every record is in the file the moment it is made: a crash right after an end or a
+    /// progress (no clean stop, nothing flushed) recovers by them.
     #[test]
-    fn an_end_rides_with_the_next_start_or_leaves_after_its_wait() {
+    fn ends_and_progress_are_in_the_file_at_once() {
         let dir = tempfile::tempdir().unwrap();
-        let (a, b, c, d) = (started(1), started(2), started(3), started(4));
+        let (a, b, c) = (started(1), started(2), started(3));
         {
             let (log, _) = InflightLog::open(dir.path()).unwrap();
             let log = Arc::new(log);
             drop(log.start(&a, 1));
-            // Waiting: a crash now would recover `a` (absorbed by its id downstream).
-            assert!(!log.lock().unwrap().pending.is_empty());
-            // `b`'s start carries `a`'s end.
-            std::mem::forget(log.start(&b, 2));
-            assert!(log.lock().unwrap().pending.is_empty());
-            // An end that has waited its time leaves with the next end, without a start.
-            let (tc, td) = (log.start(&c, 3), log.start(&d, 4));
-            drop(tc);
-            log.lock().unwrap().pending_since = Some(Instant::now() - ENDS_WAIT);
-            drop(td);
-            assert!(log.lock().unwrap().pending.is_empty());
-            // A crash (no clean stop).
-            std::mem::forget(log);
-        }
-        let (_, recovered) = InflightLog::open(dir.path()).unwrap();
-        let ids: Vec<_> = recovered.iter().map(|e| e.request_id).collect();
-        assert_eq!(ids, vec![b.request_id]);
-
-        // A clean stop writes what waits.
-        let dir = tempfile::tempdir().unwrap();
-        {
-            let (log, _) = InflightLog::open(dir.path()).unwrap();
-            let log = Arc::new(log);
-            drop(log.start(&a, 1));
-        }
-        let (_, recovered) = InflightLog::open(dir.path()).unwrap();
-        assert!(recovered.is_empty());
-    }
-
-    #[test]
-    fn progress_waits_like_an_end_and_is_written_once_due() {
-        let dir = tempfile::tempdir().unwrap();
-        let a = started(1);
-        {
-            let (log, _) = InflightLog::open(dir.path()).unwrap();
-            let log = Arc::new(log);
-            let mut t = log.start(&a, 7);
-            t.last = Instant::now() - PROGRESS_EVERY;
-            t.progress(|| Progress {
+            let mut tb = log.start(&b, 2);
+            tb.last = Instant::now() - PROGRESS_EVERY;
+            tb.progress(|| Progress {
                 prompt: Some(30),
                 cached: None,
                 completion: 12,
             });
-            // Waiting, and not yet due: the committer is told when it will be.
-            let due = log.write_due().unwrap();
-            assert!(due <= ENDS_WAIT && due > Duration::ZERO);
-            assert!(!log.lock().unwrap().pending.is_empty());
-            log.lock().unwrap().pending_since = Some(Instant::now() - ENDS_WAIT);
-            assert_eq!(log.write_due(), None);
-            assert!(log.lock().unwrap().pending.is_empty());
-            // A crash after it was written: billed at that progress.
-            std::mem::forget(t);
+            let tc = log.start(&c, 3);
+            drop(tc);
+            // A crash: `b` never ends, and the log is not dropped.
+            std::mem::forget(tb);
             std::mem::forget(log);
         }
         let (_, recovered) = InflightLog::open(dir.path()).unwrap();
@@ -724,28 +608,28 @@ mod tests {
             .iter()
             .map(|e| (e.request_id, e.prompt_tokens, e.completion_tokens))
             .collect();
-        assert_eq!(got, vec![(a.request_id, 30, 12)]);
+        assert_eq!(got, vec![(b.request_id, 30, 12)]);
     }
 
     #[test]
     fn a_torn_tail_loses_only_the_torn_record() {
-        let dir = tempfile::tempdir().unwrap();
+        let (dir, torn) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
         let a = started(1);
-        {
-            let (log, _) = InflightLog::open(dir.path()).unwrap();
-            let log = Arc::new(log);
-            std::mem::forget(log.start(&a, 5));
-            std::mem::forget(log.start(&started(2), 6));
-        }
-        let file = path(&dir.path().join("inflight"), 0);
-        let len = fs::metadata(&file).unwrap().len();
-        OpenOptions::new()
-            .write(true)
-            .open(&file)
-            .unwrap()
-            .set_len(len - 3)
-            .unwrap();
-        let (_, recovered) = InflightLog::open(dir.path()).unwrap();
+        let (log, _) = InflightLog::open(dir.path()).unwrap();
+        let log = Arc::new(log);
+        std::mem::forget(log.start(&a, 5));
+        std::mem::forget(log.start(&started(2), 6));
+        // What a crash three bytes short of the second start's end leaves (a copy: the file
+        // itself is not changed while it is mapped).
+        let written = log.lock().unwrap().file.written();
+        let bytes = fs::read(path(&dir.path().join("inflight"), 0)).unwrap();
+        fs::create_dir_all(torn.path().join("inflight")).unwrap();
+        fs::write(
+            path(&torn.path().join("inflight"), 0),
+            &bytes[..written - 3],
+        )
+        .unwrap();
+        let (_, recovered) = InflightLog::open(torn.path()).unwrap();
         assert_eq!(
             recovered.iter().map(|e| e.request_id).collect::<Vec<_>>(),
             vec![a.request_id]
@@ -761,10 +645,9 @@ mod tests {
         // Fill generation 0 past its size with requests that end at once.
         let mut filler = started(2);
         filler.served_name = "x".repeat(4096);
-        while log.lock().unwrap().len < GENERATION_BYTES {
+        while log.lock().unwrap().generation.seq == 0 {
             drop(log.start(&filler, 1));
         }
-        drop(log.start(&started(3), 1));
         let files = || list(&dir.path().join("inflight")).unwrap();
         assert_eq!(
             files(),

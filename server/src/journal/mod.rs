@@ -12,6 +12,7 @@
 pub mod codec;
 pub mod durability;
 pub mod inflight;
+mod mapped;
 pub mod metrics;
 mod nudge;
 pub mod record;

@@ -1,8 +1,7 @@
 //! The group committer's idle wait, and the nudge that ends it. The committer used to wake every
 //! group-commit interval (5 ms) whatever happened: 200 wake-ups a second on an idle replica, a
-//! quarter of its idle CPU (issue 35). Now it sleeps until something needs it (a write to fsync,
-//! an in-flight record falling due) and whoever gives it work nudges it, paying a wake-up only
-//! when it is asleep.
+//! quarter of its idle CPU (issue 35). Now it sleeps until something needs it (a write to fsync)
+//! and whoever gives it work nudges it, paying a wake-up only when it is asleep.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex};

@@ -6,7 +6,7 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::atomic::{AtomicBool, AtomicU64};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sqlx::PgPool;
@@ -59,16 +59,12 @@ struct Committer {
     /// Generation of the last write, and of the last write covered by an fsync.
     written: AtomicU64,
     synced: tokio::sync::watch::Sender<u64>,
-    /// Ends its idle wait: a write in `process` mode, a waiter in `machine` mode, an in-flight
-    /// record waiting to be written.
+    /// Ends its idle wait: a write in `process` mode, a waiter in `machine` mode.
     nudge: Arc<Nudge>,
     stop: AtomicBool,
     every: Duration,
     durability: Durability,
     metrics: Arc<JournalMetrics>,
-    /// Its waiting ends and progress are written once due. Weak: the log's own drop (a clean
-    /// stop) writes what waits, whatever this thread is doing.
-    inflight: Weak<InflightLog>,
 }
 
 /// Longest idle wait: nothing depends on it (work nudges the committer); it bounds what a missed
@@ -78,10 +74,6 @@ const IDLE_WAIT: Duration = Duration::from_secs(1);
 impl Committer {
     fn run(&self) {
         loop {
-            let inflight_due = self
-                .inflight
-                .upgrade()
-                .and_then(|inflight| inflight.write_due());
             let stopping = self.stop.load(Ordering::SeqCst);
             let target = self.written.load(Ordering::SeqCst);
             if target > *self.synced.borrow() {
@@ -105,10 +97,8 @@ impl Committer {
             if stopping {
                 return;
             }
-            // Idle: nothing to fsync. Sleep until a write, a stop or an in-flight record's due
-            // time; the in-flight log nudges when a record starts waiting.
-            let limit = inflight_due.map_or(IDLE_WAIT, |due| due.min(IDLE_WAIT));
-            self.nudge.wait_idle(limit, || {
+            // Idle: nothing to fsync. Sleep until a write or a stop.
+            self.nudge.wait_idle(IDLE_WAIT, || {
                 self.written.load(Ordering::SeqCst) != target || self.stop.load(Ordering::SeqCst)
             });
         }
@@ -170,7 +160,7 @@ impl Journal {
         io::Seek::seek(&mut file, io::SeekFrom::Start(valid))?;
         let nudge = Arc::new(Nudge::default());
         let (inflight, recovered) = InflightLog::open(dir)?;
-        let inflight = Arc::new(inflight.nudging(nudge.clone()));
+        let inflight = Arc::new(inflight);
         let committer = Arc::new(Committer {
             file: Mutex::new(file.try_clone()?),
             written: AtomicU64::new(0),
@@ -180,7 +170,6 @@ impl Journal {
             every: group_commit,
             durability,
             metrics: metrics.clone(),
-            inflight: Arc::downgrade(&inflight),
         });
         let runner = committer.clone();
         let thread = std::thread::Builder::new()
@@ -328,50 +317,6 @@ mod tests {
 
     use super::*;
     use crate::journal::codec::tests::event;
-
-    fn inflight_bytes(dir: &Path) -> u64 {
-        fs::read_dir(dir.join("inflight"))
-            .unwrap()
-            .map(|f| f.unwrap().metadata().unwrap().len())
-            .sum()
-    }
-
-    /// An end waits in memory; with nothing else happening, the idle committer (nudged when it
-    /// started waiting) writes it once due, not one group-commit tick later, not never.
-    #[test]
-    fn the_idle_committer_writes_a_waiting_in_flight_end_when_due() {
-        let dir = tempfile::tempdir().unwrap();
-        let metrics = Arc::new(JournalMetrics::default());
-        let journal = Journal::open(
-            dir.path(),
-            Durability::Process,
-            Duration::from_millis(5),
-            metrics.clone(),
-        )
-        .unwrap();
-        let ticket = journal.inflight.start(&event(1), 3);
-        let started = inflight_bytes(dir.path());
-        assert!(started > 0, "a start is written at once");
-        // Let the committer settle into its idle wait (nothing to fsync: no journal write).
-        std::thread::sleep(Duration::from_millis(20));
-        let fsyncs = metrics.fsyncs.load(Ordering::Relaxed);
-        let ended = Instant::now();
-        drop(ticket);
-        while inflight_bytes(dir.path()) == started {
-            assert!(
-                ended.elapsed() < IDLE_WAIT * 5,
-                "the waiting end was never written"
-            );
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        // Written at its due time, not at the idle wait's limit (a lost nudge).
-        let waited = ended.elapsed();
-        assert!(waited >= crate::journal::inflight::ENDS_WAIT);
-        assert!(waited < IDLE_WAIT * 9 / 10, "written after {waited:?}");
-        // Idle means idle: no fsync without a journal write.
-        assert_eq!(metrics.fsyncs.load(Ordering::Relaxed), fsyncs);
-        journal.close();
-    }
 
     /// A write wakes the idle committer: `machine` durability returns once fsynced, long before
     /// the idle wait's limit (a lost nudge would wait about the whole second: the committer went
