@@ -141,8 +141,11 @@ impl InflightLog {
             event: Cow::Borrowed(event),
             prompt: prompt_estimate,
         };
-        let generation = match self.append(&entry, true) {
-            Ok(g) => Some(g),
+        let generation = match self.append(&entry) {
+            Ok(current) => {
+                current.generation.open.fetch_add(1, Ordering::AcqRel);
+                Some(current.generation.clone())
+            }
             Err(e) => {
                 tracing::warn!(error = %e, request_id = %event.request_id, "in-flight record not written");
                 None
@@ -162,9 +165,9 @@ impl InflightLog {
             .map_err(|_| io::Error::other("in-flight log poisoned"))
     }
 
-    /// Appends a record, opening the next generation when it does not fit; a start is counted
-    /// in the generation it lands in, which is returned.
-    fn append(&self, entry: &Entry<'_>, start: bool) -> io::Result<Arc<Generation>> {
+    /// Appends a record, opening the next generation when it does not fit; returns the lock, so
+    /// that a start is counted in the generation it landed in.
+    fn append(&self, entry: &Entry<'_>) -> io::Result<std::sync::MutexGuard<'_, Current>> {
         FRAMED.with_borrow_mut(|framed| {
             framed.clear();
             record::frame_into(framed, |out| put_entry(out, entry));
@@ -180,15 +183,12 @@ impl InflightLog {
                     ));
                 }
             }
-            if start {
-                current.generation.open.fetch_add(1, Ordering::AcqRel);
-            }
-            Ok(current.generation.clone())
+            Ok(current)
         })
     }
 
     fn end(&self, id: Uuid, generation: &Arc<Generation>) {
-        if let Err(e) = self.append(&Entry::End { id }, false) {
+        if let Err(e) = self.append(&Entry::End { id }) {
             tracing::warn!(error = %e, request_id = %id, "in-flight end not written");
         }
         if generation.open.fetch_sub(1, Ordering::AcqRel) == 1 {
@@ -297,7 +297,7 @@ impl Ticket {
             cached: p.cached,
             completion: p.completion,
         };
-        if let Err(e) = self.log.append(&entry, false) {
+        if let Err(e) = self.log.append(&entry) {
             tracing::warn!(error = %e, request_id = %self.id, "in-flight progress not written");
         }
     }

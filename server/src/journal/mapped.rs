@@ -27,14 +27,12 @@ impl MappedFile {
             .write(true)
             .create_new(true)
             .open(path)?;
-        reserve(&file, capacity as u64)?;
-        // SAFETY: a mapped file is unsound only if something else changes or truncates it while
-        // it is mapped. This file is new (`create_new`), in the journal directory whose lock this
-        // process holds (`Journal::open`), and nothing in the process opens it again until it is
-        // unmapped (recovery reads only the generations of earlier processes). A store to it
-        // cannot fault on a full disk: its blocks are reserved above.
-        let map = unsafe { MmapOptions::new().len(capacity).map_mut(&file)? };
-        Ok(Self { map, len: 0 })
+        // A file left half made would refuse the next attempt at its name (`create_new`).
+        let made = reserve(&file, capacity as u64).and_then(|()| map(&file, capacity));
+        if made.is_err() {
+            let _ = std::fs::remove_file(path);
+        }
+        Ok(Self { map: made?, len: 0 })
     }
 
     /// Copies `bytes` after what was appended; `false`, with nothing written, if they do not fit.
@@ -53,6 +51,16 @@ impl MappedFile {
     pub fn written(&self) -> usize {
         self.len
     }
+}
+
+/// Maps a file [`MappedFile::create`] has just made and reserved.
+fn map(file: &File, len: usize) -> io::Result<MmapMut> {
+    // SAFETY: a mapped file is unsound only if something else changes or truncates it while it
+    // is mapped. This file is new (`create_new`), in the journal directory whose lock this
+    // process holds (`Journal::open`), and nothing in the process opens it again while it is
+    // mapped (recovery reads only the generations of earlier processes). A store to it cannot
+    // fault on a full disk: its blocks were reserved before it was mapped.
+    unsafe { MmapOptions::new().len(len).map_mut(file) }
 }
 
 /// Allocates the file's first `len` bytes on disk. A file system without `fallocate` gets a
@@ -88,5 +96,16 @@ mod tests {
         assert!(!map.append(b"x"));
         // The file is new, never one that exists.
         assert!(MappedFile::create(&path, 16).is_err());
+    }
+
+    /// A file that could not be reserved or mapped is not left behind to refuse the retry.
+    #[test]
+    fn a_file_that_cannot_be_made_is_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log");
+        // More than any disk here holds, and more than the address space maps.
+        assert!(MappedFile::create(&path, 1 << 50).is_err());
+        assert!(!path.exists());
+        assert!(MappedFile::create(&path, 16).is_ok());
     }
 }
