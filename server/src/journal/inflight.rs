@@ -188,11 +188,13 @@ impl InflightLog {
     }
 
     fn end(&self, id: Uuid, generation: &Arc<Generation>) {
-        if let Err(e) = self.append(&Entry::End { id }) {
+        // The append's lock, kept to read which generation is current if this was the last.
+        let current = self.append(&Entry::End { id }).or_else(|e| {
             tracing::warn!(error = %e, request_id = %id, "in-flight end not written");
-        }
+            self.lock()
+        });
         if generation.open.fetch_sub(1, Ordering::AcqRel) == 1 {
-            let current = self.lock().map(|c| c.generation.seq).unwrap_or(u64::MAX);
+            let current = current.map_or(u64::MAX, |c| c.generation.seq);
             if generation.seq < current {
                 retire(generation);
             }

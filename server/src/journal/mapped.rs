@@ -14,6 +14,7 @@ use std::path::Path;
 
 use memmap2::{MmapMut, MmapOptions};
 
+/// A mapped file and how much of it holds records.
 pub struct MappedFile {
     map: MmapMut,
     len: usize,

@@ -318,6 +318,36 @@ mod tests {
     use super::*;
     use crate::journal::codec::tests::event;
 
+    /// In-flight records are copies into their own mapped file: they never wake the committer
+    /// into an fsync (idle means idle without a journal write).
+    #[test]
+    fn in_flight_records_cost_no_fsync() {
+        let dir = tempfile::tempdir().unwrap();
+        let metrics = Arc::new(JournalMetrics::default());
+        let journal = Journal::open(
+            dir.path(),
+            Durability::Process,
+            Duration::from_millis(5),
+            metrics.clone(),
+        )
+        .unwrap();
+        let fsyncs = metrics.fsyncs.load(Ordering::Relaxed);
+        for n in 0..20 {
+            drop(journal.inflight.start(&event(n), 3));
+        }
+        // Several group-commit intervals: a committer that fsynced for them would have by now.
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(metrics.fsyncs.load(Ordering::Relaxed), fsyncs);
+        // A journal write does (the counter is live).
+        journal.write(&record::encode(&event(99))).unwrap();
+        let t = Instant::now();
+        while metrics.fsyncs.load(Ordering::Relaxed) == fsyncs {
+            assert!(t.elapsed() < IDLE_WAIT * 2, "a write was never fsynced");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        journal.close();
+    }
+
     /// A write wakes the idle committer: `machine` durability returns once fsynced, long before
     /// the idle wait's limit (a lost nudge would wait about the whole second: the committer went
     /// idle 2 ms before each append; the bound leaves a slow disk room).
