@@ -1,7 +1,8 @@
-//! An append-only file written through a shared mapping: the in-flight log's generations. An
-//! append is a copy into the page cache, where a crash of this process cannot lose it (as after a
-//! `write`), without a system call per request (issue 35: the log's `write` was the request
-//! path's one system call beyond its two sockets and the journal's).
+//! An append-only file written through a shared mapping: the journal's segments and the in-flight
+//! log's generations. An append is a copy into the page cache, where a crash of this process
+//! cannot lose it (as after a `write`), without a system call per request (issue 35: these two
+//! `write`s were the request path's only system calls beyond its two sockets). `fdatasync` on the
+//! file makes the mapped pages durable as it does written ones.
 //!
 //! The file's blocks are reserved when it is created, so the unused tail reads as zeros: a
 //! record header of length zero, which [`super::record::unframe`] refuses, so a reader stops
@@ -18,6 +19,7 @@ use memmap2::{MmapMut, MmapOptions};
 pub struct MappedFile {
     map: MmapMut,
     len: usize,
+    file: File,
 }
 
 impl MappedFile {
@@ -33,7 +35,24 @@ impl MappedFile {
         if made.is_err() {
             let _ = std::fs::remove_file(path);
         }
-        Ok(Self { map: made?, len: 0 })
+        Ok(Self {
+            map: made?,
+            len: 0,
+            file,
+        })
+    }
+
+    /// The file, to `fdatasync` (through a clone for a thread of its own).
+    pub fn file(&self) -> &File {
+        &self.file
+    }
+
+    /// Unmaps the file and cuts its unused reserved tail, so its length is its records' again.
+    pub fn trim(self) -> io::Result<()> {
+        let Self { map, len, file } = self;
+        // Unmapped first: a mapped file must not shrink under its mapping.
+        drop(map);
+        file.set_len(len as u64)
     }
 
     /// Copies `bytes` after what was appended; `false`, with nothing written, if they do not fit.
@@ -48,7 +67,6 @@ impl MappedFile {
     }
 
     /// Bytes appended.
-    #[cfg(test)]
     pub fn written(&self) -> usize {
         self.len
     }
@@ -58,9 +76,10 @@ impl MappedFile {
 fn map(file: &File, len: usize) -> io::Result<MmapMut> {
     // SAFETY: a mapped file is unsound only if something else changes or truncates it while it
     // is mapped. This file is new (`create_new`), in the journal directory whose lock this
-    // process holds (`Journal::open`), and nothing in the process opens it again while it is
-    // mapped (recovery reads only the generations of earlier processes). A store to it cannot
-    // fault on a full disk: its blocks were reserved before it was mapped.
+    // process holds (`Journal::open`); nothing in the process writes or truncates it while it is
+    // mapped (recovery reads only the files of earlier processes, the shipper only reads, and
+    // `trim` unmaps before it cuts). A store to it cannot fault on a full disk: its blocks were
+    // reserved before it was mapped.
     unsafe { MmapOptions::new().len(len).map_mut(file) }
 }
 
@@ -97,6 +116,18 @@ mod tests {
         assert!(!map.append(b"x"));
         // The file is new, never one that exists.
         assert!(MappedFile::create(&path, 16).is_err());
+    }
+
+    /// Trimmed, the file holds its records and nothing after them.
+    #[test]
+    fn a_trimmed_file_is_its_records() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log");
+        let mut map = MappedFile::create(&path, 4096).unwrap();
+        assert!(map.append(b"abc"));
+        map.file().sync_data().unwrap();
+        map.trim().unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"abc");
     }
 
     /// A file that could not be reserved or mapped is not left behind to refuse the retry.

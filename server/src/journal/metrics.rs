@@ -21,9 +21,33 @@ pub struct JournalMetrics {
     /// When the shipper last moved events to PostgreSQL, in unix milliseconds (0: never); the
     /// replica's report to `/admin/ops` carries it.
     pub last_shipped_unix_ms: AtomicU64,
+    /// The segment the writer appends to, plus one (0: none), and its length: the file's own
+    /// length counts the reserved tail (`mapped`), so the backlog reads this one's from here.
+    active_seq: AtomicU64,
+    active_len: AtomicU64,
 }
 
 impl JournalMetrics {
+    /// Publishes the active segment and its length (the writer, under its lock).
+    pub(super) fn set_active(&self, active: Option<(u64, u64)>) {
+        let (seq, len) = active.map_or((0, 0), |(seq, len)| (seq + 1, len));
+        // The number before the length: a reader that sees a new segment's length sees its
+        // number too, and so reads again (`active_segment`).
+        self.active_seq.store(seq, Ordering::Release);
+        self.active_len.store(len, Ordering::Release);
+    }
+
+    /// The segment the writer appends to and the length of its records, if one is open.
+    pub fn active_segment(&self) -> Option<(u64, u64)> {
+        loop {
+            let seq = self.active_seq.load(Ordering::Acquire);
+            let len = self.active_len.load(Ordering::Acquire);
+            if self.active_seq.load(Ordering::Acquire) == seq {
+                return seq.checked_sub(1).map(|seq| (seq, len));
+            }
+        }
+    }
+
     /// Records a shipment acknowledged by PostgreSQL at `at`.
     pub fn mark_shipped(&self, at: time::OffsetDateTime) {
         let ms = u64::try_from(at.unix_timestamp_nanos() / 1_000_000).unwrap_or(0);

@@ -105,14 +105,19 @@ pub fn valid_len(path: &Path) -> io::Result<u64> {
     Ok(at as u64)
 }
 
-/// Bytes in the segments at or after the cursor that PostgreSQL has not acknowledged.
-pub fn backlog_bytes(dir: &Path, cursor: Cursor) -> io::Result<u64> {
+/// Bytes in the segments at or after the cursor that PostgreSQL has not acknowledged. `active`
+/// is the writer's segment and the length of its records
+/// ([`super::JournalMetrics::active_segment`]): that file's own length counts its reserved tail.
+pub fn backlog_bytes(dir: &Path, cursor: Cursor, active: Option<(u64, u64)>) -> io::Result<u64> {
     let mut total = 0;
     for seq in list(dir)? {
         if seq < cursor.seq {
             continue;
         }
-        let len = fs::metadata(path(dir, seq))?.len();
+        let len = match active {
+            Some((active, len)) if active == seq => len,
+            _ => fs::metadata(path(dir, seq))?.len(),
+        };
         total += if seq == cursor.seq {
             len.saturating_sub(cursor.offset)
         } else {

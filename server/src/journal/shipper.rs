@@ -147,7 +147,11 @@ impl Shipper {
 
     async fn backlog(&self) -> anyhow::Result<u64> {
         let cursor = self.cursor.lock().await.unwrap_or_default();
-        Ok(segment::backlog_bytes(&self.dir, cursor)?)
+        Ok(segment::backlog_bytes(
+            &self.dir,
+            cursor,
+            self.metrics.active_segment(),
+        )?)
     }
 
     /// Sets the backlog and lag gauges from the journal on disk alone (no PostgreSQL): after a
@@ -155,12 +159,13 @@ impl Shipper {
     async fn refresh_gauges(&self) {
         let cursor = *self.cursor.lock().await;
         let dir = self.dir.clone();
+        let active = self.metrics.active_segment();
         let gauges = tokio::task::spawn_blocking(move || -> std::io::Result<(u64, Option<u64>)> {
             let cursor = match cursor {
                 Some(c) => c,
                 None => segment::read_cursor(&dir)?,
             };
-            let backlog = segment::backlog_bytes(&dir, cursor)?;
+            let backlog = segment::backlog_bytes(&dir, cursor, active)?;
             // The oldest unshipped event: the first record at or after the cursor.
             let mut oldest = None;
             for seq in segment::list(&dir)?
@@ -207,8 +212,18 @@ impl Shipper {
         let later = segments.iter().any(|s| *s > seq);
         let path = segment::path(&self.dir, seq);
         let offset = cursor.offset;
+        // The newest segment may be the writer's, reserved past its records: read its records
+        // alone, not megabytes of zeros each pass. Read after the listing, the writer's length
+        // is at least what the listed files hold; a closed segment is cut to its records.
+        let max_bytes = match self.metrics.active_segment() {
+            Some((active, len)) if active == seq && !later => {
+                usize::try_from(len.saturating_sub(offset))
+                    .map_or(BATCH_BYTES, |n| n.min(BATCH_BYTES))
+            }
+            _ => BATCH_BYTES,
+        };
         let batch = tokio::task::spawn_blocking(move || {
-            segment::read_from(&path, offset, BATCH, BATCH_BYTES)
+            segment::read_from(&path, offset, BATCH, max_bytes)
         })
         .await??;
         let n = batch.events.len();
@@ -254,7 +269,7 @@ impl Shipper {
             *guard = Some(cursor);
         }
         self.metrics.backlog_bytes.store(
-            segment::backlog_bytes(&self.dir, cursor).unwrap_or(0),
+            segment::backlog_bytes(&self.dir, cursor, self.metrics.active_segment()).unwrap_or(0),
             Ordering::Relaxed,
         );
         Ok(n)

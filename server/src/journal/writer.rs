@@ -1,8 +1,9 @@
-//! The journal writer: appends write whole records to the active segment; a group committer
-//! thread makes them durable on disk, one fsync for everything written since the last one.
+//! The journal writer: appends copy whole records into the active segment, a file written
+//! through a shared mapping (`mapped`); a group committer thread makes them durable on disk, one
+//! fsync for everything written since the last one.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::atomic::{AtomicBool, AtomicU64};
@@ -13,27 +14,31 @@ use sqlx::PgPool;
 
 use super::durability::Durability;
 use super::inflight::InflightLog;
+use super::mapped::MappedFile;
 use super::metrics::JournalMetrics;
 use super::nudge::Nudge;
 use super::{record, segment};
 use crate::usage::{SinkFuture, SpendBarrier, UsageEvent, UsageSink};
 use crate::usage_store;
 
-/// A segment is closed and a new one started past this size.
-const SEGMENT_BYTES: u64 = 32 * 1024 * 1024;
+/// A segment's size, reserved on disk when it is made: it is closed, cut to its records and a new
+/// one started when a record does not fit.
+const SEGMENT_BYTES: usize = 32 * 1024 * 1024;
 
-/// The segment being appended to.
+/// The segments being appended to.
 struct Active {
-    seq: u64,
-    file: File,
-    len: u64,
+    /// The segment appended to, and its number (`None` after a new one could not be made: the
+    /// next append tries again).
+    map: Option<(u64, MappedFile)>,
+    /// The next segment's number.
+    next_seq: u64,
 }
 
 /// Handle to the journal of one process.
 ///
-/// An append writes its record with one `write` call under a short lock, on the caller's task:
-/// the record is in the OS (it survives a crash of this process) when `append` returns, with no
-/// thread hop. Disk durability comes from the group committer thread: in `process` mode it
+/// An append copies its record into the mapped segment under a short lock, on the caller's task:
+/// the record is in the page cache (it survives a crash of this process) when `append` returns,
+/// with no system call and no thread hop. Disk durability comes from the group committer thread: in `process` mode it
 /// fsyncs at most every group-commit interval while writes come (and sleeps while none do); in
 /// `machine` mode an append waits for the first fsync that started after its write, so one fsync
 /// covers every request waiting at that moment.
@@ -44,6 +49,7 @@ pub struct Journal {
     pub metrics: Arc<JournalMetrics>,
     pub dir: PathBuf,
     pub durability: Durability,
+    segment_bytes: usize,
     /// Requests forwarded and not yet journaled (`inflight`): what a crash would otherwise forget.
     pub inflight: Arc<InflightLog>,
     /// Notified on every append: wakes a caught-up shipper ([`super::Shipper::waking_on`]).
@@ -124,6 +130,17 @@ impl Journal {
         group_commit: Duration,
         metrics: Arc<JournalMetrics>,
     ) -> io::Result<Self> {
+        Self::open_sized(dir, durability, group_commit, metrics, SEGMENT_BYTES)
+    }
+
+    /// [`Self::open`] with segments of `segment_bytes` (tests fill a few).
+    fn open_sized(
+        dir: &Path,
+        durability: Durability,
+        group_commit: Duration,
+        metrics: Arc<JournalMetrics>,
+        segment_bytes: usize,
+    ) -> io::Result<Self> {
         fs::create_dir_all(dir)?;
         let lock = OpenOptions::new()
             .create(true)
@@ -140,29 +157,23 @@ impl Journal {
             )
         })?;
         let cursor = segment::read_cursor(dir)?;
-        let seq = segment::list(dir)?
-            .last()
-            .copied()
-            .unwrap_or(0)
-            .max(cursor.seq);
-        let path = segment::path(dir, seq);
-        let mut file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)?;
-        let valid = segment::valid_len(&path)?;
-        if file.metadata()?.len() > valid {
-            tracing::warn!(segment = %path.display(), valid, "dropping a torn tail from the journal");
-            file.set_len(valid)?;
-            file.sync_all()?;
+        // The newest segment is an earlier process's: cut to its whole records (a crash leaves
+        // the reserved tail's zeros, perhaps after a torn record), and appends go to a new one.
+        let next_seq = match segment::list(dir)?.last() {
+            Some(&last) => {
+                cut_torn_tail(&segment::path(dir, last))?;
+                last + 1
+            }
+            None => 0,
         }
-        io::Seek::seek(&mut file, io::SeekFrom::Start(valid))?;
+        .max(cursor.seq);
+        let map = MappedFile::create(&segment::path(dir, next_seq), segment_bytes)?;
+        metrics.set_active(Some((next_seq, 0)));
         let nudge = Arc::new(Nudge::default());
         let (inflight, recovered) = InflightLog::open(dir)?;
         let inflight = Arc::new(inflight);
         let committer = Arc::new(Committer {
-            file: Mutex::new(file.try_clone()?),
+            file: Mutex::new(map.file().try_clone()?),
             written: AtomicU64::new(0),
             synced: tokio::sync::watch::Sender::new(0),
             nudge,
@@ -177,15 +188,15 @@ impl Journal {
             .spawn(move || runner.run())?;
         let journal = Self {
             active: Mutex::new(Active {
-                seq,
-                file,
-                len: valid,
+                map: Some((next_seq, map)),
+                next_seq: next_seq + 1,
             }),
             committer,
             thread: Mutex::new(Some(thread)),
             metrics,
             dir: dir.to_owned(),
             durability,
+            segment_bytes,
             inflight,
             appended: Arc::new(tokio::sync::Notify::new()),
             _lock: lock,
@@ -205,11 +216,14 @@ impl Journal {
         for event in events {
             self.write(&record::encode(event))?;
         }
-        self.active
+        if let Some((_, map)) = &self
+            .active
             .lock()
             .map_err(|_| io::Error::other("journal poisoned"))?
-            .file
-            .sync_data()?;
+            .map
+        {
+            map.file().sync_data()?;
+        }
         self.metrics
             .journaled
             .fetch_add(events.len() as u64, Ordering::Relaxed);
@@ -233,7 +247,8 @@ impl Journal {
         }
     }
 
-    /// One `write` of a whole record under the lock (a page-cache copy: microseconds).
+    /// One whole record copied into the mapped segment under the lock (no system call, unless
+    /// the segment is full).
     fn write(&self, bytes: &[u8]) -> io::Result<u64> {
         let mut active = self
             .active
@@ -244,34 +259,49 @@ impl Journal {
         }
         // INVARIANT: a record is in the OS before its request's final bytes leave (the request
         // path awaits `append`); test: journal_faults::sigkill_loses_no_answered_request_and_invents_none.
-        active.file.write_all(bytes)?;
-        active.len += bytes.len() as u64;
+        let appended = |active: &mut Active| {
+            let (seq, map) = active.map.as_mut()?;
+            map.append(bytes).then(|| (*seq, map.written()))
+        };
+        let (seq, len) = match appended(&mut active) {
+            Some(at) => at,
+            None => {
+                self.rotate(&mut active)?;
+                appended(&mut active)
+                    .ok_or_else(|| io::Error::other("journal record larger than a segment"))?
+            }
+        };
+        self.metrics.set_active(Some((seq, len as u64)));
         let gen = self.committer.written.fetch_add(1, Ordering::SeqCst) + 1;
         // An idle committer sleeps until told; a busy one sees the write on its next round.
         self.committer.nudge.nudge();
-        if active.len >= SEGMENT_BYTES {
-            self.rotate(&mut active)?;
-        }
         Ok(gen)
     }
 
+    /// Closes the full segment (durable, then cut to its records) and starts the next one.
     fn rotate(&self, active: &mut Active) -> io::Result<()> {
-        // Everything in the old segment is fsynced before the committer moves to the new one.
-        active.file.sync_data()?;
-        let seq = active.seq + 1;
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .append(true)
-            .open(segment::path(&self.dir, seq))?;
-        if let Ok(mut f) = self.committer.file.lock() {
-            *f = file.try_clone()?;
+        if let Some((seq, old)) = active.map.take() {
+            // Everything in the old segment is fsynced before the committer moves to the new one.
+            if let Err(e) = old.file().sync_data() {
+                active.map = Some((seq, old));
+                return Err(e);
+            }
+            // Cut before the next segment exists: a shipper that sees a later segment reads this
+            // one's records and nothing after them (no zeros to take for a corrupt record).
+            old.trim()?;
         }
-        *active = Active { seq, file, len: 0 };
+        let seq = active.next_seq;
+        let map = MappedFile::create(&segment::path(&self.dir, seq), self.segment_bytes)?;
+        if let Ok(mut f) = self.committer.file.lock() {
+            *f = map.file().try_clone()?;
+        }
+        active.map = Some((seq, map));
+        active.next_seq = seq + 1;
         Ok(())
     }
 
-    /// Stops appends and the committer after a last fsync (graceful shutdown).
+    /// Stops appends and the committer after a last fsync (graceful shutdown), and cuts the
+    /// active segment to its records.
     pub fn close(&self) {
         if let Ok(_active) = self.active.lock() {
             self.committer.stop.store(true, Ordering::SeqCst);
@@ -280,7 +310,33 @@ impl Journal {
         if let Some(t) = self.thread.lock().ok().and_then(|mut t| t.take()) {
             let _ = t.join();
         }
+        if let Some((seq, map)) = self.active.lock().ok().and_then(|mut a| a.map.take()) {
+            // Durable already (the committer's last fsync); this only drops the reserved tail.
+            if let Err(e) = map.trim() {
+                tracing::warn!(segment = seq, error = %e, "could not cut the journal's reserved tail; the next start will");
+            }
+        }
+        self.metrics.set_active(None);
     }
+}
+
+/// Cuts a segment left by an earlier process to its whole records, durably.
+fn cut_torn_tail(path: &Path) -> io::Result<()> {
+    let valid = segment::valid_len(path)?;
+    let file = OpenOptions::new().write(true).open(path)?;
+    let len = file.metadata()?.len();
+    if len > valid {
+        // A crash leaves the reserved tail's zeros; anything else there is a torn record.
+        let torn = fs::read(path)?
+            .get(valid as usize..)
+            .is_some_and(|tail| tail.iter().any(|b| *b != 0));
+        if torn {
+            tracing::warn!(segment = %path.display(), valid, "dropping a torn tail from the journal");
+        }
+        file.set_len(valid)?;
+        file.sync_all()?;
+    }
+    Ok(())
 }
 
 /// The production usage sink: the journal, or PostgreSQL directly if the journal fails.
@@ -346,6 +402,107 @@ mod tests {
             std::thread::sleep(Duration::from_millis(1));
         }
         journal.close();
+    }
+
+    /// The records of `dir`'s segments, in order, and each segment's length on disk.
+    fn on_disk(dir: &Path) -> (Vec<i64>, Vec<u64>) {
+        let mut seen = Vec::new();
+        let mut lens = Vec::new();
+        for seq in segment::list(dir).unwrap() {
+            let path = segment::path(dir, seq);
+            let batch = segment::read_from(&path, 0, usize::MAX, usize::MAX).unwrap();
+            seen.extend(batch.events.iter().map(|e| e.prompt_tokens));
+            lens.push(fs::metadata(&path).unwrap().len());
+        }
+        (seen, lens)
+    }
+
+    /// A full segment is closed cut to its records (a shipper that sees the next one finds no
+    /// zeros to take for a corrupt record) and the next one takes the record that did not fit;
+    /// the backlog counts the writer's segment by its records, not its reserved length.
+    #[test]
+    fn full_segments_are_cut_to_their_records_and_nothing_is_lost() {
+        let dir = tempfile::tempdir().unwrap();
+        let metrics = Arc::new(JournalMetrics::default());
+        let journal = Journal::open_sized(
+            dir.path(),
+            Durability::Process,
+            Duration::from_millis(5),
+            metrics.clone(),
+            4096,
+        )
+        .unwrap();
+        let mut bytes = 0;
+        for n in 0..100 {
+            let record = record::encode(&event(n));
+            bytes += record.len() as u64;
+            journal.write(&record).unwrap();
+        }
+        let segments = segment::list(dir.path()).unwrap();
+        assert!(segments.len() > 3, "{segments:?}");
+        let (active, len) = metrics.active_segment().unwrap();
+        assert_eq!(active, *segments.last().unwrap());
+        assert_eq!(
+            segment::backlog_bytes(dir.path(), segment::Cursor::default(), Some((active, len)))
+                .unwrap(),
+            bytes
+        );
+        let (seen, lens) = on_disk(dir.path());
+        assert_eq!(seen, (0..100).collect::<Vec<i64>>());
+        for (seq, len) in segments.iter().zip(&lens).rev().skip(1) {
+            assert_eq!(
+                *len,
+                segment::valid_len(&segment::path(dir.path(), *seq)).unwrap()
+            );
+        }
+        assert_eq!(
+            *lens.last().unwrap(),
+            4096,
+            "the writer's segment is reserved whole"
+        );
+        journal.close();
+        assert_eq!(metrics.active_segment(), None);
+        let (_, lens) = on_disk(dir.path());
+        assert_eq!(
+            lens.iter().sum::<u64>(),
+            bytes,
+            "closed, every segment is its records"
+        );
+    }
+
+    /// A crash leaves the writer's segment with its reserved tail of zeros: the next start cuts
+    /// it to its records and appends to a new segment.
+    #[test]
+    fn after_a_crash_the_next_start_cuts_the_reserved_tail() {
+        let dir = tempfile::tempdir().unwrap();
+        let open = || {
+            Journal::open(
+                dir.path(),
+                Durability::Process,
+                Duration::from_millis(5),
+                Arc::new(JournalMetrics::default()),
+            )
+            .unwrap()
+        };
+        let journal = open();
+        for n in 0..10 {
+            journal.write(&record::encode(&event(n))).unwrap();
+        }
+        // The crash: no close, the mapping simply goes.
+        drop(journal);
+        let (seen, lens) = on_disk(dir.path());
+        assert_eq!(seen.len(), 10);
+        assert_eq!(lens, [SEGMENT_BYTES as u64]);
+        let journal = open();
+        journal.write(&record::encode(&event(10))).unwrap();
+        journal.close();
+        let (seen, lens) = on_disk(dir.path());
+        assert_eq!(seen, (0..11).collect::<Vec<i64>>());
+        assert_eq!(segment::list(dir.path()).unwrap(), [0, 1]);
+        assert_eq!(
+            lens[0],
+            segment::valid_len(&segment::path(dir.path(), 0)).unwrap()
+        );
     }
 
     /// A write wakes the idle committer: `machine` durability returns once fsynced, long before

@@ -186,7 +186,12 @@ async fn postgres_outage_grows_the_backlog_then_drains_once(pool: PgPool) {
         journal.append(&e).await.unwrap();
     }
     let metrics = journal.metrics.clone();
-    let on_disk = segment::backlog_bytes(dir.path(), segment::Cursor::default()).unwrap();
+    let on_disk = segment::backlog_bytes(
+        dir.path(),
+        segment::Cursor::default(),
+        journal.metrics.active_segment(),
+    )
+    .unwrap();
     assert!(on_disk > 0);
     for _ in 0..300 {
         if metrics.ship_failures.load(Ordering::Relaxed) > 0

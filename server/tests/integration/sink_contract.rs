@@ -31,16 +31,25 @@ impl Subject {
 
     /// Ends the sink (as a crash would leave it) and moves what it made durable to PostgreSQL:
     /// nothing for PgSink (PostgreSQL is where `record` writes); for JournalSink the journal is
-    /// dropped unclosed and a new shipper drains its directory, as a restarted process would.
+    /// dropped unclosed, then opened again and drained by a new shipper, as a restarted process
+    /// does.
     async fn settle(self, pool: &PgPool) {
         if let Self::Journaled(sink, dir) = self {
             drop(sink);
+            let journal = Journal::open(
+                dir.path(),
+                Durability::Process,
+                Duration::from_millis(5),
+                Arc::new(JournalMetrics::default()),
+            )
+            .unwrap();
             let shipper = Shipper::new(
                 dir.path().to_owned(),
                 pool.clone(),
-                Arc::new(JournalMetrics::default()),
+                journal.metrics.clone(),
             );
             shipper.drain(Duration::from_secs(10)).await.unwrap();
+            journal.close();
         }
     }
 }
