@@ -43,11 +43,8 @@ impl Subject {
                 Arc::new(JournalMetrics::default()),
             )
             .unwrap();
-            let shipper = Shipper::new(
-                dir.path().to_owned(),
-                pool.clone(),
-                journal.metrics.clone(),
-            );
+            let shipper =
+                Shipper::new(dir.path().to_owned(), pool.clone(), journal.metrics.clone());
             shipper.drain(Duration::from_secs(10)).await.unwrap();
             journal.close();
         }
