@@ -38,9 +38,9 @@ struct Active {
 ///
 /// An append copies its record into the mapped segment under a short lock, on the caller's task:
 /// the record is in the page cache (it survives a crash of this process) when `append` returns,
-/// with no system call and no thread hop. Disk durability comes from the group committer thread: in `process` mode it
-/// fsyncs at most every group-commit interval while writes come (and sleeps while none do); in
-/// `machine` mode an append waits for the first fsync that started after its write, so one fsync
+/// with no system call and no thread hop. Disk durability comes from the group committer thread:
+/// in `process` mode it fsyncs at most every group-commit interval while writes come (and sleeps
+/// while none do); in `machine` mode an append waits for the first fsync that started after its write, so one fsync
 /// covers every request waiting at that moment.
 pub struct Journal {
     active: Mutex<Active>,
