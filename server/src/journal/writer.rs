@@ -40,8 +40,8 @@ struct Active {
 /// the record is in the page cache (it survives a crash of this process) when `append` returns,
 /// with no system call and no thread hop. Disk durability comes from the group committer thread:
 /// in `process` mode it fsyncs at most every group-commit interval while writes come (and sleeps
-/// while none do); in `machine` mode an append waits for the first fsync that started after its write, so one fsync
-/// covers every request waiting at that moment.
+/// while none do); in `machine` mode an append waits for the first fsync that started after its
+/// copy, so one fsync covers every request waiting at that moment.
 pub struct Journal {
     active: Mutex<Active>,
     committer: Arc<Committer>,
