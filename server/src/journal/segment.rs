@@ -66,12 +66,29 @@ pub struct Batch {
     pub corrupt: bool,
 }
 
-/// Reads up to `max` records from `offset`.
-pub fn read_from(path: &Path, offset: u64, max: usize, max_bytes: usize) -> io::Result<Batch> {
+/// Where segment `seq`'s records end if it is the writer's (`active`, from
+/// [`super::JournalMetrics::active_segment`]): its file runs on into its reserved tail. `None`
+/// for any other segment, whose file ends with its records.
+pub fn records_end(seq: u64, active: Option<(u64, u64)>) -> Option<u64> {
+    active.and_then(|(active, len)| (active == seq).then_some(len))
+}
+
+/// Reads up to `max` records from `offset`, at most `max_bytes` and never past `end` (see
+/// [`records_end`]: the writer's segment is read up to its records, not into its zeros).
+pub fn read_from(
+    path: &Path,
+    offset: u64,
+    max: usize,
+    max_bytes: usize,
+    end: Option<u64>,
+) -> io::Result<Batch> {
     let mut file = fs::File::open(path)?;
     file.seek(SeekFrom::Start(offset))?;
     let mut buf = Vec::new();
-    file.take(max_bytes as u64).read_to_end(&mut buf)?;
+    let max_bytes = end.map_or(max_bytes as u64, |end| {
+        end.saturating_sub(offset).min(max_bytes as u64)
+    });
+    file.take(max_bytes).read_to_end(&mut buf)?;
     let mut at = 0usize;
     let mut events = Vec::new();
     let mut corrupt = false;
@@ -97,12 +114,16 @@ pub fn read_from(path: &Path, offset: u64, max: usize, max_bytes: usize) -> io::
 
 /// Length of the valid prefix of a segment (everything after it is a torn or corrupt tail).
 pub fn valid_len(path: &Path) -> io::Result<u64> {
-    let buf = fs::read(path)?;
+    Ok(valid_prefix(&fs::read(path)?) as u64)
+}
+
+/// Length of the whole records at the start of a segment's bytes.
+pub fn valid_prefix(buf: &[u8]) -> usize {
     let mut at = 0usize;
     while let Decoded::Record { len, .. } = record::decode(&buf[at..]) {
         at += len;
     }
-    Ok(at as u64)
+    at
 }
 
 /// Bytes in the segments at or after the cursor that PostgreSQL has not acknowledged. `active`
@@ -114,9 +135,9 @@ pub fn backlog_bytes(dir: &Path, cursor: Cursor, active: Option<(u64, u64)>) -> 
         if seq < cursor.seq {
             continue;
         }
-        let len = match active {
-            Some((active, len)) if active == seq => len,
-            _ => fs::metadata(path(dir, seq))?.len(),
+        let len = match records_end(seq, active) {
+            Some(end) => end,
+            None => fs::metadata(path(dir, seq))?.len(),
         };
         total += if seq == cursor.seq {
             len.saturating_sub(cursor.offset)

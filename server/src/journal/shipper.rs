@@ -173,7 +173,8 @@ impl Shipper {
                 .filter(|s| *s >= cursor.seq)
             {
                 let offset = if seq == cursor.seq { cursor.offset } else { 0 };
-                let batch = segment::read_from(&segment::path(&dir, seq), offset, 1, 1 << 20)?;
+                let end = segment::records_end(seq, active);
+                let batch = segment::read_from(&segment::path(&dir, seq), offset, 1, 1 << 20, end)?;
                 if let Some(e) = batch.events.first() {
                     let end = e.started_at + time::Duration::milliseconds(i64::from(e.duration_ms));
                     let lag = (OffsetDateTime::now_utc() - end)
@@ -212,18 +213,12 @@ impl Shipper {
         let later = segments.iter().any(|s| *s > seq);
         let path = segment::path(&self.dir, seq);
         let offset = cursor.offset;
-        // The newest segment may be the writer's, reserved past its records: read its records
-        // alone, not megabytes of zeros each pass. Read after the listing, the writer's length
-        // is at least what the listed files hold; a closed segment is cut to its records.
-        let max_bytes = match self.metrics.active_segment() {
-            Some((active, len)) if active == seq && !later => {
-                usize::try_from(len.saturating_sub(offset))
-                    .map_or(BATCH_BYTES, |n| n.min(BATCH_BYTES))
-            }
-            _ => BATCH_BYTES,
-        };
+        // The writer's segment is read up to its records, not into megabytes of zeros each
+        // pass. Taken after the listing, the writer's length is at least what the listed files
+        // hold (a closed segment is cut to its records before the next one exists).
+        let end = segment::records_end(seq, self.metrics.active_segment());
         let batch = tokio::task::spawn_blocking(move || {
-            segment::read_from(&path, offset, BATCH, max_bytes)
+            segment::read_from(&path, offset, BATCH, BATCH_BYTES, end)
         })
         .await??;
         let n = batch.events.len();

@@ -322,18 +322,15 @@ impl Journal {
 
 /// Cuts a segment left by an earlier process to its whole records, durably.
 fn cut_torn_tail(path: &Path) -> io::Result<()> {
-    let valid = segment::valid_len(path)?;
-    let file = OpenOptions::new().write(true).open(path)?;
-    let len = file.metadata()?.len();
-    if len > valid {
+    let bytes = fs::read(path)?;
+    let valid = segment::valid_prefix(&bytes);
+    if bytes.len() > valid {
         // A crash leaves the reserved tail's zeros; anything else there is a torn record.
-        let torn = fs::read(path)?
-            .get(valid as usize..)
-            .is_some_and(|tail| tail.iter().any(|b| *b != 0));
-        if torn {
+        if bytes[valid..].iter().any(|b| *b != 0) {
             tracing::warn!(segment = %path.display(), valid, "dropping a torn tail from the journal");
         }
-        file.set_len(valid)?;
+        let file = OpenOptions::new().write(true).open(path)?;
+        file.set_len(valid as u64)?;
         file.sync_all()?;
     }
     Ok(())
@@ -380,13 +377,7 @@ mod tests {
     fn in_flight_records_cost_no_fsync() {
         let dir = tempfile::tempdir().unwrap();
         let metrics = Arc::new(JournalMetrics::default());
-        let journal = Journal::open(
-            dir.path(),
-            Durability::Process,
-            Duration::from_millis(5),
-            metrics.clone(),
-        )
-        .unwrap();
+        let journal = in_process_mode(dir.path(), &metrics, SEGMENT_BYTES);
         let fsyncs = metrics.fsyncs.load(Ordering::Relaxed);
         for n in 0..20 {
             drop(journal.inflight.start(&event(n), 3));
@@ -404,13 +395,25 @@ mod tests {
         journal.close();
     }
 
+    /// A journal of `process` durability in `dir`, with segments of `segment_bytes`.
+    fn in_process_mode(dir: &Path, metrics: &Arc<JournalMetrics>, segment_bytes: usize) -> Journal {
+        Journal::open_sized(
+            dir,
+            Durability::Process,
+            Duration::from_millis(5),
+            metrics.clone(),
+            segment_bytes,
+        )
+        .unwrap()
+    }
+
     /// The records of `dir`'s segments, in order, and each segment's length on disk.
     fn on_disk(dir: &Path) -> (Vec<i64>, Vec<u64>) {
         let mut seen = Vec::new();
         let mut lens = Vec::new();
         for seq in segment::list(dir).unwrap() {
             let path = segment::path(dir, seq);
-            let batch = segment::read_from(&path, 0, usize::MAX, usize::MAX).unwrap();
+            let batch = segment::read_from(&path, 0, usize::MAX, usize::MAX, None).unwrap();
             seen.extend(batch.events.iter().map(|e| e.prompt_tokens));
             lens.push(fs::metadata(&path).unwrap().len());
         }
@@ -424,14 +427,7 @@ mod tests {
     fn full_segments_are_cut_to_their_records_and_nothing_is_lost() {
         let dir = tempfile::tempdir().unwrap();
         let metrics = Arc::new(JournalMetrics::default());
-        let journal = Journal::open_sized(
-            dir.path(),
-            Durability::Process,
-            Duration::from_millis(5),
-            metrics.clone(),
-            4096,
-        )
-        .unwrap();
+        let journal = in_process_mode(dir.path(), &metrics, 4096);
         let mut bytes = 0;
         for n in 0..100 {
             let record = record::encode(&event(n));
@@ -475,15 +471,7 @@ mod tests {
     #[test]
     fn after_a_crash_the_next_start_cuts_the_reserved_tail() {
         let dir = tempfile::tempdir().unwrap();
-        let open = || {
-            Journal::open(
-                dir.path(),
-                Durability::Process,
-                Duration::from_millis(5),
-                Arc::new(JournalMetrics::default()),
-            )
-            .unwrap()
-        };
+        let open = || in_process_mode(dir.path(), &Arc::default(), SEGMENT_BYTES);
         let journal = open();
         for n in 0..10 {
             journal.write(&record::encode(&event(n))).unwrap();
