@@ -224,12 +224,13 @@ async fn setup_gateway(sim: SocketAddr) -> Gw {
     let (_, bodies_key) = tf_core::keys::issue(&pool, logged.id, "bench")
         .await
         .unwrap();
-    // The production sink: the local journal (process durability), shipped in batches.
+    // The production sink: the local journal (process durability, the default group commit),
+    // shipped in batches.
     let dir = std::env::temp_dir().join(format!("tf-bench-journal-{}", std::process::id()));
     let journal = Journal::open(
         &dir,
         Durability::Process,
-        Duration::from_millis(5),
+        tokenfactory::journal::durability::DEFAULT_GROUP_COMMIT,
         Default::default(),
     )
     .unwrap();

@@ -305,8 +305,9 @@ pub struct JournalArgs {
     /// `machine`: it is fsynced first (survives power loss); `off`: straight to PostgreSQL.
     #[arg(long, env = "TF_JOURNAL_DURABILITY", default_value = "process")]
     pub journal_durability: crate::journal::Durability,
-    /// How often the group committer fsyncs in `process` mode, in milliseconds.
-    #[arg(long, env = "TF_JOURNAL_GROUP_COMMIT_MS", default_value_t = 5)]
+    /// How often the group committer fsyncs in `process` mode, in milliseconds: what a power cut
+    /// may lose at that level (a crash of the process loses nothing).
+    #[arg(long, env = "TF_JOURNAL_GROUP_COMMIT_MS", default_value_t = crate::journal::durability::DEFAULT_GROUP_COMMIT_MS)]
     pub journal_group_commit_ms: u64,
     /// How long in-flight requests may run after SIGTERM before they are cut and billed, in seconds.
     #[arg(long, env = "TF_DRAIN_SECONDS", default_value_t = 30)]
