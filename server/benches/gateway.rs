@@ -230,7 +230,7 @@ async fn setup_gateway(sim: SocketAddr) -> Gw {
     let journal = Journal::open(
         &dir,
         Durability::Process,
-        tokenfactory::journal::durability::DEFAULT_GROUP_COMMIT,
+        Duration::from_millis(tokenfactory::journal::durability::DEFAULT_GROUP_COMMIT_MS),
         Default::default(),
     )
     .unwrap();

@@ -1,17 +1,13 @@
 //! How durable a usage event is when its response ends (`--journal-durability`).
 
 use std::str::FromStr;
-use std::time::Duration;
 
-/// How often the group committer fsyncs in `process` mode while writes come
+/// How often, in milliseconds, the group committer fsyncs in `process` mode while writes come
 /// (`--journal-group-commit-ms`): what a power cut (not a crash: the page cache survives that)
-/// may lose. 50 ms, not the 5 ms it was: each `fdatasync` flushes the device's cache and
-/// write-protects the mapped pages again (a TLB shootdown on every core), about 0.1 ms of CPU
-/// each on the 2-core machine, so 200 of them a second were 2.4 us of every request at 11k
-/// requests a second (issue 35). 50 ms is still tighter than PostgreSQL's asynchronous commit
-/// (three `wal_writer_delay`s, 600 ms); `machine` is the level for power-loss safety.
-pub const DEFAULT_GROUP_COMMIT: Duration = Duration::from_millis(DEFAULT_GROUP_COMMIT_MS);
-/// [`DEFAULT_GROUP_COMMIT`] in milliseconds (the command line's default).
+/// may lose. 50, not 5: each `fdatasync` flushes the device's cache and write-protects the
+/// mapped pages again (a TLB shootdown on every core), and 200 of them a second were the largest
+/// kernel cost of a request under load (README, "The group commit's interval"). `machine` is the
+/// level for power-loss safety.
 pub const DEFAULT_GROUP_COMMIT_MS: u64 = 50;
 
 /// How durable an event is when the response's final bytes leave.
@@ -20,7 +16,7 @@ pub enum Durability {
     /// No journal: events go straight to PostgreSQL (tests and benchmarks of the raw path).
     Off,
     /// The record was handed to the OS (survives a gateway crash); a group committer fsyncs
-    /// every group-commit interval ([`DEFAULT_GROUP_COMMIT`]) while writes come.
+    /// every group-commit interval ([`DEFAULT_GROUP_COMMIT_MS`]) while writes come.
     Process,
     /// The record is on disk (survives power loss); one fsync covers every request waiting.
     Machine,

@@ -97,11 +97,17 @@ fn reserve(file: &File, len: u64) -> io::Result<()> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn appends_are_in_the_file_at_once_and_the_rest_reads_as_zeros() {
+    /// A new mapped file of `capacity` bytes in a directory of its own, and its path.
+    fn new_log(capacity: usize) -> (tempfile::TempDir, std::path::PathBuf, MappedFile) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("log");
-        let mut map = MappedFile::create(&path, 16).unwrap();
+        let map = MappedFile::create(&path, capacity).unwrap();
+        (dir, path, map)
+    }
+
+    #[test]
+    fn appends_are_in_the_file_at_once_and_the_rest_reads_as_zeros() {
+        let (_dir, path, mut map) = new_log(16);
         assert!(map.append(b"abc"));
         assert!(map.append(b"defg"));
         // Read through another handle while still mapped: what a crash would leave.
@@ -121,9 +127,7 @@ mod tests {
     /// Trimmed, the file holds its records and nothing after them.
     #[test]
     fn a_trimmed_file_is_its_records() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("log");
-        let mut map = MappedFile::create(&path, 4096).unwrap();
+        let (_dir, path, mut map) = new_log(4096);
         assert!(map.append(b"abc"));
         map.file().sync_data().unwrap();
         map.trim().unwrap();

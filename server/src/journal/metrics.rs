@@ -21,31 +21,29 @@ pub struct JournalMetrics {
     /// When the shipper last moved events to PostgreSQL, in unix milliseconds (0: never); the
     /// replica's report to `/admin/ops` carries it.
     pub last_shipped_unix_ms: AtomicU64,
-    /// The segment the writer appends to, plus one (0: none), and its length: the file's own
-    /// length counts the reserved tail (`mapped`), so the backlog reads this one's from here.
-    active_seq: AtomicU64,
-    active_len: AtomicU64,
+    /// The segment the writer appends to and the length of its records, in one word so that a
+    /// reader never pairs one segment's number with another's length: `(number + 1) << 32 |
+    /// length` (0: none). The file's own length counts the reserved tail (`mapped`), so the
+    /// backlog reads this one's from here.
+    active: AtomicU64,
 }
+
+/// The length half of [`JournalMetrics::active`]'s word (a segment is under 4 GiB: `writer`).
+const LEN_BITS: u64 = u32::MAX as u64;
 
 impl JournalMetrics {
     /// Publishes the active segment and its length (the writer, under its lock).
     pub(super) fn set_active(&self, active: Option<(u64, u64)>) {
-        let (seq, len) = active.map_or((0, 0), |(seq, len)| (seq + 1, len));
-        // The number before the length: a reader that sees a new segment's length sees its
-        // number too, and so reads again (`active_segment`).
-        self.active_seq.store(seq, Ordering::Release);
-        self.active_len.store(len, Ordering::Release);
+        let word = active.map_or(0, |(seq, len)| ((seq + 1) << 32) | (len & LEN_BITS));
+        self.active.store(word, Ordering::Release);
     }
 
     /// The segment the writer appends to and the length of its records, if one is open.
     pub fn active_segment(&self) -> Option<(u64, u64)> {
-        loop {
-            let seq = self.active_seq.load(Ordering::Acquire);
-            let len = self.active_len.load(Ordering::Acquire);
-            if self.active_seq.load(Ordering::Acquire) == seq {
-                return seq.checked_sub(1).map(|seq| (seq, len));
-            }
-        }
+        let word = self.active.load(Ordering::Acquire);
+        (word >> 32)
+            .checked_sub(1)
+            .map(|seq| (seq, word & LEN_BITS))
     }
 
     /// Records a shipment acknowledged by PostgreSQL at `at`.
@@ -127,5 +125,25 @@ impl JournalMetrics {
                 "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The segment and its length travel in one word: each read is a pair the writer published.
+    #[test]
+    fn the_active_segment_reads_back_as_published() {
+        let m = JournalMetrics::default();
+        assert_eq!(m.active_segment(), None);
+        m.set_active(Some((0, 0)));
+        assert_eq!(m.active_segment(), Some((0, 0)));
+        m.set_active(Some((7, 32 * 1024 * 1024)));
+        assert_eq!(m.active_segment(), Some((7, 32 * 1024 * 1024)));
+        m.set_active(Some((8, 153)));
+        assert_eq!(m.active_segment(), Some((8, 153)));
+        m.set_active(None);
+        assert_eq!(m.active_segment(), None);
     }
 }

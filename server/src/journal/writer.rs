@@ -141,6 +141,10 @@ impl Journal {
         metrics: Arc<JournalMetrics>,
         segment_bytes: usize,
     ) -> io::Result<Self> {
+        // The metrics publish a segment's length in 32 bits (`JournalMetrics::active_segment`).
+        if u32::try_from(segment_bytes).is_err() {
+            return Err(io::Error::other("journal segments must be under 4 GiB"));
+        }
         fs::create_dir_all(dir)?;
         let lock = OpenOptions::new()
             .create(true)
