@@ -36,6 +36,7 @@ struct Phase {
     latencies_us: Vec<u64>,
     elapsed: Duration,
     cpu: Duration,
+    machine: common::machine::Ticks,
 }
 
 impl Phase {
@@ -47,6 +48,7 @@ impl Phase {
         self.latencies_us.extend(other.latencies_us);
         self.elapsed += other.elapsed;
         self.cpu += other.cpu;
+        self.machine = self.machine.add(other.machine);
         self
     }
     fn rps(&self) -> f64 {
@@ -62,6 +64,13 @@ impl Phase {
     }
     fn cpu_per_chunk_us(&self) -> f64 {
         self.cpu.as_secs_f64() * 1e6 / self.chunks.max(1) as f64
+    }
+    /// The whole machine's CPU per request, and its parts.
+    fn machine_line(&self) -> String {
+        let (all, this, pg, rest) = self.machine.per(self.requests);
+        format!(
+            "{all:>6.1} us CPU/req on the machine: this process {this:.1}, PostgreSQL {pg:.1}, the rest (engine, kernel, neighbours) {rest:.1}"
+        )
     }
 }
 
@@ -85,6 +94,7 @@ async fn run_phase(
 ) -> Phase {
     let body = Arc::new(serde_json::to_vec(&body).unwrap());
     let deadline = Instant::now() + dur;
+    let machine0 = common::machine::Ticks::now();
     let cpu0 = process_cpu();
     let start = Instant::now();
     let tasks: Vec<_> = (0..conns)
@@ -130,6 +140,7 @@ async fn run_phase(
         latencies_us: Vec::new(),
         elapsed: Duration::ZERO,
         cpu: Duration::ZERO,
+        machine: Default::default(),
     };
     for t in tasks {
         let (n, c, l) = t.await.unwrap();
@@ -139,6 +150,7 @@ async fn run_phase(
     }
     phase.elapsed = start.elapsed();
     phase.cpu = process_cpu() - cpu0;
+    phase.machine = common::machine::Ticks::now().since(machine0);
     phase
 }
 
@@ -376,6 +388,9 @@ fn main() {
             };
             let p = run_phase(url, k, body, stream, conns, dur).await;
             println!("{only}: {:.0} req/s, {:.2} us CPU per {}", p.rps(), p.cpu_per_chunk_us(), if stream { "chunk" } else { "request" });
+            if !stream {
+                println!("  {}", p.machine_line());
+            }
             return;
         }
         // Each load runs as two halves, alternating direct, the bare pass-through and gateway.
@@ -400,6 +415,11 @@ fn main() {
         println!("non-streaming  bare    {:>9.0} req/s  p50 {:>6.2} ms  p99 {:>6.2} ms  {:>6.1} us CPU/req", b.rps(), b.pct(0.5), b.pct(0.99), b.cpu_per_chunk_us());
         println!("non-streaming  gateway {:>9.0} req/s  p50 {:>6.2} ms  p99 {:>6.2} ms  {:>6.1} us CPU/req", g.rps(), g.pct(0.5), g.pct(0.99), g.cpu_per_chunk_us());
         println!("  throughput ratio gateway/direct: {:.2}; bare/direct: {:.2}; gateway/bare: {:.2} (target >= 0.95)", g.rps() / d.rps(), b.rps() / d.rps(), g.rps() / b.rps());
+        // The load saturates this machine, so throughput follows what a request costs all of it:
+        // the gateway's PostgreSQL work (the shipper's inserts, the rollup, the rater) included.
+        println!("  bare    {}", b.machine_line());
+        println!("  gateway {}", g.machine_line());
+        println!("  machine CPU per request, bare/gateway: {:.2} (the throughput ratio's bound on a saturated machine)", b.machine.per(b.requests).0 / g.machine.per(g.requests).0);
         println!("engine streams direct  {:>9.0} req/s  p50 {:>6.2} ms  p99 {:>6.2} ms  {:>6.1} us CPU/req (the gateway's upstream request, read whole)", e.rps(), e.pct(0.5), e.pct(0.99), e.cpu_per_chunk_us());
         let engine_extra = e.cpu_per_chunk_us() - d.cpu_per_chunk_us();
         println!("  CPU per request above the bare pass-through: {:.1} us; without the engine's extra {:.1} us for streaming: {:.1} us (target <= 15)", g.cpu_per_chunk_us() - b.cpu_per_chunk_us(), engine_extra, g.cpu_per_chunk_us() - b.cpu_per_chunk_us() - engine_extra);

@@ -2,6 +2,7 @@
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)] // benchmarks fail loudly
 
+pub mod machine;
 pub mod passthrough;
 
 /// Drops and recreates database `name` on the server of `DATABASE_URL` (or the local default),

@@ -140,3 +140,248 @@ async fn a_line_cannot_name_a_missing_run_or_version_and_runs_are_kept(pool: PgP
         "a rating run was renumbered"
     );
 }
+
+/// A deterministic stream of numbers (a linear congruential generator): the same events each run.
+struct Lcg(u64);
+
+impl Lcg {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (self.0 >> 33) % n
+    }
+}
+
+/// The rollup's trigger and the rater price each distinct key of a batch once (issue 35); every
+/// event must still get what pricing it alone gives: `price_of_event` (the version in effect at
+/// its start, the tenant's tier before 'standard', an adapter's own key before its base's), in
+/// charge lines, their version, the unpriced flag, the daily rollup's cost, and a re-rate's lines.
+/// Events sit before the first version, on version boundaries and across a UTC midnight, for
+/// tenants in and out of a tier, on bases and adapters, priced and not, rejected or not.
+#[sqlx::test(migrations = "../migrations")]
+async fn batch_pricing_equals_pricing_each_event(pool: PgPool) {
+    use tf_core::money::Rates;
+    use tf_core::usage::{Provenance, UsageEvent, UsageStatus};
+    use time::macros::datetime;
+    use time::Duration;
+
+    billing::add_tier(&pool, "gold").await.unwrap();
+    let mut tenants = Vec::new();
+    for (name, tier) in [("acme", "gold"), ("globex", "standard")] {
+        let id = tf_core::db::accounts::insert_tenant(&pool, name, name)
+            .await
+            .unwrap()
+            .id;
+        sqlx::query("UPDATE tenants SET tier = $2 WHERE id = $1")
+            .bind(id)
+            .bind(tier)
+            .execute(&pool)
+            .await
+            .unwrap();
+        tenants.push(id);
+    }
+    // Three versions an hour apart from 23:00, each changing a few of the prices: bases b0 and
+    // b1 (b2 never priced), acme's adapter ad0 and globex's ad1 (ad2 never priced), gold and
+    // standard.
+    let v0 = datetime!(2031-03-04 23:00 UTC);
+    let rates = |n: i64| Rates {
+        fresh_per_m: 1_000 + n,
+        cached_per_m: 100 + n,
+        output_per_m: 3_000 + n,
+    };
+    let books: [&[(&str, &str)]; 3] = [
+        &[
+            ("b0", "standard"),
+            ("b1", "gold"),
+            ("adapter:acme/ad0", "standard"),
+        ],
+        &[
+            ("b1", "standard"),
+            ("adapter:globex/ad1", "gold"),
+            ("b0", "gold"),
+        ],
+        &[
+            ("b0", "standard"),
+            ("adapter:acme/ad0", "gold"),
+            ("adapter:globex/ad1", "standard"),
+        ],
+    ];
+    let mut versions = Vec::new();
+    for (i, book) in books.iter().enumerate() {
+        let entries: Vec<(&str, &str, Rates)> = book
+            .iter()
+            .enumerate()
+            .map(|(j, (k, t))| (*k, *t, rates(i64::try_from(i * 10 + j).unwrap())))
+            .collect();
+        let at = v0 + Duration::hours(i64::try_from(i).unwrap());
+        versions.push(
+            billing::set_prices(&pool, at, &entries, "test")
+                .await
+                .unwrap()
+                .unwrap(),
+        );
+    }
+
+    let mut rng = Lcg(7);
+    let mut batches: Vec<Vec<UsageEvent>> = vec![Vec::new(); 3];
+    for n in 0..600_u64 {
+        // Before the first version, on a boundary (exactly, or a microsecond before), or
+        // anywhere in the four hours from 22:30.
+        let at = match rng.below(4) {
+            0 => v0 + Duration::hours(i64::try_from(rng.below(3)).unwrap()),
+            1 => {
+                v0 + Duration::hours(i64::try_from(rng.below(3)).unwrap())
+                    - Duration::microseconds(1)
+            }
+            _ => {
+                v0 - Duration::minutes(30)
+                    + Duration::seconds(i64::try_from(rng.below(4 * 3600)).unwrap())
+            }
+        };
+        let tenant = tenants[usize::try_from(rng.below(2)).unwrap()];
+        let base = format!("b{}", rng.below(3));
+        let adapter = (rng.below(2) == 0).then(|| format!("ad{}", rng.below(3)));
+        let prompt = i64::try_from(rng.below(100_000)).unwrap();
+        let status = match rng.below(6) {
+            0 => UsageStatus::Rejected,
+            1 => UsageStatus::ClientAbort,
+            _ => UsageStatus::Ok,
+        };
+        batches[usize::try_from(n % 3).unwrap()].push(UsageEvent {
+            request_id: Uuid::now_v7(),
+            tenant_id: tenant,
+            api_key_id: None,
+            served_name: adapter.clone().unwrap_or_else(|| base.clone()),
+            base_model: base.clone(),
+            adapter,
+            graph: base.clone(),
+            price_key: base,
+            prompt_tokens: prompt,
+            cached_tokens: prompt * i64::try_from(rng.below(101)).unwrap() / 100,
+            completion_tokens: i64::try_from(rng.below(20_000)).unwrap(),
+            reasoning_tokens: 0,
+            endpoint: tokenfactory::endpoint::Endpoint::Chat,
+            provenance: Provenance::Engine,
+            status,
+            stream: false,
+            ttft_ms: None,
+            duration_ms: 1,
+            started_at: at,
+        });
+    }
+    for batch in &batches {
+        tf_core::db::usage::insert_batch(&pool, batch)
+            .await
+            .unwrap();
+    }
+    let live = billing::live_run(&pool).await.unwrap();
+    billing::drain(&pool, live, 250).await.unwrap();
+
+    // Each event priced alone: its version, and its amount (None: no price) under `version`
+    // (the one in effect at its start when None).
+    let alone = |version: Option<i64>| {
+        sqlx::query_as::<_, (Uuid, Option<i64>, Option<i64>)>(
+            "SELECT e.request_id, v.id,
+                    (SELECT line_amount(e.prompt_tokens - e.cached_tokens, e.cached_tokens,
+                                        e.completion_tokens, p.fresh_input_per_m,
+                                        p.cached_input_per_m, p.output_per_m)
+                     FROM price_in_version(v.id, e.tenant_id, e.price_key, e.served_name,
+                                           e.adapter IS NOT NULL) p)
+             FROM usage_events e
+                  LEFT JOIN LATERAL (
+                      SELECT COALESCE($1, (SELECT pv.id FROM price_versions pv
+                                           WHERE pv.book = 'default'
+                                             AND pv.effective_from <= e.started_at
+                                           ORDER BY pv.effective_from DESC LIMIT 1)) AS id) v
+                  ON true
+             WHERE e.status <> 'rejected'",
+        )
+        .bind(version)
+        .fetch_all(&pool)
+    };
+    let lines = |run: i64| {
+        sqlx::query_as::<_, (Uuid, Option<i64>, i64, String)>(
+            "SELECT request_id, price_version_id, amount_micros, flag FROM charge_lines
+             WHERE run_id = $1",
+        )
+        .bind(run)
+        .fetch_all(&pool)
+    };
+    let check = |want: Vec<(Uuid, Option<i64>, Option<i64>)>,
+                 got: Vec<(Uuid, Option<i64>, i64, String)>| {
+        let got: std::collections::HashMap<Uuid, (Option<i64>, i64, String)> = got
+            .into_iter()
+            .map(|(id, v, amount, flag)| (id, (v, amount, flag)))
+            .collect();
+        assert_eq!(got.len(), want.len(), "one line per event not rejected");
+        let mut priced = 0;
+        for (id, version, amount) in want {
+            let (v, a, flag) = &got[&id];
+            assert_eq!((*v, *a), (version, amount.unwrap_or(0)), "event {id}");
+            assert_eq!(
+                flag == "unpriced",
+                amount.is_none(),
+                "event {id}: flag {flag}"
+            );
+            priced += usize::from(amount.is_some());
+        }
+        priced
+    };
+    let priced = check(alone(None).await.unwrap(), lines(live).await.unwrap());
+    assert!(priced > 100, "only {priced} of the events had a price");
+
+    // The rollup's cost per day and model: the sum of the events' own amounts.
+    let mismatched: Vec<(Uuid, String, Option<i64>, Option<i64>)> = sqlx::query_as(
+        "WITH each AS (
+             SELECT e.tenant_id, (e.started_at AT TIME ZONE 'UTC')::date AS day, e.served_name,
+                    e.base_model,
+                    CASE WHEN e.status = 'rejected' THEN 0 ELSE COALESCE(
+                        (SELECT line_amount(e.prompt_tokens - e.cached_tokens, e.cached_tokens,
+                                            e.completion_tokens, p.fresh_input_per_m,
+                                            p.cached_input_per_m, p.output_per_m)
+                         FROM price_of_event(e.tenant_id, e.price_key, e.served_name,
+                                             e.adapter IS NOT NULL, e.started_at) p), 0) END
+                        AS amount
+             FROM usage_events e)
+         SELECT tenant_id, served_name, d.cost_micros, w.cost::bigint
+         FROM usage_daily d
+              FULL JOIN (SELECT tenant_id, day, served_name, base_model, sum(amount) AS cost
+                         FROM each GROUP BY 1, 2, 3, 4) w
+              USING (tenant_id, day, served_name, base_model)
+         WHERE d.cost_micros IS DISTINCT FROM w.cost",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert!(mismatched.is_empty(), "rollup cost differs: {mismatched:?}");
+    let days: i64 = sqlx::query_scalar("SELECT count(DISTINCT day) FROM usage_daily")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(days, 2, "the events cross a UTC midnight");
+
+    // A re-rate of each tenant under the middle version prices every event by that version.
+    for tenant in &tenants {
+        let run = billing::rerate(
+            &pool,
+            *tenant,
+            v0 - Duration::hours(1),
+            v0 + Duration::hours(4),
+            versions[1],
+            "test",
+        )
+        .await
+        .unwrap();
+        let want: Vec<_> = alone(Some(versions[1])).await.unwrap();
+        let ids: std::collections::HashSet<Uuid> = batches
+            .iter()
+            .flatten()
+            .filter(|e| e.tenant_id == *tenant)
+            .map(|e| e.request_id)
+            .collect();
+        let want = want.into_iter().filter(|w| ids.contains(&w.0)).collect();
+        check(want, lines(run).await.unwrap());
+    }
+}
