@@ -130,9 +130,11 @@ fn endpoint_view(e: EndpointUsage) -> EndpointView {
     }
 }
 
+/// A usage entry is shown by its description, the model the requests named (an adapter's own
+/// name, not its base's price key, so each model of the invoice has a line of its own).
 fn entry_view(e: Entry) -> EntryView {
     EntryView {
-        description: e.price_key.clone().unwrap_or(e.description),
+        description: e.description,
         kind: e.kind,
         events: e.events,
         fresh_tokens: e.fresh_tokens,

@@ -171,6 +171,13 @@ async fn invoices_show_hand_computed_figures_csv_and_nothing_of_another_tenant(p
             event(acme, "qwen", at, 10, 0, 3),
             // The open month: 100 x 2 + 10 x 8 = 280.
             event(acme, "llama", now - Duration::seconds(1), 100, 0, 10),
+            // And acme's adapter on llama, priced by its base: 200 x 2 + 25 x 8 = 600, a line
+            // of its own under its own name.
+            UsageEvent {
+                served_name: "support-bot".into(),
+                adapter: Some("support-bot".into()),
+                ..event(acme, "llama", now - Duration::seconds(2), 200, 0, 25)
+            },
             // Globex: 50 x 2 = 100.
             event(globex, "llama", at, 50, 0, 0),
         ],
@@ -218,12 +225,12 @@ async fn invoices_show_hand_computed_figures_csv_and_nothing_of_another_tenant(p
     for shown in ["$0.006703", "-$0.001", "$0.005703", "draft"] {
         assert!(row.contains(shown), "{shown} in {row}");
     }
-    // The open month, live: 280 of usage, all of it covered by the (unburned) grant.
+    // The open month, live: 880 of usage, all of it covered by the (unburned) grant.
     let row = row_of(&html, r#"data-id="current""#);
     assert!(row.contains(&format!(r#"data-month="{open}""#)), "{row}");
     assert!(row.contains("draft (live)"), "{row}");
-    assert!(row.contains("$0.00028"), "{row}");
-    assert!(row.contains("-$0.00028"), "{row}");
+    assert!(row.contains("$0.00088"), "{row}");
+    assert!(row.contains("-$0.00088"), "{row}");
     assert!(
         !html.contains(&theirs.to_string()),
         "globex's invoice is not listed"
@@ -247,6 +254,16 @@ async fn invoices_show_hand_computed_figures_csv_and_nothing_of_another_tenant(p
     assert_eq!(text_of(&detail, "invoice-total"), "$0.005703");
     let live_page = b.html("/invoices/current").await;
     assert_eq!(text_of(&live_page, "invoice-total"), "$0.00");
+    // A model per line, named as the request named it: the adapter is not shown as its base.
+    let base = row_of(&live_page, r#"data-model="llama""#);
+    assert!(base.contains(r#"<td>llama</td>"#), "{base}");
+    assert!(base.contains(r#"class="num amount">$0.00028<"#), "{base}");
+    let adapter = row_of(&live_page, r#"data-model="support-bot""#);
+    assert!(adapter.contains(r#"<td>support-bot</td>"#), "{adapter}");
+    assert!(
+        adapter.contains(r#"class="num amount">$0.0006<"#),
+        "{adapter}"
+    );
     assert!(live_page.contains("computed now"), "{live_page}");
 
     // The CSV: the same entries, exactly.
