@@ -35,7 +35,6 @@ struct Phase {
     chunks: u64,
     latencies_us: Vec<u64>,
     elapsed: Duration,
-    cpu: Duration,
     machine: common::machine::Ticks,
 }
 
@@ -47,7 +46,6 @@ impl Phase {
         self.chunks += other.chunks;
         self.latencies_us.extend(other.latencies_us);
         self.elapsed += other.elapsed;
-        self.cpu += other.cpu;
         self.machine = self.machine.add(other.machine);
         self
     }
@@ -62,8 +60,10 @@ impl Phase {
         }
         v[((v.len() as f64 - 1.0) * p) as usize] as f64 / 1000.0
     }
+    /// This process's CPU (load generator and the path measured) per chunk.
     fn cpu_per_chunk_us(&self) -> f64 {
-        self.cpu.as_secs_f64() * 1e6 / self.chunks.max(1) as f64
+        common::machine::as_duration(self.machine.this).as_secs_f64() * 1e6
+            / self.chunks.max(1) as f64
     }
     /// The whole machine's CPU per request, and its parts.
     fn machine_line(&self) -> String {
@@ -72,16 +72,6 @@ impl Phase {
             "{all:>6.1} us CPU/req on the machine: this process {this:.1}, PostgreSQL {pg:.1}, the rest (engine, kernel, neighbours) {rest:.1}"
         )
     }
-}
-
-/// Process CPU time (user + system) from /proc, in clock ticks of 10 ms.
-fn process_cpu() -> Duration {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let after = stat.rsplit(')').next().unwrap_or("");
-    let f: Vec<&str> = after.split_whitespace().collect();
-    let ticks: u64 = f.get(11).and_then(|x| x.parse().ok()).unwrap_or(0)
-        + f.get(12).and_then(|x| x.parse().ok()).unwrap_or(0);
-    Duration::from_millis(ticks * 10)
 }
 
 async fn run_phase(
@@ -95,7 +85,6 @@ async fn run_phase(
     let body = Arc::new(serde_json::to_vec(&body).unwrap());
     let deadline = Instant::now() + dur;
     let machine0 = common::machine::Ticks::now();
-    let cpu0 = process_cpu();
     let start = Instant::now();
     let tasks: Vec<_> = (0..conns)
         .map(|_| {
@@ -139,7 +128,6 @@ async fn run_phase(
         chunks: 0,
         latencies_us: Vec::new(),
         elapsed: Duration::ZERO,
-        cpu: Duration::ZERO,
         machine: Default::default(),
     };
     for t in tasks {
@@ -149,7 +137,6 @@ async fn run_phase(
         phase.latencies_us.extend(l);
     }
     phase.elapsed = start.elapsed();
-    phase.cpu = process_cpu() - cpu0;
     phase.machine = common::machine::Ticks::now().since(machine0);
     phase
 }

@@ -95,16 +95,6 @@ fn fd_count(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
-/// CPU time (user + system) of `pid`, from clock ticks (100 per second on Linux).
-fn cpu_of(pid: u32) -> Duration {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let after = stat.rsplit(')').next().unwrap_or("");
-    let f: Vec<&str> = after.split_whitespace().collect();
-    let ticks: u64 = f.get(11).and_then(|x| x.parse().ok()).unwrap_or(0)
-        + f.get(12).and_then(|x| x.parse().ok()).unwrap_or(0);
-    Duration::from_millis(ticks * 10)
-}
-
 fn free_port() -> SocketAddr {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     l.local_addr().unwrap()
@@ -315,9 +305,17 @@ async fn measure(
     );
     // Settle (every stream past its first buffers), then sample.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let (c0, cpu0, w0) = (CHUNKS.load(Ordering::Relaxed), cpu_of(pid), Instant::now());
+    let (c0, cpu0, w0) = (
+        CHUNKS.load(Ordering::Relaxed),
+        common::machine::cpu_of(pid),
+        Instant::now(),
+    );
     tokio::time::sleep(window).await;
-    let (c1, cpu1, elapsed) = (CHUNKS.load(Ordering::Relaxed), cpu_of(pid), w0.elapsed());
+    let (c1, cpu1, elapsed) = (
+        CHUNKS.load(Ordering::Relaxed),
+        common::machine::cpu_of(pid),
+        w0.elapsed(),
+    );
     let (rss1, fds1) = (rss_kib(pid), fd_count(pid));
     let open = OPENED.load(Ordering::Relaxed) - FAILED.load(Ordering::Relaxed).min(open);
     let chunks = c1 - c0;

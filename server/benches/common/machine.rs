@@ -1,6 +1,7 @@
-//! Where a loaded machine's CPU goes, from `/proc`: all of it, this process, and PostgreSQL's
-//! processes. On a machine the load saturates, throughput follows the CPU every part of a request
-//! costs, the database's included, not only the gateway's process (issue 35).
+//! CPU time from `/proc`: a process's, and where a loaded machine's goes (all of it, this
+//! process, PostgreSQL's processes). On a machine the load saturates, throughput follows the CPU
+//! every part of a request costs, the database's included, not only the gateway's process (issue
+//! 35).
 
 use std::time::Duration;
 
@@ -9,7 +10,7 @@ use std::time::Duration;
 pub struct Ticks {
     /// Every core's busy time (user, nice, system, irq, softirq, steal).
     pub machine: u64,
-    /// This process (threads and reaped children included).
+    /// This process (user + system, every thread).
     pub this: u64,
     /// The PostgreSQL server's processes (backends that exited are in the postmaster's
     /// reaped-children counts).
@@ -29,17 +30,16 @@ impl Ticks {
             .unwrap_or(0);
         let mut postgres = 0;
         for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-            let Some(stat) = std::fs::read_to_string(entry.path().join("stat")).ok() else {
+            let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
                 continue;
             };
-            if stat.contains("(postgres)") || stat.contains("(postgres:") {
-                postgres += process_ticks(&stat);
+            if comm(&stat) == "postgres" {
+                postgres += ticks(&stat, true);
             }
         }
-        let this = process_ticks(&std::fs::read_to_string("/proc/self/stat").unwrap_or_default());
         Ticks {
             machine,
-            this,
+            this: stat_ticks("self"),
             postgres,
         }
     }
@@ -62,19 +62,45 @@ impl Ticks {
 
     /// (machine, this process, PostgreSQL, the rest) in microseconds per `n`.
     pub fn per(&self, n: u64) -> (f64, f64, f64, f64) {
-        let us = |t: u64| Duration::from_millis(t * 10).as_secs_f64() * 1e6 / n.max(1) as f64;
+        let us = |t: u64| as_duration(t).as_secs_f64() * 1e6 / n.max(1) as f64;
         let (m, t, p) = (us(self.machine), us(self.this), us(self.postgres));
         (m, t, p, m - t - p)
     }
 }
 
-/// utime + stime + cutime + cstime of one `/proc/<pid>/stat` line.
-fn process_ticks(stat: &str) -> u64 {
+/// CPU time (user + system) of process `pid`.
+pub fn cpu_of(pid: u32) -> Duration {
+    as_duration(stat_ticks(&pid.to_string()))
+}
+
+/// Clock ticks as time (100 a second on Linux).
+pub fn as_duration(ticks: u64) -> Duration {
+    Duration::from_millis(ticks * 10)
+}
+
+/// User + system ticks of `/proc/<pid>/stat` (`pid` may be `self`).
+fn stat_ticks(pid: &str) -> u64 {
+    ticks(
+        &std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default(),
+        false,
+    )
+}
+
+/// The command name of a `/proc/<pid>/stat` line.
+fn comm(stat: &str) -> &str {
+    let start = stat.find('(').map_or(0, |i| i + 1);
+    let end = stat.rfind(')').unwrap_or(start).max(start);
+    &stat[start..end]
+}
+
+/// utime + stime of a `/proc/<pid>/stat` line, with its reaped children's (cutime + cstime)
+/// when `children`.
+fn ticks(stat: &str, children: bool) -> u64 {
     let after = stat.rsplit(')').next().unwrap_or("");
     after
         .split_whitespace()
         .skip(11)
-        .take(4)
+        .take(if children { 4 } else { 2 })
         .filter_map(|x| x.parse::<u64>().ok())
         .sum()
 }
