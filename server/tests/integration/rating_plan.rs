@@ -385,3 +385,181 @@ async fn batch_pricing_equals_pricing_each_event(pool: PgPool) {
         check(want, lines(run).await.unwrap());
     }
 }
+
+/// A small stored event of `tenant` (the shipper's insert).
+fn stored_event(tenant: Uuid, at: time::OffsetDateTime) -> tf_core::usage::UsageEvent {
+    use tf_core::usage::{Provenance, UsageEvent, UsageStatus};
+    UsageEvent {
+        request_id: Uuid::now_v7(),
+        tenant_id: tenant,
+        api_key_id: None,
+        served_name: "m".into(),
+        base_model: "m".into(),
+        adapter: None,
+        graph: "m".into(),
+        price_key: "m".into(),
+        prompt_tokens: 10,
+        cached_tokens: 2,
+        completion_tokens: 5,
+        reasoning_tokens: 0,
+        endpoint: tf_core::endpoint::Endpoint::Chat,
+        provenance: Provenance::Engine,
+        status: UsageStatus::Ok,
+        stream: false,
+        ttft_ms: None,
+        duration_ms: 1,
+        started_at: at,
+    }
+}
+
+/// How many times each of a tenant's events is counted: (events stored, queued, in the daily
+/// rollup, live lines, distinct live lines).
+async fn counts(pool: &PgPool, tenant: Uuid) -> (i64, i64, i64, i64, i64) {
+    sqlx::query_as(
+        "SELECT (SELECT count(*) FROM usage_events WHERE tenant_id = $1),
+                (SELECT count(*) FROM rating_queue WHERE tenant_id = $1),
+                (SELECT COALESCE(sum(requests), 0)::bigint FROM usage_daily WHERE tenant_id = $1),
+                (SELECT count(*) FROM charge_lines WHERE tenant_id = $1),
+                (SELECT count(DISTINCT request_id) FROM charge_lines WHERE tenant_id = $1)",
+    )
+    .bind(tenant)
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+/// The shipper inserts plainly and only a batch that meets a stored event (a replay after a
+/// crash) or holds one twice is inserted again with ON CONFLICT (migration
+/// 20261223100000_plain_inserts.sql): such a batch still stores, queues and rolls up only what
+/// is new.
+#[sqlx::test(migrations = "../migrations")]
+async fn a_batch_replayed_with_stored_and_doubled_events_counts_each_once(pool: PgPool) {
+    let tenant = tenant(&pool).await;
+    let now = time::OffsetDateTime::now_utc();
+    let events: Vec<_> = (0..15)
+        .map(|i| stored_event(tenant, now - time::Duration::milliseconds(i)))
+        .collect();
+    let insert = tf_core::db::usage::insert_batch;
+    assert_eq!(insert(&pool, &events[..10]).await.unwrap(), 10);
+    assert_eq!(counts(&pool, tenant).await, (10, 10, 10, 0, 0));
+
+    // Five stored already, five new, one of the new twice.
+    let mut replay = events[5..].to_vec();
+    replay.push(events[12].clone());
+    assert_eq!(insert(&pool, &replay).await.unwrap(), 5);
+    assert_eq!(counts(&pool, tenant).await, (15, 15, 15, 0, 0));
+    // A batch of events all stored stores nothing.
+    assert_eq!(insert(&pool, &events).await.unwrap(), 0);
+
+    let live = billing::live_run(&pool).await.unwrap();
+    assert_eq!(billing::drain(&pool, live, 4).await.unwrap(), 15);
+    assert_eq!(counts(&pool, tenant).await, (15, 0, 15, 15, 15));
+    let rolled: i64 = sqlx::query_scalar(
+        "SELECT sum(events)::bigint FROM rated_daily WHERE run_id = $1 AND tenant_id = $2",
+    )
+    .bind(live)
+    .bind(tenant)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(rolled, 15);
+}
+
+/// Two batches of one re-rate at once (a draft built while the re-rate drains) write each line
+/// once and neither fails: the second waits for the first's cursor, then walks on from it. The
+/// lines' `NOT EXISTS` (migration 20261223100000_plain_inserts.sql) cannot see uncommitted lines,
+/// so a second batch that did not wait would fail on their key.
+#[sqlx::test(migrations = "../migrations")]
+async fn two_batches_of_one_rerate_at_once_write_each_line_once(pool: PgPool) {
+    let tenant = tenant(&pool).await;
+    queue_events(&pool, tenant, 300).await;
+    let now = time::OffsetDateTime::now_utc();
+    let version = billing::set_price(
+        &pool,
+        now - time::Duration::days(1),
+        "m",
+        "standard",
+        tf_core::money::Rates {
+            fresh_per_m: 1_000_000,
+            cached_per_m: 0,
+            output_per_m: 2_000_000,
+        },
+        "test",
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    let run: i64 = sqlx::query_scalar(
+        "INSERT INTO rating_runs (kind, tenant_id, period_start, period_end, price_version_id)
+         VALUES ('rerate', $1, $2, $3, $4) RETURNING id",
+    )
+    .bind(tenant)
+    .bind(now - time::Duration::hours(1))
+    .bind(now + time::Duration::hours(1))
+    .bind(version)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+
+    // One batch done, so the cursor row exists (a first batch's insert of it would itself make
+    // the second wait).
+    assert_eq!(
+        batch(&mut *pool.acquire().await.unwrap(), run, 50).await,
+        50
+    );
+    let mut first = pool.begin().await.unwrap();
+    assert_eq!(batch(&mut first, run, 150).await, 150);
+    // The second starts while the first's lines are uncommitted.
+    let second = tokio::spawn({
+        let pool = pool.clone();
+        async move {
+            let mut conn = pool.acquire().await.unwrap();
+            sqlx::query_scalar::<_, i32>("SELECT billing_rate_batch($1, 200)")
+                .bind(run)
+                .fetch_one(&mut *conn)
+                .await
+        }
+    });
+    // Until the first commits, the second waits on the cursor (it holds no other lock a
+    // statement here would meet): the first's commit below is what releases it.
+    let waiting: i64 = loop {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity
+             WHERE datname = current_database() AND wait_event_type = 'Lock'
+               AND query LIKE '%billing_rate_batch%'",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        if n > 0 || second.is_finished() {
+            break n;
+        }
+        tokio::task::yield_now().await;
+    };
+    assert_eq!(waiting, 1, "the second batch did not wait for the first");
+    first.commit().await.unwrap();
+    let taken = second.await.unwrap().expect("the second batch failed");
+    assert_eq!(
+        taken, 100,
+        "the second batch walks on from the first's cursor"
+    );
+
+    let (lines, distinct, amount): (i64, i64, i64) = sqlx::query_as(
+        "SELECT count(*), count(DISTINCT request_id), COALESCE(sum(amount_micros), 0)::bigint
+         FROM charge_lines WHERE run_id = $1",
+    )
+    .bind(run)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!((lines, distinct), (300, 300));
+    // 10 fresh input tokens at 1 and 5 output at 2 per token: 20 each.
+    assert_eq!(amount, 300 * 20);
+    let rolled: i64 =
+        sqlx::query_scalar("SELECT sum(events)::bigint FROM rated_daily WHERE run_id = $1")
+            .bind(run)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(rolled, 300);
+}
