@@ -503,13 +503,14 @@ async fn two_batches_of_one_rerate_at_once_write_each_line_once(pool: PgPool) {
 
     // One batch done, so the cursor row exists (a first batch's insert of it would itself make
     // the second wait).
-    assert_eq!(
-        batch(&mut *pool.acquire().await.unwrap(), run, 50).await,
-        50
-    );
+    assert_eq!(batch(&mut pool.acquire().await.unwrap(), run, 50).await, 50);
     let mut first = pool.begin().await.unwrap();
     assert_eq!(batch(&mut first, run, 150).await, 150);
     // The second starts while the first's lines are uncommitted.
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "the test awaits the task below; no shutdown to wait for"
+    )]
     let second = tokio::spawn({
         let pool = pool.clone();
         async move {
