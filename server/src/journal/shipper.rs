@@ -1,7 +1,8 @@
-//! The shipper: moves journal records to PostgreSQL in batches (multi-row INSERT ... ON CONFLICT
-//! (request_id) DO NOTHING), then advances the cursor and deletes segments PostgreSQL has fully
-//! acknowledged. A crash between the insert and the cursor write re-ships that batch on restart;
-//! the primary key absorbs it, so every event is counted once.
+//! The shipper: moves journal records to PostgreSQL in batches (one multi-row INSERT; a batch that
+//! meets a stored event is inserted again with ON CONFLICT (request_id) DO NOTHING), then advances
+//! the cursor and deletes segments PostgreSQL has fully acknowledged. A crash between the insert
+//! and the cursor write re-ships that batch on restart; the primary key absorbs it, so every event
+//! is counted once.
 
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
