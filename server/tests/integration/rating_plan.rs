@@ -163,7 +163,7 @@ impl Lcg {
 #[sqlx::test(migrations = "../migrations")]
 async fn batch_pricing_equals_pricing_each_event(pool: PgPool) {
     use tf_core::money::Rates;
-    use tf_core::usage::{Provenance, UsageEvent, UsageStatus};
+    use tf_core::usage::{UsageEvent, UsageStatus};
     use time::macros::datetime;
     use time::Duration;
 
@@ -250,9 +250,6 @@ async fn batch_pricing_equals_pricing_each_event(pool: PgPool) {
             _ => UsageStatus::Ok,
         };
         batches[usize::try_from(n % 3).unwrap()].push(UsageEvent {
-            request_id: Uuid::now_v7(),
-            tenant_id: tenant,
-            api_key_id: None,
             served_name: adapter.clone().unwrap_or_else(|| base.clone()),
             base_model: base.clone(),
             adapter,
@@ -261,14 +258,8 @@ async fn batch_pricing_equals_pricing_each_event(pool: PgPool) {
             prompt_tokens: prompt,
             cached_tokens: prompt * i64::try_from(rng.below(101)).unwrap() / 100,
             completion_tokens: i64::try_from(rng.below(20_000)).unwrap(),
-            reasoning_tokens: 0,
-            endpoint: tokenfactory::endpoint::Endpoint::Chat,
-            provenance: Provenance::Engine,
             status,
-            stream: false,
-            ttft_ms: None,
-            duration_ms: 1,
-            started_at: at,
+            ..stored_event(tenant, at)
         });
     }
     for batch in &batches {
@@ -513,13 +504,7 @@ async fn two_batches_of_one_rerate_at_once_write_each_line_once(pool: PgPool) {
     )]
     let second = tokio::spawn({
         let pool = pool.clone();
-        async move {
-            let mut conn = pool.acquire().await.unwrap();
-            sqlx::query_scalar::<_, i32>("SELECT billing_rate_batch($1, 200)")
-                .bind(run)
-                .fetch_one(&mut *conn)
-                .await
-        }
+        async move { billing::rate_batch(&pool, run, 200).await }
     });
     // Until the first commits, the second waits on the cursor (it holds no other lock a
     // statement here would meet): the first's commit below is what releases it.
