@@ -16,34 +16,14 @@ use tf_core::db::periods::{self, Segment};
 use tf_core::money::Rates;
 use tf_core::operator::Actor;
 use tf_core::period::month_of;
-use tf_core::usage::{Provenance, UsageEvent, UsageStatus};
+use tf_core::usage::UsageEvent;
 use time::macros::{date, datetime};
 use time::{Duration, OffsetDateTime};
 use tokenfactory::billing::rater::{self, Drafts, RaterOptions};
 use uuid::Uuid;
 
 fn event(tenant: Uuid, at: OffsetDateTime) -> UsageEvent {
-    UsageEvent {
-        request_id: Uuid::now_v7(),
-        tenant_id: tenant,
-        api_key_id: None,
-        served_name: "m".into(),
-        base_model: "m".into(),
-        adapter: None,
-        graph: "m".into(),
-        price_key: "m".into(),
-        prompt_tokens: 10,
-        cached_tokens: 3,
-        completion_tokens: 7,
-        reasoning_tokens: 0,
-        endpoint: tokenfactory::endpoint::Endpoint::Chat,
-        provenance: Provenance::Engine,
-        status: UsageStatus::Ok,
-        stream: false,
-        ttft_ms: None,
-        duration_ms: 1,
-        started_at: at,
-    }
+    crate::common::usage_event::stored(tenant, at, (10, 3, 7))
 }
 
 const FULL: Rates = Rates {

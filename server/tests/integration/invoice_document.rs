@@ -23,33 +23,13 @@ use tf_core::db::documents::{self, Issuer};
 use tf_core::money::Rates;
 use tf_core::operator::Actor;
 use tf_core::period::month_of;
-use tf_core::usage::{Provenance, UsageEvent, UsageStatus};
+use tf_core::usage::UsageEvent;
 use time::macros::{date, datetime};
 use time::{Duration, OffsetDateTime};
 use uuid::Uuid;
 
 fn event(tenant: Uuid, at: OffsetDateTime) -> UsageEvent {
-    UsageEvent {
-        request_id: Uuid::now_v7(),
-        tenant_id: tenant,
-        api_key_id: None,
-        served_name: "m".into(),
-        base_model: "m".into(),
-        adapter: None,
-        graph: "m".into(),
-        price_key: "m".into(),
-        prompt_tokens: 10,
-        cached_tokens: 0,
-        completion_tokens: 5,
-        reasoning_tokens: 0,
-        endpoint: tokenfactory::endpoint::Endpoint::Chat,
-        provenance: Provenance::Engine,
-        status: UsageStatus::Ok,
-        stream: false,
-        ttft_ms: None,
-        duration_ms: 1,
-        started_at: at,
-    }
+    common::usage_event::stored(tenant, at, (10, 0, 5))
 }
 
 async fn priced(pool: &PgPool) {

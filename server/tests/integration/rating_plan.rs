@@ -379,28 +379,7 @@ async fn batch_pricing_equals_pricing_each_event(pool: PgPool) {
 
 /// A small stored event of `tenant` (the shipper's insert).
 fn stored_event(tenant: Uuid, at: time::OffsetDateTime) -> tf_core::usage::UsageEvent {
-    use tf_core::usage::{Provenance, UsageEvent, UsageStatus};
-    UsageEvent {
-        request_id: Uuid::now_v7(),
-        tenant_id: tenant,
-        api_key_id: None,
-        served_name: "m".into(),
-        base_model: "m".into(),
-        adapter: None,
-        graph: "m".into(),
-        price_key: "m".into(),
-        prompt_tokens: 10,
-        cached_tokens: 2,
-        completion_tokens: 5,
-        reasoning_tokens: 0,
-        endpoint: tf_core::endpoint::Endpoint::Chat,
-        provenance: Provenance::Engine,
-        status: UsageStatus::Ok,
-        stream: false,
-        ttft_ms: None,
-        duration_ms: 1,
-        started_at: at,
-    }
+    crate::common::usage_event::stored(tenant, at, (10, 2, 5))
 }
 
 /// How many times each of a tenant's events is counted: (events stored, queued, in the daily

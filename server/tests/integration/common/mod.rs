@@ -23,6 +23,7 @@ pub mod raw_http;
 pub mod sim;
 pub mod sleepy;
 pub mod sse;
+pub mod usage_event;
 
 use futures::StreamExt;
 use sqlx::PgPool;
